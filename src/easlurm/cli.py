@@ -1,0 +1,103 @@
+"""The `easlurm` command: a click group whose subcommands are imported only when run, so --help is instant."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from typing import Any
+
+import click
+
+from easlurm.errors import EaslurmError
+
+#: name -> ("module:attribute", one-line help). Each subsystem owns its command module; a command is
+#: listed here only once it works.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "config": (
+        "easlurm.config_cli:config_cmd",
+        "Print the effective configuration and where each value came from.",
+    ),
+}
+
+
+class LazyGroup(click.Group):
+    """A group that imports a subcommand's module only when that subcommand is invoked.
+
+    `lazy_commands` maps name -> ("module:attribute", one-line help); subgroups (`easlurm sim ...`)
+    use the same class with their own mapping.
+    """
+
+    def __init__(self, *args: Any, lazy_commands: dict[str, tuple[str, str]] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.lazy_commands = COMMANDS if lazy_commands is None else lazy_commands
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(self.lazy_commands)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = self.lazy_commands.get(cmd_name)
+        if entry is None:
+            return None
+        module_name, _, attr = entry[0].partition(":")
+        cmd = getattr(importlib.import_module(module_name), attr)
+        assert isinstance(cmd, click.Command)
+        return cmd
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, self.lazy_commands[name][1]) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="easlurm", prog_name="easlurm")
+@click.option(
+    "-c",
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Configuration file (overrides /etc/easlurm and the user file).",
+)
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+@click.pass_context
+def cli(ctx: click.Context, config_path: str | None, verbose: int) -> None:
+    """easlurm: energy-aware Slurm."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    ctx.ensure_object(dict)
+    ctx.obj["config_path"] = config_path
+
+
+def load_ctx_config(ctx: click.Context, overrides: dict[str, dict[str, Any]] | None = None) -> Any:
+    """The effective configuration for a subcommand (the -c file, environment, then the command's flags)."""
+    from easlurm.config import load_config
+
+    path = (ctx.find_root().obj or {}).get("config_path")
+    return load_config(path, overrides=overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: project errors become one line on stderr and exit status 2."""
+    try:
+        cli.main(args=argv, prog_name="easlurm", standalone_mode=False)
+    except EaslurmError as exc:
+        click.echo(f"easlurm: error: {exc}", err=True)
+        return 2
+    except click.exceptions.Abort:
+        click.echo("easlurm: aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

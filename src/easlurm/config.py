@@ -1,0 +1,182 @@
+"""Layered configuration: defaults < /etc/easlurm < user file < -c FILE < EASLURM_* < flags (later wins)."""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from easlurm.errors import ConfigError
+
+#: Every known setting with its default. A section's keys are closed: an unknown key is an error,
+#: so a typo in a site file is caught instead of silently ignored. Units are in the key names.
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "profiler": {
+        "interval_s": 0.1,
+        "devices": "gpu,cpu,dram",
+        "out_dir": None,
+        "sample_log": True,
+        "powercap_root": "/sys/class/powercap",
+        "nvml_module": "pynvml",
+    },
+    "spank": {
+        "spool": "/var/spool/easlurm",
+        "timeout_ms": 2000,
+    },
+    "box": {
+        "dir": None,
+        "cluster_name": "easbox",
+        "base_port": 16817,
+    },
+    "oracle": {
+        "params": None,
+        "cache_size": 4096,
+    },
+    "sched": {
+        "policy": "zeus",
+        "interval_s": 10.0,
+        "power_budget_w": None,
+        "aging_weight": 1.0,
+        "preempt_cooldown_s": 300.0,
+        "hold_ttl_s": 600.0,
+        "metrics_port": None,
+    },
+    "sim": {
+        "cluster": None,
+        "hours": 10.0,
+        "noise_sigma": 0.10,
+        "checkpoint_interval_s": None,
+    },
+}
+
+SYSTEM_FILE = Path("/etc/easlurm/config.yaml")
+ENV_PREFIX = "EASLURM_"
+
+
+def user_file() -> Path:
+    """The per-user file, under XDG_CONFIG_HOME when set."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "easlurm" / "config.yaml"
+
+
+@dataclass
+class Config:
+    """The effective settings and, for each, the layer that set it (for `easlurm config`)."""
+
+    values: dict[str, dict[str, Any]] = field(default_factory=lambda: copy.deepcopy(DEFAULTS))
+    origin: dict[str, str] = field(default_factory=dict)
+
+    def get(self, dotted: str) -> Any:
+        """Value of `section.key`; raises ConfigError for an unknown name."""
+        section, _, key = dotted.partition(".")
+        try:
+            return self.values[section][key]
+        except KeyError:
+            raise ConfigError(f"unknown setting {dotted!r}") from None
+
+    def section(self, name: str) -> dict[str, Any]:
+        """A copy of one section's settings."""
+        if name not in self.values:
+            raise ConfigError(f"unknown configuration section {name!r}")
+        return dict(self.values[name])
+
+    def merge(self, layer: Mapping[str, Any], source: str) -> None:
+        """Apply one layer, validating section and key names and value types against DEFAULTS."""
+        if not isinstance(layer, Mapping):
+            raise ConfigError(
+                f"{source}: top level must be a mapping of sections, got {type(layer).__name__}"
+            )
+        for section, entries in layer.items():
+            if section not in DEFAULTS:
+                raise ConfigError(f"{source}: unknown section {section!r} (known: {', '.join(DEFAULTS)})")
+            if not isinstance(entries, Mapping):
+                raise ConfigError(f"{source}: section {section!r} must be a mapping")
+            for key, value in entries.items():
+                if key not in DEFAULTS[section]:
+                    known = ", ".join(DEFAULTS[section])
+                    raise ConfigError(f"{source}: unknown key {section}.{key} (known: {known})")
+                self.values[section][key] = _coerce(
+                    DEFAULTS[section][key], value, f"{source}: {section}.{key}"
+                )
+                self.origin[f"{section}.{key}"] = source
+
+    def as_dict(self) -> dict[str, dict[str, Any]]:
+        return copy.deepcopy(self.values)
+
+
+def _coerce(default: Any, value: Any, where: str) -> Any:
+    """Check a value against its default's type; ints are accepted for floats."""
+    if value is None or default is None:
+        return value
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+    elif isinstance(default, int):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif isinstance(default, float):
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif isinstance(default, str):
+        if isinstance(value, str):
+            return value
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return ",".join(value)
+    raise ConfigError(f"{where}: expected {type(default).__name__}, got {value!r}")
+
+
+def read_yaml_file(path: Path) -> Any:
+    """Parse a YAML file; a syntax error becomes one line naming the file and line."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
+    try:
+        return yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}{line}: invalid YAML ({problem})") from exc
+
+
+def env_layer(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """`EASLURM_SECTION__KEY=value` variables as a layer; values are parsed as YAML scalars."""
+    layer: dict[str, dict[str, Any]] = {}
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX) or "__" not in name:
+            continue
+        section, _, key = name[len(ENV_PREFIX) :].lower().partition("__")
+        try:
+            value = yaml.safe_load(raw) if raw != "" else None
+        except yaml.YAMLError:
+            value = raw
+        layer.setdefault(section, {})[key] = value
+    return layer
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    environ: Mapping[str, str] | None = None,
+    system_file: Path | None = None,
+) -> Config:
+    """Build the effective configuration; call at run time, never at import time."""
+    cfg = Config()
+    for candidate in (system_file or SYSTEM_FILE, user_file()):
+        if candidate.is_file():
+            cfg.merge(read_yaml_file(candidate), str(candidate))
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"{p}: configuration file not found")
+        cfg.merge(read_yaml_file(p), str(p))
+    cfg.merge(env_layer(os.environ if environ is None else environ), "environment")
+    if overrides:
+        cfg.merge({s: {k: v for k, v in e.items() if v is not None} for s, e in overrides.items()}, "flags")
+    return cfg

@@ -1,0 +1,1 @@
+"""Energy measurement: sensors, sampler threads, integration, run directories, the node agent."""

@@ -1,0 +1,1 @@
+"""The analytical oracle: workloads, hardware catalogue, time/power equations, calibration."""

@@ -1,0 +1,1 @@
+"""Everything that runs Slurm commands: the client interface and the local development cluster."""
