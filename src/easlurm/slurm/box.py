@@ -1,0 +1,633 @@
+"""A local heterogeneous Slurm 22.05 cluster on one machine (munge, MariaDB, slurmdbd, slurmctld, 5 slurmd).
+
+Used by the demo and the integration tests. Everything lives under one state directory (config, logs,
+spool, database, PIDs); nothing is written to /etc. `up` starts only what is not running, `down` stops
+exactly the processes `up` recorded, after cancelling jobs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from easlurm.errors import SlurmError
+
+log = logging.getLogger(__name__)
+
+DEBIAN_PACKAGES = (
+    "slurmctld",
+    "slurmd",
+    "slurm-client",
+    "slurmdbd",
+    "munge",
+    "mariadb-server",
+    "libslurm-dev",
+    "openmpi-bin",
+    "libopenmpi-dev",
+)
+
+DB_PASSWORD = "easbox"  # a loopback-only throw-away database of the development cluster
+
+
+@dataclass(frozen=True)
+class BoxNode:
+    """One virtual node: its own slurmd process listening on its own port."""
+
+    name: str
+    gpu_type: str | None
+    gpus: int
+    cpus: int
+    memory_mb: int
+
+
+NODES: tuple[BoxNode, ...] = (
+    BoxNode("a100-1", "a100", 8, 16, 64000),
+    BoxNode("a100-2", "a100", 8, 16, 64000),
+    BoxNode("h100-1", "h100", 8, 16, 64000),
+    BoxNode("h100-2", "h100", 8, 16, 64000),
+    BoxNode("cpu-1", None, 0, 16, 64000),
+)
+
+#: Partition name -> node names; "all" is the default partition.
+PARTITIONS: dict[str, tuple[str, ...]] = {
+    "a100": ("a100-1", "a100-2"),
+    "h100": ("h100-1", "h100-2"),
+    "cpu": ("cpu-1",),
+    "all": tuple(n.name for n in NODES),
+}
+
+
+def default_box_dir() -> Path:
+    """Inside the checkout when run from one (so a test session and its logs stay together), else /tmp."""
+    repo = Path(__file__).resolve().parents[3]
+    if (repo / "pyproject.toml").is_file() and os.access(repo, os.W_OK):
+        return repo / ".slurm-box"
+    return Path("/tmp/easlurm-box")
+
+
+@dataclass(frozen=True)
+class BoxPaths:
+    """Every path the box uses, derived from its one state directory."""
+
+    root: Path
+
+    @property
+    def etc(self) -> Path:
+        return self.root / "etc"
+
+    @property
+    def slurm_conf(self) -> Path:
+        return self.etc / "slurm.conf"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "log"
+
+    @property
+    def run(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def pids(self) -> Path:
+        return self.run / "pids"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.run / "munge" / "munge.socket.2"
+
+    @property
+    def db_socket(self) -> Path:
+        return self.run / "mysqld.sock"
+
+    @property
+    def dev(self) -> Path:
+        return self.root / "dev"
+
+    @property
+    def lib(self) -> Path:
+        return self.root / "lib"
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Loopback ports, all derived from one base so two boxes can coexist."""
+
+    base: int
+
+    @property
+    def slurmctld(self) -> int:
+        return self.base
+
+    @property
+    def slurmdbd(self) -> int:
+        return self.base + 2
+
+    @property
+    def mariadb(self) -> int:
+        return self.base + 3
+
+    def slurmd(self, index: int) -> int:
+        return self.base + 10 + index
+
+
+class SlurmBox:
+    """Install, start, stop and inspect the local cluster."""
+
+    def __init__(self, root: str | Path | None = None, cluster_name: str = "easbox", base_port: int = 16817):
+        self.paths = BoxPaths(Path(root) if root else default_box_dir())
+        self.cluster_name = cluster_name
+        self.ports = Ports(base_port)
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+
+    # ---- environment -------------------------------------------------------------------------------
+    @property
+    def env(self) -> dict[str, str]:
+        """Variables a client (sbatch, sacct, easlurm) needs to talk to this box."""
+        return {"SLURM_CONF": str(self.paths.slurm_conf)}
+
+    def client_env(self) -> dict[str, str]:
+        return {**os.environ, **self.env}
+
+    # ---- install -----------------------------------------------------------------------------------
+    @staticmethod
+    def missing_packages() -> list[str]:
+        missing = []
+        for pkg in DEBIAN_PACKAGES:
+            res = subprocess.run(
+                ["dpkg-query", "-W", "-f=${Status}", pkg], capture_output=True, text=True, check=False
+            )
+            if "install ok installed" not in res.stdout:
+                missing.append(pkg)
+        return missing
+
+    def install(self) -> None:
+        """apt-get install the Debian packages (never slurm-wlm-emulator: it repoints the daemons)."""
+        missing = self.missing_packages()
+        if not missing:
+            log.info("all packages present")
+            return
+        if os.geteuid() != 0:
+            raise SlurmError(f"installing {' '.join(missing)} needs root")
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        _run(["apt-get", "update", "-qq"], env=env)
+        _run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing], env=env)
+
+    # ---- configuration -----------------------------------------------------------------------------
+    def write_config(self) -> None:
+        """(Re)write every configuration file and fake GPU device under the state directory."""
+        p = self.paths
+        for d in (
+            p.etc,
+            p.etc / "plugstack.d",
+            p.log,
+            p.pids,
+            p.munge_socket.parent,
+            p.dev,
+            p.lib,
+            p.root / "state",
+            p.root / "spool",
+            p.root / "mysql",
+        ):
+            d.mkdir(parents=True, exist_ok=True)
+        p.root.chmod(0o755)
+        p.munge_socket.parent.chmod(0o755)
+        self._make_gpu_devices()
+        p.slurm_conf.write_text(self._slurm_conf())
+        (p.etc / "gres.conf").write_text(self._gres_conf())
+        (p.etc / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\nIgnoreSystemd=yes\n")
+        plug = p.etc / "plugstack.conf"
+        plug.write_text(
+            "# easlurm development cluster: the easlurm SPANK plugin installs its line into plugstack.d\n"
+            f"include {p.etc}/plugstack.d/*.conf\n"
+        )
+        dbd = p.etc / "slurmdbd.conf"
+        dbd.write_text(self._slurmdbd_conf())
+        dbd.chmod(0o600)
+
+    def _make_gpu_devices(self) -> None:
+        """Character devices (c 1 3, like /dev/null) stand in for /dev/nvidiaN: Slurm drops file-less GPUs."""
+        for node in NODES:
+            if not node.gpu_type:
+                continue
+            ddir = self.paths.dev / node.name
+            ddir.mkdir(parents=True, exist_ok=True)
+            for i in range(node.gpus):
+                dev = ddir / f"nvidia{i}"
+                if not dev.exists():
+                    os.mknod(dev, 0o666 | 0o020000, os.makedev(1, 3))
+
+    def _slurm_conf(self) -> str:
+        p, ports = self.paths, self.ports
+        lines = [
+            "# generated by easlurm scripts/slurm-box: the local development cluster",
+            f"ClusterName={self.cluster_name}",
+            "SlurmctldHost=localhost",
+            f"SlurmctldPort={ports.slurmctld}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            f"AuthInfo=socket={p.munge_socket}",
+            f"StateSaveLocation={p.root / 'state'}",
+            f"SlurmdSpoolDir={p.root / 'spool'}/slurmd-%n",
+            f"SlurmctldPidFile={p.run / 'slurmctld.pid'}",
+            f"SlurmdPidFile={p.run / 'slurmd-%n.pid'}",
+            f"SlurmctldLogFile={p.log / 'slurmctld.log'}",
+            f"SlurmdLogFile={p.log / 'slurmd-%n.log'}",
+            "SlurmctldDebug=info",
+            "SlurmdDebug=info",
+            f"PlugStackConfig={p.etc / 'plugstack.conf'}",
+            "SlurmdParameters=config_overrides",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "MpiDefault=none",
+            "ReturnToService=2",
+            "SlurmctldTimeout=30",
+            "SlurmdTimeout=60",
+            "InactiveLimit=0",
+            "KillWait=5",
+            "MinJobAge=30",
+            "Waittime=0",
+            "GresTypes=gpu",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core",
+            "SchedulerType=sched/backfill",
+            "SchedulerParameters=bf_interval=5,sched_interval=5",
+            "PriorityType=priority/multifactor",
+            "PriorityWeightAge=1000",
+            "PriorityWeightFairshare=1000",
+            "PriorityWeightJobSize=0",
+            "PriorityWeightPartition=0",
+            "PriorityWeightQOS=0",
+            "PriorityMaxAge=1-0",
+            "PriorityDecayHalfLife=1-0",
+            "PreemptType=preempt/none",
+            "JobRequeue=1",
+            "AccountingStorageType=accounting_storage/slurmdbd",
+            "AccountingStorageHost=localhost",
+            f"AccountingStoragePort={ports.slurmdbd}",
+            f"AccountingStoragePass={p.munge_socket}",
+            "AccountingStorageTRES=gres/gpu,gres/gpu:a100,gres/gpu:h100",
+            "JobAcctGatherType=jobacct_gather/linux",
+            "JobAcctGatherFrequency=30",
+            "JobCompType=jobcomp/none",
+        ]
+        for i, node in enumerate(NODES):
+            gres = f" Gres=gpu:{node.gpu_type}:{node.gpus}" if node.gpu_type else ""
+            feat = f" Features={node.gpu_type}" if node.gpu_type else " Features=cpu"
+            lines.append(
+                f"NodeName={node.name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={ports.slurmd(i)} "
+                f"CPUs={node.cpus} RealMemory={node.memory_mb}{gres}{feat} State=UNKNOWN"
+            )
+        for name, members in PARTITIONS.items():
+            default = "YES" if name == "all" else "NO"
+            lines.append(
+                f"PartitionName={name} Nodes={','.join(members)} Default={default} MaxTime=INFINITE State=UP"
+            )
+        return "\n".join(lines) + "\n"
+
+    def _gres_conf(self) -> str:
+        lines = ["# fake GPUs: character devices so CUDA_VISIBLE_DEVICES and SLURM_STEP_GPUS are set"]
+        for node in NODES:
+            if node.gpu_type:
+                lines.append(
+                    f"NodeName={node.name} Name=gpu Type={node.gpu_type} "
+                    f"File={self.paths.dev / node.name}/nvidia[0-{node.gpus - 1}]"
+                )
+        return "\n".join(lines) + "\n"
+
+    def _slurmdbd_conf(self) -> str:
+        p = self.paths
+        return (
+            "\n".join(
+                [
+                    f"AuthInfo=socket={p.munge_socket}",
+                    "DbdHost=localhost",
+                    f"DbdPort={self.ports.slurmdbd}",
+                    "SlurmUser=root",
+                    f"LogFile={p.log / 'slurmdbd.log'}",
+                    f"PidFile={p.run / 'slurmdbd.pid'}",
+                    "StorageType=accounting_storage/mysql",
+                    "StorageHost=127.0.0.1",
+                    f"StoragePort={self.ports.mariadb}",
+                    "StorageUser=slurm",
+                    f"StoragePass={DB_PASSWORD}",
+                    "StorageLoc=slurm_acct_db",
+                    "DebugLevel=info",
+                ]
+            )
+            + "\n"
+        )
+
+    # ---- process bookkeeping ----------------------------------------------------------------------
+    def _pid_file(self, name: str) -> Path:
+        return self.paths.pids / f"{name}.pid"
+
+    def pid_of(self, name: str) -> int | None:
+        """PID recorded for a daemon if that process is still alive and is the program we started."""
+        try:
+            pid = int(self._pid_file(name).read_text().split()[0])
+            program = self._pid_file(name).read_text().split()[1]
+        except (OSError, ValueError, IndexError):
+            return None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        except OSError:
+            return None
+        if Path(cmdline).name != program:
+            return None
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            return None
+        return pid
+
+    def _spawn(self, name: str, argv: Sequence[str]) -> int:
+        logf = open(self.paths.log / f"{name}.out", "ab")  # noqa: SIM115 - handed to the child
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=self.client_env(),
+        )
+        logf.close()
+        self._children[name] = proc
+        self._pid_file(name).write_text(f"{proc.pid} {Path(argv[0]).name}\n")
+        log.info("started %s pid %d", name, proc.pid)
+        return proc.pid
+
+    def daemons(self) -> list[str]:
+        return ["munged", "mariadbd", "slurmdbd", "slurmctld", *[f"slurmd-{n.name}" for n in NODES]]
+
+    # ---- up ----------------------------------------------------------------------------------------
+    def up(self, timeout_s: float = 90.0) -> None:
+        """Start whatever is not running yet; return once every node is idle."""
+        missing = self.missing_packages()
+        if missing:
+            raise SlurmError(f"packages missing: {' '.join(missing)} (run: scripts/slurm-box install)")
+        self.write_config()
+        self._install_spank()
+        deadline = time.monotonic() + timeout_s
+        self._start_munge()
+        self._start_mariadb(deadline)
+        if self.pid_of("slurmdbd") is None:
+            # slurmdbd has no -f: it reads slurmdbd.conf beside $SLURM_CONF
+            self._spawn("slurmdbd", ["/usr/sbin/slurmdbd", "-D"])
+        self._wait_daemon_port("slurmdbd", self.ports.slurmdbd, deadline, "slurmdbd.log")
+        self._ensure_accounts()
+        if self.pid_of("slurmctld") is None:
+            self._spawn("slurmctld", ["/usr/sbin/slurmctld", "-D", "-f", str(self.paths.slurm_conf)])
+        self._wait_daemon_port("slurmctld", self.ports.slurmctld, deadline, "slurmctld.log")
+        for node in NODES:
+            if self.pid_of(f"slurmd-{node.name}") is None:
+                self._spawn(
+                    f"slurmd-{node.name}",
+                    ["/usr/sbin/slurmd", "-D", "-N", node.name, "-f", str(self.paths.slurm_conf)],
+                )
+        self._wait_nodes_idle(deadline)
+
+    def _wait_daemon_port(self, name: str, port: int, deadline: float, logname: str) -> None:
+        """Wait for a daemon's port; fail at once, with its output, if the daemon died."""
+        import socket
+
+        def listening() -> bool:
+            child = self._children.get(name)
+            if child is not None and child.poll() is not None:
+                out = (self.paths.log / f"{name}.out").read_text(errors="replace").strip().splitlines()[-3:]
+                raise SlurmError(
+                    f"{name} exited at start (see {self.paths.log / logname}): {' | '.join(out)}"
+                )
+            with socket.socket() as s:
+                s.settimeout(0.5)
+                return s.connect_ex(("127.0.0.1", port)) == 0
+
+        _wait_for(listening, deadline, f"{name} on port {port}", self.paths.log / logname)
+
+    def _install_spank(self) -> None:
+        """Build and install the easlurm SPANK plugin when the checkout provides its installer."""
+        installer = Path(__file__).resolve().parents[3] / "spank" / "install-box"
+        if installer.is_file() and os.access(installer, os.X_OK):
+            res = subprocess.run(
+                [str(installer), str(self.paths.root), shutil.which("python3") or "/usr/bin/python3"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if res.returncode != 0:
+                log.warning("SPANK plugin not installed: %s", (res.stderr or res.stdout).strip()[-500:])
+
+    def _start_munge(self) -> None:
+        if self.pid_of("munged") is not None:
+            return
+        key = self.paths.etc / "munge.key"
+        if not key.exists():
+            key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        sock = self.paths.munge_socket
+        self._spawn(
+            "munged",
+            [
+                "/usr/sbin/munged",
+                "-F",
+                "--force",
+                f"--key-file={key}",
+                f"--socket={sock}",
+                f"--pid-file={self.paths.run / 'munged.pid'}",
+                f"--log-file={self.paths.log / 'munged.log'}",
+                f"--seed-file={self.paths.run / 'munged.seed'}",
+            ],
+        )
+        _wait_for(
+            lambda: sock.exists(), time.monotonic() + 15, "munged socket", self.paths.log / "munged.out"
+        )
+
+    def _start_mariadb(self, deadline: float) -> None:
+        if self.pid_of("mariadbd") is not None:
+            return
+        datadir = self.paths.root / "mysql"
+        fresh = not (datadir / "mysql").is_dir()
+        if fresh:
+            _run(
+                [
+                    "mariadb-install-db",
+                    "--no-defaults",
+                    f"--datadir={datadir}",
+                    "--user=root",
+                    "--auth-root-authentication-method=socket",
+                    "--skip-test-db",
+                ]
+            )
+        self._spawn(
+            "mariadbd",
+            [
+                "/usr/sbin/mariadbd",
+                "--no-defaults",
+                f"--datadir={datadir}",
+                "--user=root",
+                f"--socket={self.paths.db_socket}",
+                f"--port={self.ports.mariadb}",
+                "--bind-address=127.0.0.1",
+                f"--pid-file={self.paths.run / 'mariadbd.pid'}",
+                f"--log-error={self.paths.log / 'mariadb.err'}",
+                "--innodb-buffer-pool-size=64M",
+                "--max-allowed-packet=16M",
+                "--innodb-lock-wait-timeout=900",
+                "--skip-name-resolve",
+            ],
+        )
+        _wait_for(
+            lambda: self.paths.db_socket.exists(), deadline, "mariadbd socket", self.paths.log / "mariadb.err"
+        )
+        if fresh:
+            sql = (
+                f"CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '{DB_PASSWORD}';"
+                "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';FLUSH PRIVILEGES;"
+            )
+            _run(["mariadb", "--no-defaults", f"--socket={self.paths.db_socket}", "-uroot", "-e", sql])
+
+    def _ensure_accounts(self) -> None:
+        """Register the cluster, an account and root in slurmdbd (idempotent)."""
+        env = self.client_env()
+        out = _run(["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"], env=env)
+        if self.cluster_name not in out.split():
+            _run(["sacctmgr", "-i", "add", "cluster", self.cluster_name], env=env)
+        out = _run(["sacctmgr", "-n", "-P", "show", "assoc", "format=account,user"], env=env)
+        if "easlurm|root" not in out.split():
+            subprocess.run(
+                [
+                    "sacctmgr",
+                    "-i",
+                    "add",
+                    "account",
+                    "easlurm",
+                    "Description=easlurm",
+                    "Organization=easlurm",
+                ],
+                env=env,
+                capture_output=True,
+                check=False,
+            )
+            _run(
+                ["sacctmgr", "-i", "add", "user", "root", "account=easlurm", "DefaultAccount=easlurm"],
+                env=env,
+            )
+
+    def _wait_nodes_idle(self, deadline: float) -> None:
+        env = self.client_env()
+        names = {n.name for n in NODES}
+
+        def ready() -> bool:
+            res = subprocess.run(
+                ["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True, env=env, check=False
+            )
+            states = dict(line.split() for line in res.stdout.splitlines() if len(line.split()) == 2)
+            bad = [
+                n for n in names if n not in states or states[n].rstrip("*~#") not in ("idle", "mix", "alloc")
+            ]
+            for n in bad:
+                if states.get(n, "").rstrip("*~#") in ("down", "drain", "drng"):
+                    subprocess.run(
+                        ["scontrol", "update", f"NodeName={n}", "State=RESUME"],
+                        env=env,
+                        capture_output=True,
+                        check=False,
+                    )
+            return not bad
+
+        _wait_for(ready, deadline, "nodes idle", self.paths.log / "slurmctld.log")
+
+    # ---- down --------------------------------------------------------------------------------------
+    def down(self, timeout_s: float = 60.0) -> None:
+        """Cancel jobs, then stop the processes `up` recorded (slurmd first, munge last)."""
+        env = self.client_env()
+        if self.pid_of("slurmctld") is not None:
+            subprocess.run(
+                ["scancel", "--full", "--quiet", "--state=PENDING"], env=env, capture_output=True, check=False
+            )
+            res = subprocess.run(
+                ["squeue", "-h", "-o", "%A"], capture_output=True, text=True, env=env, check=False
+            )
+            jobs = res.stdout.split()
+            if jobs:
+                subprocess.run(["scancel", *jobs], env=env, capture_output=True, check=False)
+                end = time.monotonic() + 20
+                while time.monotonic() < end:
+                    res = subprocess.run(
+                        ["squeue", "-h", "-o", "%A"], capture_output=True, text=True, env=env, check=False
+                    )
+                    if not res.stdout.split():
+                        break
+                    time.sleep(0.5)
+        for node in NODES:
+            self._stop(f"slurmd-{node.name}")
+        self._kill_orphan_stepds()
+        for name in ("slurmctld", "slurmdbd", "mariadbd", "munged"):
+            self._stop(name, timeout_s=timeout_s / 2)
+
+    def _stop(self, name: str, timeout_s: float = 15.0) -> None:
+        pid = self.pid_of(name)
+        if pid is None:
+            self._pid_file(name).unlink(missing_ok=True)
+            return
+        os.kill(pid, signal.SIGTERM)
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end and self.pid_of(name) is not None:
+            time.sleep(0.1)
+        if self.pid_of(name) is not None:
+            log.warning("%s did not stop on SIGTERM; killing", name)
+            os.kill(pid, signal.SIGKILL)
+        child = self._children.pop(name, None)
+        if child is not None:  # reap our own child; daemons from an earlier `up` are init's to reap
+            child.wait(timeout=5)
+        self._pid_file(name).unlink(missing_ok=True)
+        log.info("stopped %s", name)
+
+    def _kill_orphan_stepds(self) -> None:
+        """slurmstepd processes of this box (their spool dir is ours) that outlived their slurmd."""
+        spool = str(self.paths.root / "spool")
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                if not proc.joinpath("cmdline").read_bytes().startswith(b"slurmstepd"):
+                    continue
+                if not os.readlink(proc / "cwd").startswith(spool):
+                    continue
+                os.kill(int(proc.name), signal.SIGKILL)
+            except OSError:
+                continue
+
+    # ---- status ------------------------------------------------------------------------------------
+    def status(self) -> dict[str, int | None]:
+        return {name: self.pid_of(name) for name in self.daemons()}
+
+    def is_up(self) -> bool:
+        return all(pid is not None for pid in self.status().values())
+
+
+def _run(argv: Sequence[str], env: dict[str, str] | None = None) -> str:
+    res = subprocess.run(list(argv), capture_output=True, text=True, env=env, check=False)
+    if res.returncode != 0:
+        raise SlurmError(
+            f"{' '.join(argv[:3])} failed ({res.returncode}): {(res.stderr or res.stdout).strip()}"
+        )
+    return res.stdout
+
+
+def _wait_for(pred: object, deadline: float, what: str, logfile: Path) -> None:
+    assert callable(pred)
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.2)
+    tail = ""
+    with contextlib.suppress(OSError):
+        tail = " | ".join(logfile.read_text(errors="replace").strip().splitlines()[-3:])
+    raise SlurmError(f"timed out waiting for {what} (see {logfile}): {tail}")

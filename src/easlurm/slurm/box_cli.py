@@ -1,0 +1,55 @@
+"""`scripts/slurm-box install|up|down|status|env`: drive the local development cluster."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+import time
+
+from easlurm.config import load_config
+from easlurm.errors import EaslurmError
+from easlurm.slurm.box import SlurmBox
+
+
+def make_box() -> SlurmBox:
+    """The box configured by the `box` section (EASLURM_BOX__DIR and friends)."""
+    cfg = load_config().section("box")
+    return SlurmBox(cfg["dir"], cfg["cluster_name"], cfg["base_port"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="slurm-box", description=__doc__)
+    parser.add_argument("action", choices=["install", "up", "down", "status", "env"])
+    parser.add_argument("-q", "--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO, format="slurm-box: %(message)s"
+    )
+    try:
+        box = make_box()
+        if args.action == "install":
+            box.install()
+        elif args.action == "up":
+            t0 = time.monotonic()
+            box.up()
+            logging.info("up in %.1f s (state in %s)", time.monotonic() - t0, box.paths.root)
+        elif args.action == "down":
+            box.down()
+        elif args.action == "status":
+            for name, pid in box.status().items():
+                print(f"{name:<16} {'running pid ' + str(pid) if pid else 'stopped'}")
+            print(f"state dir        {box.paths.root}")
+            return 0 if box.is_up() else 3
+        elif args.action == "env":
+            for key, value in box.env.items():
+                print(f"export {key}={shlex.quote(value)}")
+    except EaslurmError as exc:
+        print(f"slurm-box: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
