@@ -16,8 +16,8 @@ demo: install
 	scripts/demo
 
 lint: install
-	ruff format --check src tests benchmarks
-	ruff check src tests benchmarks
+	ruff format --check src tests $(wildcard benchmarks)
+	ruff check src tests $(wildcard benchmarks)
 	mypy
 
 # The whole suite: lint, type check, unit tests and the integration tests against the real local Slurm.
