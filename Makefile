@@ -9,7 +9,9 @@ STAMP := .install.stamp
 install: $(STAMP)
 $(STAMP): pyproject.toml
 	scripts/slurm-box install
-	$(PIP) install --quiet --disable-pip-version-check -e ".[dev,mpi]"
+	# torch pinned first: 2.13.0 is the CPU build this platform provides; an unpinned torch pulls CUDA wheels
+	$(PIP) install --quiet --disable-pip-version-check "torch==2.13.0"
+	$(PIP) install --quiet --disable-pip-version-check -e ".[dev,mpi,torch]"
 	@touch $(STAMP)
 
 demo: install

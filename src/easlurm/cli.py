@@ -18,6 +18,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "easlurm.config_cli:config_cmd",
         "Print the effective configuration and where each value came from.",
     ),
+    "sim": ("easlurm.sim.cli:sim_group", "Simulate scheduling policies on a virtual GPU cluster."),
+    "predict": ("easlurm.model.cli:predict_cmd", "Predict step time, power, energy and EDP per placement."),
+    "model": ("easlurm.model.cli:model_group", "The analytical oracle: calibrate it, list models and GPUs."),
 }
 
 

@@ -1,0 +1,262 @@
+"""Calibration of theta_H on measurements (thesis 4.3.6): differential evolution, L-BFGS-B polish, k-fold CV."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import differential_evolution, minimize
+
+from easlurm.errors import ModelError
+from easlurm.model.dataset import Measurement, placements_of
+from easlurm.model.equations import HardwareArrays, WorkloadArrays, evaluate
+from easlurm.model.hardware import Catalogue, load_catalogue
+from easlurm.model.params import PARAM_SPECS, OracleParams, bounds
+
+log = logging.getLogger(__name__)
+
+W_TIME = 0.6
+W_POWER = 0.4
+
+
+@dataclass(frozen=True)
+class FitReport:
+    """Errors of a parameter set on some rows; MAPE in percent (eq. 4.16-4.18)."""
+
+    loss: float
+    mape_time: float
+    mape_power: float | None
+    n_rows: int
+    n_power_rows: int
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    params: OracleParams
+    fit: FitReport
+    free: tuple[str, ...]
+    nfev: int
+    wall_s: float
+
+
+class _Problem:
+    """Rows pre-processed once so that one objective call is a single broadcast array pass.
+
+    Parameter vectors come in as (n_params, S) (scipy's vectorised mode); predictions are (S, rows).
+    """
+
+    def __init__(
+        self, rows: Sequence[Measurement], base: OracleParams, free: Sequence[str], catalogue: Catalogue
+    ):
+        self.rows = list(rows)
+        self.base = base
+        self.free = list(free)
+        plain = OracleParams(base.values)  # no scalars: targeted scalars are applied by masks below
+        wls = [m.workload() for m in self.rows]
+        self.wa = WorkloadArrays.of(wls, plain).reshape(1, -1)
+        pl = placements_of(self.rows)
+        keys, idx = pl.gpu_codes()
+        self.hw = HardwareArrays.table([catalogue.get(k) for k in keys]).take(idx).reshape(1, -1)
+        self.n = pl.n_gpus.reshape(1, -1)
+        self.b = pl.batch.reshape(1, -1)
+        self.pl = pl.power_limit_w.reshape(1, -1)
+        self.t = np.array([m.step_time_s for m in self.rows])
+        self.p = np.array([math.nan if m.avg_power_w is None else m.avg_power_w for m in self.rows])
+        self.has_p = ~np.isnan(self.p)
+        groups = [(w.family, w.precision.value) for w in wls]
+        names = set(base.scalars) | {n for n in self.free if n not in PARAM_SPECS}
+        self.masks = {n: np.array([n.split(".")[0] in g for g in groups]) for n in names}
+        self.log_scale = [
+            n in PARAM_SPECS and bounds(n)[0] > 0 and bounds(n)[1] / bounds(n)[0] >= 50 for n in self.free
+        ]
+        self.nfev = 0
+
+    def bounds(self) -> list[tuple[float, float]]:
+        out = []
+        for name, log_ in zip(self.free, self.log_scale):
+            lo, hi = bounds(name)
+            out.append((math.log10(lo), math.log10(hi)) if log_ else (lo, hi))
+        return out
+
+    def decode(self, x: np.ndarray) -> np.ndarray:
+        x = np.array(x, dtype=np.float64, copy=True)
+        for i, log_ in enumerate(self.log_scale):
+            if log_:
+                x[i] = 10.0 ** x[i]
+        return x
+
+    def encode(self, params: OracleParams) -> np.ndarray:
+        v = np.array(params.vector(self.free), dtype=np.float64)
+        for i, log_ in enumerate(self.log_scale):
+            if log_:
+                v[i] = math.log10(v[i])
+        lo, hi = np.array(self.bounds()).T
+        return np.clip(v, lo, hi)
+
+    def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(time, power) of shape (S, rows) for encoded parameter vectors x of shape (n_free, S)."""
+        x = np.asarray(x, dtype=np.float64)
+        x = self.decode(x.reshape(len(self.free), -1) if self.free else np.zeros((0, 1)))
+        values: dict[str, np.ndarray | float] = dict(self.base.values)
+        scal: dict[str, np.ndarray | float] = dict(self.base.scalars)
+        for i, name in enumerate(self.free):
+            (values if name in PARAM_SPECS else scal)[name] = x[i].reshape(-1, 1)
+        s = {op: np.ones((1, len(self.rows))) for op in ("gemm", "conv", "alu", "mem")}
+        for name, val in scal.items():
+            op = name.split(".")[1]
+            s[op] = s[op] * np.where(self.masks[name], val, 1.0)
+        wa = dataclasses.replace(self.wa, s_gemm=s["gemm"], s_conv=s["conv"], s_alu=s["alu"], s_mem=s["mem"])
+        res = evaluate(wa, self.hw, self.n, self.b, self.pl, values)  # type: ignore[arg-type]
+        self.nfev += max(x.shape[1], 1)
+        return np.atleast_2d(res.step_time_s), np.atleast_2d(res.power_w)
+
+    def losses(self, x: np.ndarray) -> np.ndarray:
+        t, p = self.predict(x)
+        mt = np.mean(np.abs(t - self.t) / self.t, axis=1) * 100.0
+        loss = mt
+        if self.has_p.any():
+            mp = np.mean(np.abs(p[:, self.has_p] - self.p[self.has_p]) / self.p[self.has_p], axis=1) * 100.0
+            loss = W_TIME * mt + W_POWER * mp
+        return np.where(np.isfinite(loss), loss, 1e9)
+
+
+def score(params: OracleParams, rows: Sequence[Measurement], catalogue: Catalogue | None = None) -> FitReport:
+    """MAPE of time and power, and the combined loss (0.6/0.4, or time alone without power data)."""
+    prob = _Problem(rows, params, [], catalogue or load_catalogue())
+    t, p = prob.predict(np.zeros((0, 1)))
+    mt = float(np.mean(np.abs(t[0] - prob.t) / prob.t) * 100.0)
+    mp = None
+    loss = mt
+    if prob.has_p.any():
+        mp = float(np.mean(np.abs(p[0, prob.has_p] - prob.p[prob.has_p]) / prob.p[prob.has_p]) * 100.0)
+        loss = W_TIME * mt + W_POWER * mp
+    return FitReport(loss, mt, mp, len(rows), int(prob.has_p.sum()))
+
+
+def targeted_scalars(rows: Sequence[Measurement]) -> list[str]:
+    """Scalars as in the thesis: per precision other than the most common one, and ALBERT's memory."""
+    precs = Counter(m.precision.lower() for m in rows)
+    fams = {m.family for m in rows}
+    wls = [m.workload() for m in rows]
+    has_conv = any(w.flops_conv > 0.3 * w.flops_total for w in wls)
+    has_gemm = any(w.flops_gemm > 0.3 * w.flops_total for w in wls)
+    out = []
+    if len(precs) > 1:
+        reference = precs.most_common(1)[0][0]
+        for prec in sorted(precs):
+            if prec != reference:
+                out += [f"{prec}.gemm"] * has_gemm + [f"{prec}.conv"] * has_conv
+    if "albert" in fams and len(fams) > 1:
+        out.append("albert.mem")
+    return out
+
+
+def default_free(rows: Sequence[Measurement]) -> list[str]:
+    """Parameters the data can inform: GEMM/conv terms only with such work, power terms only with power data."""
+    wls = [m.workload() for m in rows]
+    free = ["c_alu", "c_mem", "lambda_miss", "t_fixed_s", "t_kern_s"]
+    if any(w.flops_gemm > 0.3 * w.flops_total for w in wls):
+        free += ["beta_gemm", "r_gemm_m"]
+    if any(w.flops_conv > 0.3 * w.flops_total for w in wls):
+        free += ["beta_conv", "r_conv_spatial"]
+    if any(m.n_gpus > 1 for m in rows):
+        free += ["t_sync_s"]
+        if any(m.n_gpus > 8 for m in rows):
+            free += ["bw_eff_frac"]
+    if any(m.avg_power_w is not None for m in rows):
+        free += ["c_p", "u_comp", "u_mem", "u_comm"]
+        if any(m.power_limit_w is not None for m in rows):
+            free += ["cap_alpha", "p_floor_frac", "mem_clock_knee"]
+    return free + targeted_scalars(rows)
+
+
+def calibrate(
+    rows: Sequence[Measurement],
+    base: OracleParams | None = None,
+    free: Sequence[str] | None = None,
+    *,
+    maxiter: int = 200,
+    popsize: int = 15,
+    seed: int = 0,
+    polish: bool = True,
+    tol: float = 1e-6,
+    catalogue: Catalogue | None = None,
+    progress: Callable[[int, float], None] | None = None,
+) -> CalibrationResult:
+    """Fit the free parameters: DE (best1bin, LHS init, mutation (0.5, 1.5), CR 0.7), then L-BFGS-B."""
+    if not rows:
+        raise ModelError("calibration needs at least one measurement")
+    base = base or OracleParams()
+    free = list(free) if free is not None else default_free(rows)
+    for name in free:
+        group, _, op = name.partition(".")
+        if name not in PARAM_SPECS and not (group and op in ("gemm", "conv", "alu", "mem")):
+            raise ModelError(f"unknown parameter {name!r} to calibrate (known: {', '.join(PARAM_SPECS)})")
+    prob = _Problem(rows, base, free, catalogue or load_catalogue())
+    t0, _ = prob.predict(np.zeros((len(free), 1)) + prob.encode(base).reshape(-1, 1))
+    bad = [i for i in range(len(rows)) if not np.isfinite(t0[0, i])]
+    if bad:
+        m = rows[bad[0]]
+        raise ModelError(
+            f"measurement {bad[0] + 1} ({m.model} x{m.n_gpus} {m.gpu}) is infeasible in the model"
+        )
+    start = time.perf_counter()
+    if not free:
+        return CalibrationResult(base, score(base, rows, catalogue), (), 0, 0.0)
+
+    def cb(intermediate_result: object) -> None:
+        if progress is not None:
+            progress(prob.nfev, float(getattr(intermediate_result, "fun", math.nan)))
+
+    de = differential_evolution(
+        prob.losses,
+        prob.bounds(),
+        strategy="best1bin",
+        maxiter=maxiter,
+        popsize=popsize,
+        init="latinhypercube",
+        mutation=(0.5, 1.5),
+        recombination=0.7,
+        tol=tol,
+        rng=np.random.default_rng(seed),
+        polish=False,
+        vectorized=True,
+        updating="deferred",
+        x0=prob.encode(base),
+        callback=cb,
+    )
+    x = de.x
+    if polish:
+        res = minimize(
+            lambda v: float(prob.losses(v.reshape(-1, 1))[0]), x, method="L-BFGS-B", bounds=prob.bounds()
+        )
+        if res.fun <= de.fun:
+            x = res.x
+    params = base.replace(free, [float(v) for v in prob.decode(x.reshape(-1, 1))[:, 0]])
+    wall = time.perf_counter() - start
+    fit = score(params, rows, catalogue)
+    log.info("calibrated %d parameters on %d rows: loss %.3f in %.1f s", len(free), len(rows), fit.loss, wall)
+    return CalibrationResult(params, fit, tuple(free), prob.nfev, wall)
+
+
+def cross_validate(rows: Sequence[Measurement], k: int = 5, seed: int = 0, **kw: object) -> list[FitReport]:
+    """k-fold cross-validation: calibrate on k-1 folds, score on the held-out one (k <= rows)."""
+    n = len(rows)
+    k = min(k, n)
+    if k < 2:
+        raise ModelError(f"cross-validation needs at least 2 rows, got {n}")
+    order = np.random.default_rng(seed).permutation(n)
+    folds = np.array_split(order, k)
+    out = []
+    for i, test in enumerate(folds):
+        train = np.concatenate([f for j, f in enumerate(folds) if j != i])
+        train_rows = [rows[int(t)] for t in train]
+        res = calibrate(train_rows, seed=seed + i, **kw)  # type: ignore[arg-type]
+        out.append(score(res.params, [rows[int(t)] for t in test], kw.get("catalogue")))  # type: ignore[arg-type]
+    return out

@@ -1,0 +1,146 @@
+"""Measurement CSVs for calibration: one training configuration per row with its step time and mean power."""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from easlurm.errors import EaslurmError, ModelError, TraceError
+from easlurm.model.oracle import Placements
+from easlurm.model.workload import Workload
+from easlurm.model.zoo import get_workload, model_family
+
+REQUIRED = ("model", "batch", "precision", "n_gpus", "gpu", "step_time_s")
+COLUMNS = (
+    "model",
+    "batch",
+    "seq_len",
+    "image_size",
+    "precision",
+    "optimizer",
+    "n_gpus",
+    "gpu",
+    "power_limit_w",
+    "step_time_s",
+    "avg_power_w",
+    "source",
+)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured configuration. `batch` is the global batch per optimizer step; `avg_power_w` is the mean
+    power of all the job's GPUs together (None when not measured)."""
+
+    model: str
+    batch: int
+    precision: str
+    n_gpus: int
+    gpu: str
+    step_time_s: float
+    avg_power_w: float | None = None
+    power_limit_w: float | None = None
+    seq_len: int | None = None
+    image_size: int | None = None
+    optimizer: str = "adamw"
+    source: str = ""
+
+    def workload(self) -> Workload:
+        return get_workload(
+            self.model,
+            precision=self.precision,
+            seq_len=self.seq_len,
+            image_size=self.image_size,
+            optimizer=self.optimizer,
+        )
+
+    @property
+    def family(self) -> str:
+        return model_family(self.model)
+
+
+def _opt_number(raw: str | None, field: str, where: str, integer: bool = False) -> float | int | None:
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise TraceError(f"{where}: {field} must be a number, got {raw!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise TraceError(f"{where}: {field} must be > 0, got {raw!r}")
+    if integer:
+        if value != int(value):
+            raise TraceError(f"{where}: {field} must be an integer, got {raw!r}")
+        return int(value)
+    return value
+
+
+def read_measurements(path: str | Path) -> list[Measurement]:
+    """Parse and validate a measurement CSV; a bad row raises TraceError naming file, line and field."""
+    p = Path(path)
+    try:
+        handle = p.open(newline="")
+    except OSError as exc:
+        raise TraceError(f"{p}: cannot read ({exc.strerror})") from exc
+    rows: list[Measurement] = []
+    with handle:
+        lines = (line for line in handle if not line.lstrip().startswith("#"))
+        reader = csv.DictReader(lines)
+        missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+        if missing:
+            raise TraceError(f"{p}: missing column(s) {', '.join(missing)} (columns: {', '.join(COLUMNS)})")
+        for i, rec in enumerate(reader, start=2):
+            where = f"{p}:{i}"
+            for c in REQUIRED:
+                if not (rec.get(c) or "").strip():
+                    raise TraceError(f"{where}: {c} is empty")
+            m = Measurement(
+                model=rec["model"].strip(),
+                batch=int(_opt_number(rec["batch"], "batch", where, True) or 0),
+                precision=rec["precision"].strip(),
+                n_gpus=int(_opt_number(rec["n_gpus"], "n_gpus", where, True) or 0),
+                gpu=rec["gpu"].strip(),
+                step_time_s=float(_opt_number(rec["step_time_s"], "step_time_s", where) or 0.0),
+                avg_power_w=_opt_number(rec.get("avg_power_w"), "avg_power_w", where),
+                power_limit_w=_opt_number(rec.get("power_limit_w"), "power_limit_w", where),
+                seq_len=_opt_number(rec.get("seq_len"), "seq_len", where, True),  # type: ignore[arg-type]
+                image_size=_opt_number(rec.get("image_size"), "image_size", where, True),  # type: ignore[arg-type]
+                optimizer=(rec.get("optimizer") or "").strip() or "adamw",
+                source=(rec.get("source") or "").strip(),
+            )
+            try:
+                m.workload()
+            except EaslurmError as exc:
+                raise TraceError(f"{where}: {exc}") from exc
+            rows.append(m)
+    if not rows:
+        raise TraceError(f"{p}: no measurements")
+    return rows
+
+
+def write_measurements(rows: Sequence[Measurement], path: str | Path, header_comment: str = "") -> None:
+    """Write rows in the CSV layout `read_measurements` reads (used for synthetic and measured data)."""
+    with Path(path).open("w", newline="") as fh:
+        for line in header_comment.splitlines():
+            fh.write(f"# {line}\n")
+        w = csv.writer(fh)
+        w.writerow(COLUMNS)
+        for m in rows:
+            w.writerow(["" if getattr(m, c) is None else getattr(m, c) for c in COLUMNS])
+
+
+def placements_of(rows: Sequence[Measurement]) -> Placements:
+    """The rows' placements (one per measurement)."""
+    if not rows:
+        raise ModelError("no measurements")
+    return Placements.of(
+        np.array([m.n_gpus for m in rows]),
+        np.array([m.batch for m in rows]),
+        np.array([m.gpu for m in rows], dtype=object),
+        np.array([math.nan if m.power_limit_w is None else m.power_limit_w for m in rows]),
+    )

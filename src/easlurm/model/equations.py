@@ -1,0 +1,227 @@
+"""Vectorised step-time and power equations (thesis eq. 4.7-4.15) with a GPU power-limit dimension."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from easlurm.model.hardware import GpuSpec
+from easlurm.model.params import OracleParams
+from easlurm.model.workload import Precision, Workload
+
+#: memory kept free on each GPU (CUDA context, allocator fragmentation), bytes
+RESERVED_BYTES = 1.5e9
+USABLE_MEMORY_FRACTION = 0.92
+
+
+@dataclass(frozen=True)
+class WorkloadArrays:
+    """Workload features as arrays (one entry per row, or length-1 to broadcast) with per-row scalars."""
+
+    gemm: np.ndarray
+    conv: np.ndarray
+    alu: np.ndarray
+    act_bytes: np.ndarray
+    weight_bytes: np.ndarray
+    kernels: np.ndarray
+    gemm_m: np.ndarray
+    gemm_k: np.ndarray
+    gemm_n: np.ndarray
+    conv_c: np.ndarray
+    conv_spatial: np.ndarray
+    act_mem: np.ndarray
+    ws: np.ndarray
+    ws_fixed: np.ndarray
+    static_mem: np.ndarray
+    opt_flops: np.ndarray
+    opt_bytes: np.ndarray
+    grad_bytes: np.ndarray
+    prec_code: np.ndarray  # 0 fp32, 1 tf32, 2 bf16/fp16
+    s_gemm: np.ndarray
+    s_conv: np.ndarray
+    s_alu: np.ndarray
+    s_mem: np.ndarray
+
+    @staticmethod
+    def row(w: Workload, params: OracleParams) -> tuple[float, ...]:
+        """One workload's features in field order (memoised by the oracle)."""
+        code = {Precision.FP32: 0, Precision.TF32: 1, Precision.BF16: 2, Precision.FP16: 2}[w.precision]
+        prec = w.precision.value
+        return (
+            w.flops_gemm,
+            w.flops_conv,
+            w.flops_alu,
+            w.act_bytes,
+            w.weight_bytes,
+            w.kernels,
+            w.gemm_m,
+            w.gemm_k,
+            w.gemm_n,
+            w.conv_c,
+            w.conv_spatial,
+            w.act_mem_bytes,
+            w.working_set_bytes,
+            w.working_set_fixed_bytes,
+            w.static_mem_bytes,
+            w.opt_flops,
+            w.opt_bytes,
+            w.grad_bytes,
+            float(code),
+            *(params.scalar(w.family, prec, op) for op in ("gemm", "conv", "alu", "mem")),
+        )
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[tuple[float, ...]]) -> WorkloadArrays:
+        table = np.asarray(rows, dtype=np.float64).reshape(len(rows), len(fields(cls)))
+        return cls(**{f.name: np.ascontiguousarray(table[:, i]) for i, f in enumerate(fields(cls))})
+
+    @classmethod
+    def of(cls, workloads: Sequence[Workload], params: OracleParams) -> WorkloadArrays:
+        """Stack workloads (one row each)."""
+        return cls.from_rows([cls.row(w, params) for w in workloads])
+
+    def take(self, index: np.ndarray | slice) -> WorkloadArrays:
+        """Rows selected by an index array (to align workloads with placements)."""
+        return WorkloadArrays(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+    def reshape(self, *shape: int) -> WorkloadArrays:
+        """Reshape every feature, e.g. to (J, 1) so that J workloads broadcast against (1, P) placements."""
+        return WorkloadArrays(**{f.name: getattr(self, f.name).reshape(shape) for f in fields(self)})
+
+
+@dataclass(frozen=True)
+class HardwareArrays:
+    """GPU specs as per-row arrays, looked up from a small table by GPU index."""
+
+    peak_fp32: np.ndarray  # FLOP/s, CUDA cores
+    peak_tf32: np.ndarray
+    peak_bf16: np.ndarray
+    hbm_bw: np.ndarray
+    l2_bytes: np.ndarray
+    mem_bytes: np.ndarray
+    tdp_w: np.ndarray
+    idle_w: np.ndarray
+    link_bw: np.ndarray
+    net_bw: np.ndarray
+    gpus_per_node: np.ndarray
+
+    @classmethod
+    def table(cls, specs: Sequence[GpuSpec]) -> HardwareArrays:
+        """One row per GPU type; index it with `take`."""
+        return cls(
+            peak_fp32=np.array([s.fp32_tflops * 1e12 for s in specs]),
+            peak_tf32=np.array([s.tf32_tflops * 1e12 for s in specs]),
+            peak_bf16=np.array([s.bf16_tflops * 1e12 for s in specs]),
+            hbm_bw=np.array([s.hbm_gbs * 1e9 for s in specs]),
+            l2_bytes=np.array([s.l2_mb * 1e6 for s in specs]),
+            mem_bytes=np.array([s.memory_gb * 1e9 for s in specs]),
+            tdp_w=np.array([s.tdp_w for s in specs], dtype=np.float64),
+            idle_w=np.array([s.idle_w for s in specs], dtype=np.float64),
+            link_bw=np.array([s.link_gbs * 1e9 for s in specs]),
+            net_bw=np.array([s.net_gbs * 1e9 for s in specs]),
+            gpus_per_node=np.array([s.gpus_per_node for s in specs], dtype=np.float64),
+        )
+
+    def take(self, index: np.ndarray) -> HardwareArrays:
+        return HardwareArrays(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+    def reshape(self, *shape: int) -> HardwareArrays:
+        return HardwareArrays(**{f.name: getattr(self, f.name).reshape(shape) for f in fields(self)})
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """Per-row outcome; infeasible rows (model does not fit, batch < GPUs) have inf time and NaN power."""
+
+    step_time_s: np.ndarray
+    power_w: np.ndarray  # all GPUs of the job together
+    feasible: np.ndarray
+    grad_accum: np.ndarray
+    t_pass_s: np.ndarray
+    t_comm_s: np.ndarray
+    clock_scale: np.ndarray
+
+
+def _sat(x: np.ndarray) -> np.ndarray:
+    """Sigmoid saturation (eq. 4.12)."""
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def evaluate(
+    w: WorkloadArrays,
+    hw: HardwareArrays,
+    n_gpus: np.ndarray,
+    batch: np.ndarray,
+    power_limit_w: np.ndarray,
+    p: Mapping[str, float],
+) -> StepResult:
+    """Step time (eq. 4.7) and mean power (eq. 4.14-4.15) for every row, under each row's power limit.
+
+    All inputs broadcast: workload features of shape (J, 1) against placement/hardware arrays of shape
+    (1, P) give (J, P) results, and workload-only terms are computed J times, not J*P times.
+    """
+    n = n_gpus.astype(np.float64)
+    b = batch.astype(np.float64)
+    per_gpu = np.ceil(b / n)
+    free = hw.mem_bytes * USABLE_MEMORY_FRACTION - RESERVED_BYTES - w.static_mem
+    mb_max = np.floor(free / w.act_mem)
+    feasible = (b >= n) & (mb_max >= 1.0)
+    g_acc = np.ceil(per_gpu / np.maximum(mb_max, 1.0))
+    micro = per_gpu / g_acc
+
+    peak = np.choose(w.prec_code.astype(np.intp), (hw.peak_fp32, hw.peak_tf32, hw.peak_bf16))
+
+    # eq. 4.9-4.12: T_op = F / (P * beta * prod S_sat(D/R)) * C
+    e_gemm = (
+        p["beta_gemm"]
+        * _sat(w.gemm_m * micro / p["r_gemm_m"])
+        * _sat(w.gemm_k / p["r_gemm_k"])
+        * _sat(w.gemm_n / p["r_gemm_n"])
+    )
+    e_conv = (
+        p["beta_conv"] * _sat(w.conv_c / p["r_conv_c"]) * _sat(w.conv_spatial * micro / p["r_conv_spatial"])
+    )
+    t_comp = micro * (
+        w.gemm / (peak * e_gemm) * (p["c_gemm"] * w.s_gemm)
+        + w.conv / (peak * e_conv) * (p["c_conv"] * w.s_conv)
+        + w.alu / (hw.peak_fp32 * p["beta_alu"]) * (p["c_alu"] * w.s_alu)
+    )
+    # eq. 4.13: HBM time with the L2 factor
+    f_l2 = np.clip((w.ws * micro + w.ws_fixed) / hw.l2_bytes, p["lambda_miss"], 1.0)
+    c_mem = p["c_mem"] * w.s_mem
+    t_mem = (w.act_bytes * micro + w.weight_bytes) / hw.hbm_bw * f_l2 * c_mem
+    t_opt = np.maximum(w.opt_flops / (hw.peak_fp32 * p["beta_alu"]), w.opt_bytes / hw.hbm_bw) * c_mem
+    # eq. 4.8: ring all-reduce, NVLink/PCIe inside a node, the network across nodes
+    multi_node = n > hw.gpus_per_node
+    bw = np.where(multi_node, np.minimum(hw.link_bw, hw.net_bw), hw.link_bw) * p["bw_eff_frac"]
+    t_comm = 2.0 * (n - 1.0) * p["l_hop_s"] + 2.0 * (n - 1.0) / n * w.grad_bytes / bw
+    t_over = w.kernels * g_acc * p["t_kern_s"] + p["t_fixed_s"] + p["t_sync_s"] * np.log2(n)
+
+    # eq. 4.14: phase power between idle and TDP by utilisation
+    dyn = (hw.tdp_w - hw.idle_w) * p["c_p"]
+    t_fb = np.maximum(t_comp, t_mem)
+    u_pass = np.minimum((p["u_comp"] * t_comp + p["u_mem"] * t_mem) / t_fb, 1.0)
+    p_pass = np.minimum(hw.idle_w + u_pass * dyn, hw.tdp_w)
+
+    # power limit: the SM clock drops until the pass fits under the limit. Only the part of the power above a
+    # floor (HBM, leakage) scales, as clock^alpha. Compute time follows the clock; memory time does not until
+    # the clock falls below a knee, so memory-bound work keeps its speed at lower limits (thesis 6.3.3).
+    limit = np.where(np.isnan(power_limit_w), hw.tdp_w, power_limit_w)
+    floor = hw.idle_w + p["p_floor_frac"] * (hw.tdp_w - hw.idle_w)
+    over = p_pass > limit
+    ratio = np.where(over, (limit - floor) / np.maximum(p_pass - floor, 1e-9), 1.0)
+    clock = np.clip(ratio, 1e-3, 1.0) ** (1.0 / p["cap_alpha"])
+    t_pass = np.maximum(t_comp / clock, t_mem * np.maximum(1.0, p["mem_clock_knee"] / clock)) * g_acc
+    p_pass = np.minimum(p_pass, limit)
+    p_opt = np.minimum(hw.idle_w + p["u_mem"] * dyn, limit)
+    p_comm = np.minimum(hw.idle_w + p["u_comm"] * dyn, limit)
+    p_over = np.minimum(hw.idle_w + p["u_idle"] * dyn, limit)
+
+    step = t_pass + t_opt + t_comm + t_over  # eq. 4.7
+    energy_gpu = p_pass * t_pass + p_opt * t_opt + p_comm * t_comm + p_over * t_over  # eq. 4.15 numerator
+    power = n * energy_gpu / step
+    step = np.where(feasible, step, np.inf)
+    power = np.where(feasible, power, np.nan)
+    return StepResult(step, power, feasible, g_acc, t_pass, t_comm, clock)

@@ -1,0 +1,284 @@
+"""Analytical per-layer handlers (thesis 4.3.4) that accumulate one model's per-sample workload."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from easlurm.errors import ModelError
+from easlurm.model.workload import Optimizer, Precision, Workload
+
+#: ALU FLOPs per element of an activation function (forward; backward costs about the same).
+ACT_FLOPS = {"relu": 1.0, "gelu": 14.0, "silu": 5.0, "tanh": 5.0, "sigmoid": 4.0, "identity": 0.0}
+
+
+@dataclass
+class WorkloadBuilder:
+    """Accumulates layer workloads; every method takes per-sample shapes and a `repeat` count.
+
+    `shared=True` (ALBERT-style weight sharing) counts parameters once while every use still reads them.
+    """
+
+    precision: Precision = Precision.BF16
+    _t: dict[str, float] = field(default_factory=dict)
+    _n_params: int = 0
+
+    def __post_init__(self) -> None:
+        self.precision = Precision.parse(self.precision)
+        for key in [
+            "gemm_f",
+            "gemm_b",
+            "conv_f",
+            "conv_b",
+            "alu_f",
+            "alu_b",
+            "act_bytes",
+            "weight_bytes",
+            "kernels",
+            "elem",
+            "act_mem",
+            "gm",
+            "gk",
+            "gn",
+            "cc",
+            "cs",
+            "ws",
+            "wsf",
+        ]:
+            self._t[key] = 0.0
+
+    @property
+    def n_params(self) -> int:
+        return self._n_params
+
+    @property
+    def _s(self) -> float:
+        return float(self.precision.act_bytes)
+
+    def _weights(self, n_w: float, repeat: int, shared: bool) -> None:
+        """Parameters (counted once when shared) and the weight traffic of every use."""
+        self._n_params += int(n_w) * (1 if shared else repeat)
+        cast = 6.0 if self.precision.mixed else 0.0  # autocast reads FP32 and writes a low-precision copy
+        self._t["weight_bytes"] += repeat * n_w * (2.0 * self._s + 4.0 + cast)
+        self._t["wsf"] = max(self._t["wsf"], n_w * self._s)
+
+    def _acts(
+        self, fwd_elems: float, bwd_elems: float, out_elems: float, ws_elems: float, repeat: int
+    ) -> None:
+        t = self._t
+        t["act_bytes"] += repeat * (fwd_elems + bwd_elems) * self._s
+        t["act_mem"] += repeat * out_elems * self._s
+        t["ws"] = max(t["ws"], ws_elems * self._s)
+
+    def _check(self, **dims: float) -> None:
+        for name, value in dims.items():
+            if not (value > 0):
+                raise ModelError(f"layer dimension {name} must be > 0, got {value!r}")
+
+    def linear(
+        self,
+        tokens: float,
+        d_in: int,
+        d_out: int,
+        bias: bool = True,
+        repeat: int = 1,
+        shared: bool = False,
+        tied: bool = False,
+    ) -> None:
+        """y = x W^T + b on `tokens` rows per sample: GEMM M=tokens, K=d_in, N=d_out.
+
+        `tied=True` reuses weights counted elsewhere (GPT-2's LM head shares the embedding).
+        """
+        self._check(tokens=tokens, d_in=d_in, d_out=d_out, repeat=repeat)
+        f = 2.0 * tokens * d_in * d_out
+        t = self._t
+        t["gemm_f"] += repeat * f
+        t["gemm_b"] += repeat * 2.0 * f
+        if bias:
+            t["alu_f"] += repeat * tokens * d_out
+            t["alu_b"] += repeat * tokens * d_out
+        w = repeat * f
+        t["gm"] += w * tokens
+        t["gk"] += w * d_in
+        t["gn"] += w * d_out
+        n_w = d_in * d_out + (d_out if bias else 0)
+        self._weights(n_w, repeat, shared)
+        if tied:
+            self._n_params -= int(n_w) * (1 if shared else repeat)
+        self._acts(
+            tokens * (d_in + d_out),
+            tokens * (2 * d_in + d_out),
+            tokens * d_in,
+            tokens * (d_in + d_out),
+            repeat,
+        )
+        t["kernels"] += repeat * (4.0 + (2.0 if self.precision.mixed else 0.0))
+
+    def conv2d(
+        self,
+        c_in: int,
+        c_out: int,
+        kernel: int,
+        h_out: int,
+        w_out: int,
+        stride: int = 1,
+        groups: int = 1,
+        bias: bool = False,
+        repeat: int = 1,
+    ) -> None:
+        """2-D convolution as implicit GEMM: reduction depth C_in*k*k/groups over h_out*w_out pixels."""
+        self._check(c_in=c_in, c_out=c_out, kernel=kernel, h_out=h_out, w_out=w_out, groups=groups)
+        if c_in % groups or c_out % groups:
+            raise ModelError(f"conv2d: groups={groups} must divide c_in={c_in} and c_out={c_out}")
+        depth = c_in * kernel * kernel / groups
+        pixels = float(h_out * w_out)
+        f = 2.0 * depth * c_out * pixels
+        t = self._t
+        t["conv_f"] += repeat * f
+        t["conv_b"] += repeat * 2.0 * f
+        if bias:
+            t["alu_f"] += repeat * c_out * pixels
+            t["alu_b"] += repeat * c_out * pixels
+        w = repeat * f
+        t["cc"] += w * depth
+        t["cs"] += w * pixels
+        self._weights(depth * c_out + (c_out if bias else 0), repeat, False)
+        in_elems = c_in * (h_out * stride) * (w_out * stride)
+        out_elems = c_out * pixels
+        self._acts(in_elems + out_elems, 2 * in_elems + out_elems, in_elems, in_elems + out_elems, repeat)
+        t["kernels"] += repeat * (3.0 + (2.0 if self.precision.mixed else 0.0))
+
+    def attention(self, seq: int, heads: int, head_dim: int, flash: bool = False, repeat: int = 1) -> None:
+        """Scaled dot-product attention core (QK^T, softmax, AV), without the projections."""
+        self._check(seq=seq, heads=heads, head_dim=head_dim)
+        s, h, d = float(seq), float(heads), float(head_dim)
+        f = 4.0 * s * s * h * d
+        t = self._t
+        t["gemm_f"] += repeat * f
+        t["gemm_b"] += repeat * (2.5 if flash else 2.0) * f  # flash recomputes QK^T in backward
+        t["alu_f"] += repeat * 5.0 * h * s * s
+        t["alu_b"] += repeat * 4.0 * h * s * s
+        w = repeat * f
+        t["gm"] += w * s * h
+        t["gk"] += w * (d + s) / 2.0
+        t["gn"] += w * (s + d) / 2.0
+        qkvo = 4.0 * s * h * d
+        if flash:
+            self._acts(qkvo, 2.0 * qkvo, qkvo, qkvo, repeat)
+            t["kernels"] += repeat * 3.0
+        else:
+            scores = h * s * s
+            self._acts(
+                qkvo + 4.0 * scores, 2.0 * qkvo + 6.0 * scores, qkvo + 2.0 * scores, qkvo + scores, repeat
+            )
+            t["kernels"] += repeat * 12.0
+        t["elem"] += repeat * h * s * s
+
+    def norm(self, elems: float, channels: int, kind: str = "layernorm", repeat: int = 1) -> None:
+        """LayerNorm / RMSNorm / BatchNorm over `elems` elements per sample with `channels` features."""
+        self._check(elems=elems, channels=channels)
+        fl = {"layernorm": 8.0, "rmsnorm": 5.0, "batchnorm": 8.0}.get(kind)
+        if fl is None:
+            raise ModelError(f"unknown norm kind {kind!r} (known: layernorm, rmsnorm, batchnorm)")
+        t = self._t
+        t["alu_f"] += repeat * fl * elems
+        t["alu_b"] += repeat * 2.0 * fl * elems
+        t["elem"] += repeat * elems
+        self._weights(channels * (1 if kind == "rmsnorm" else 2), repeat, False)
+        self._acts(2 * elems, 3 * elems, elems, 2 * elems, repeat)
+        t["kernels"] += repeat * 3.0
+
+    def activation(self, elems: float, kind: str = "relu", repeat: int = 1) -> None:
+        """Pointwise activation function."""
+        self._check(elems=elems)
+        if kind not in ACT_FLOPS:
+            raise ModelError(f"unknown activation {kind!r} (known: {', '.join(ACT_FLOPS)})")
+        t = self._t
+        t["alu_f"] += repeat * ACT_FLOPS[kind] * elems
+        t["alu_b"] += repeat * ACT_FLOPS[kind] * elems
+        t["elem"] += repeat * elems
+        self._acts(2 * elems, 3 * elems, elems, 2 * elems, repeat)
+        t["kernels"] += repeat * 2.0
+
+    def elementwise(self, elems: float, operands: int = 2, repeat: int = 1) -> None:
+        """Residual add, gating multiply, dropout, scaling: one ALU op per element."""
+        self._check(elems=elems)
+        t = self._t
+        t["alu_f"] += repeat * elems
+        t["alu_b"] += repeat * (operands - 1) * elems
+        t["elem"] += repeat * elems
+        self._acts((operands + 1) * elems, (operands + 1) * elems, 0.0, (operands + 1) * elems, repeat)
+        t["kernels"] += repeat * 2.0
+
+    def embedding(self, tokens: float, vocab: int, dim: int, repeat: int = 1) -> None:
+        """Lookup table: no FLOPs forward, a scatter-add and a dense gradient write backward."""
+        self._check(tokens=tokens, vocab=vocab, dim=dim)
+        t = self._t
+        self._n_params += vocab * dim * repeat
+        t["weight_bytes"] += repeat * vocab * dim * 8.0
+        t["alu_b"] += repeat * tokens * dim
+        t["elem"] += repeat * tokens * dim
+        self._acts(2 * tokens * dim, 2 * tokens * dim, 0.0, tokens * dim, repeat)
+        t["kernels"] += repeat * 3.0
+
+    def pool(self, elems_in: float, elems_out: float, repeat: int = 1) -> None:
+        """Max/average pooling."""
+        self._check(elems_in=elems_in, elems_out=elems_out)
+        t = self._t
+        t["alu_f"] += repeat * elems_in
+        t["alu_b"] += repeat * elems_in
+        t["elem"] += repeat * elems_in
+        self._acts(elems_in + elems_out, elems_in + elems_out, elems_out, elems_in + elems_out, repeat)
+        t["kernels"] += repeat * 2.0
+
+    def loss(self, tokens: float, classes: int) -> None:
+        """Softmax cross-entropy over `classes` logits per token (FP32 under autocast)."""
+        self._check(tokens=tokens, classes=classes)
+        n = tokens * classes
+        t = self._t
+        t["alu_f"] += 5.0 * n
+        t["alu_b"] += 2.0 * n
+        t["elem"] += n
+        t["act_bytes"] += 4.0 * n * 4.0
+        t["kernels"] += 4.0
+
+    def build(
+        self,
+        name: str,
+        family: str | None = None,
+        optimizer: str | Optimizer = Optimizer.ADAMW,
+        seq_len: int | None = None,
+        image_size: int | None = None,
+    ) -> Workload:
+        """Freeze the accumulated counts into a Workload (eq. 4.6 weighted means)."""
+        t = self._t
+        gemm_w = max(t["gemm_f"], 1e-30)  # dimensions are weighted by forward FLOPs
+        conv_w = max(t["conv_f"], 1e-30)
+        if self._n_params <= 0:
+            raise ModelError(f"workload {name!r} has no parameters")
+        return Workload(
+            name=name,
+            family=family or name,
+            precision=self.precision,
+            optimizer=Optimizer.parse(optimizer),
+            n_params=self._n_params,
+            flops_gemm_f=t["gemm_f"],
+            flops_gemm_b=t["gemm_b"],
+            flops_conv_f=t["conv_f"],
+            flops_conv_b=t["conv_b"],
+            flops_alu_f=t["alu_f"],
+            flops_alu_b=t["alu_b"],
+            act_bytes=t["act_bytes"],
+            weight_bytes=t["weight_bytes"],
+            kernels=t["kernels"],
+            gemm_m=t["gm"] / gemm_w,
+            gemm_k=t["gk"] / gemm_w,
+            gemm_n=t["gn"] / gemm_w,
+            conv_c=t["cc"] / conv_w,
+            conv_spatial=t["cs"] / conv_w,
+            elem=t["elem"],
+            act_mem_bytes=t["act_mem"],
+            working_set_bytes=t["ws"],
+            working_set_fixed_bytes=t["wsf"],
+            seq_len=seq_len,
+            image_size=image_size,
+        )

@@ -1,0 +1,347 @@
+"""The oracle: step time, power, energy and EDP of a workload for many placements in one vectorised call."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+from easlurm.errors import ModelError
+from easlurm.model.equations import HardwareArrays, StepResult, WorkloadArrays, evaluate
+from easlurm.model.hardware import Catalogue, GpuSpec, load_catalogue
+from easlurm.model.params import OracleParams, load_params
+from easlurm.model.workload import Workload
+
+log = logging.getLogger(__name__)
+
+#: placements longer than this are not cached (hashing them would cost more than predicting)
+_CACHE_MAX_ROWS = 4096
+#: rows evaluated per chunk in predict_many (about 64 KB per float64 temporary)
+_CHUNK_ROWS = 8192
+
+
+@dataclass(frozen=True)
+class Placements:
+    """Struct of arrays of equal length N: GPU count, GLOBAL batch, GPU type key, power limit (NaN = TDP)."""
+
+    n_gpus: np.ndarray
+    batch: np.ndarray
+    gpu: np.ndarray
+    power_limit_w: np.ndarray
+    _codes: tuple[tuple[str, ...], np.ndarray] | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        n_gpus = np.asarray(self.n_gpus, dtype=np.int64).reshape(-1)
+        batch = np.asarray(self.batch, dtype=np.int64).reshape(-1)
+        gpu = np.asarray(self.gpu, dtype=object).reshape(-1)
+        limit = np.asarray(self.power_limit_w, dtype=np.float64).reshape(-1)
+        if not len(n_gpus) == len(batch) == len(gpu) == len(limit):
+            raise ModelError(
+                f"placements: arrays differ in length ({len(n_gpus)}, {len(batch)}, {len(gpu)}, {len(limit)})"
+            )
+        if len(n_gpus) and (n_gpus.min() < 1 or batch.min() < 1):
+            raise ModelError("placements: n_gpus and batch must be >= 1")
+        object.__setattr__(self, "n_gpus", n_gpus)
+        object.__setattr__(self, "batch", batch)
+        object.__setattr__(self, "gpu", gpu)
+        object.__setattr__(self, "power_limit_w", limit)
+
+    @classmethod
+    def grid(
+        cls,
+        n_gpus: Sequence[int] | np.ndarray,
+        batch: Sequence[int] | np.ndarray,
+        gpu: Sequence[str] | str,
+        power_limit_w: Sequence[float] | np.ndarray = (math.nan,),
+    ) -> Placements:
+        """Cartesian product, GPU type outermost, then GPU count, batch, power limit."""
+        gpus = [gpu] if isinstance(gpu, str) else list(gpu)
+        rows = list(itertools.product(range(len(gpus)), list(n_gpus), list(batch), list(power_limit_w)))
+        if not rows:
+            return cls.of(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, object), np.zeros(0))
+        g, n, b, pl = zip(*rows)
+        gi = np.asarray(g, dtype=np.intp)
+        return cls(
+            np.asarray(n, np.int64),
+            np.asarray(b, np.int64),
+            np.asarray(gpus, dtype=object)[gi],
+            np.asarray(pl, np.float64),
+            (tuple(gpus), gi),
+        )
+
+    @classmethod
+    def of(
+        cls,
+        n_gpus: Any,
+        batch: Any,
+        gpu: Any,
+        power_limit_w: Any = math.nan,
+    ) -> Placements:
+        """Parallel arrays; scalars broadcast to the common length."""
+        gpu_arr = (
+            np.asarray(gpu, dtype=object) if not isinstance(gpu, str) else np.asarray([gpu], dtype=object)
+        )
+        arrays = np.broadcast_arrays(
+            np.atleast_1d(np.asarray(n_gpus)),
+            np.atleast_1d(np.asarray(batch)),
+            np.arange(gpu_arr.size).reshape(gpu_arr.shape) if gpu_arr.ndim else np.zeros(1, np.intp),
+            np.atleast_1d(np.asarray(power_limit_w, dtype=np.float64)),
+        )
+        idx = arrays[2].astype(np.intp).reshape(-1)
+        flat = gpu_arr.reshape(-1)
+        codes = None
+        if flat.size == 1:
+            codes = ((str(flat[0]),), np.zeros(idx.size, np.intp))
+        return cls(arrays[0].copy(), arrays[1].copy(), flat[idx], arrays[3].copy(), codes)
+
+    def __len__(self) -> int:
+        return len(self.n_gpus)
+
+    def gpu_codes(self) -> tuple[tuple[str, ...], np.ndarray]:
+        """Distinct GPU names and each row's index into them (computed once)."""
+        if self._codes is None:
+            keys, inverse = np.unique(self.gpu.astype(str), return_inverse=True)
+            object.__setattr__(self, "_codes", (tuple(str(k) for k in keys), inverse.astype(np.intp)))
+        assert self._codes is not None
+        return self._codes
+
+    def cache_key(self) -> tuple[Any, ...]:
+        keys, idx = self.gpu_codes()
+        return (
+            keys,
+            idx.tobytes(),
+            self.n_gpus.tobytes(),
+            self.batch.tobytes(),
+            self.power_limit_w.tobytes(),
+        )
+
+    def take(self, index: np.ndarray) -> Placements:
+        keys, idx = self.gpu_codes()
+        return Placements(
+            self.n_gpus[index],
+            self.batch[index],
+            self.gpu[index],
+            self.power_limit_w[index],
+            (keys, idx[index]),
+        )
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Arrays of length N aligned with the placements; infeasible placements have inf time/energy/EDP."""
+
+    step_time_s: np.ndarray  # one optimizer step (global batch)
+    power_w: np.ndarray  # mean power of ALL the job's GPUs together during a step
+    energy_j: np.ndarray  # per step, all GPUs
+    edp: np.ndarray  # energy_j * step_time_s (J*s) per step
+    samples_per_s: np.ndarray
+    feasible: np.ndarray | None = None
+    grad_accum: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.step_time_s)
+
+
+class Oracle:
+    """Analytical oracle (thesis 4.3) with an LRU cache keyed by workload, placements and parameters."""
+
+    def __init__(
+        self, params: OracleParams | None = None, catalogue: Catalogue | None = None, cache_size: int = 4096
+    ) -> None:
+        self.params = params if params is not None else load_params()
+        self.catalogue = catalogue if catalogue is not None else load_catalogue()
+        self.cache_size = cache_size
+        self._cache: OrderedDict[tuple[Any, ...], Prediction] = OrderedDict()
+        self._hw_cache: dict[tuple[str, ...], tuple[HardwareArrays, list[GpuSpec]]] = {}
+        self._rows: dict[Workload, tuple[float, ...]] = {}
+        self._rows_params: OracleParams | None = None
+        self._last_hw: tuple[Placements, HardwareArrays] | None = None
+        self._single: dict[Workload, WorkloadArrays] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def _hardware(self, keys: tuple[str, ...]) -> tuple[HardwareArrays, list[GpuSpec]]:
+        hit = self._hw_cache.get(keys)
+        if hit is None:
+            specs = [self.catalogue.get(k) for k in keys]
+            hit = (HardwareArrays.table(specs), specs)
+            self._hw_cache[keys] = hit
+        return hit
+
+    def _check_limits(self, specs: list[GpuSpec], idx: np.ndarray, limit: np.ndarray) -> None:
+        given = ~np.isnan(limit)
+        if not given.any():
+            return
+        lo = np.array([s.min_power_limit_w for s in specs])[idx]
+        hi = np.array([s.tdp_w for s in specs])[idx]
+        bad = given & ((limit < lo - 1e-9) | (limit > hi + 1e-9))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            s = specs[idx[i]]
+            raise ModelError(
+                f"power limit {limit[i]:g} W outside {s.key}'s range {s.min_power_limit_w:g}-{s.tdp_w:g} W"
+            )
+
+    def _features(self, workloads: Sequence[Workload]) -> WorkloadArrays:
+        """Workload feature rows, memoised per workload for the current parameters."""
+        if self._rows_params is not self.params:
+            self._rows.clear()
+            self._single.clear()
+            self._rows_params = self.params
+        rows = self._rows
+        out = []
+        for w in workloads:
+            r = rows.get(w)
+            if r is None:
+                r = rows[w] = WorkloadArrays.row(w, self.params)
+            out.append(r)
+        return WorkloadArrays.from_rows(out)
+
+    def _run(self, wa: WorkloadArrays, placements: Placements, outer: bool = False) -> StepResult:
+        """Evaluate rows aligned with placements, or (outer=True) every workload row on every placement."""
+        last = self._last_hw
+        if last is not None and last[0] is placements:
+            hw = last[1]
+        else:
+            keys, idx = placements.gpu_codes()
+            table, specs = self._hardware(keys)
+            self._check_limits(specs, idx, placements.power_limit_w)
+            hw = table.take(idx)
+            self._last_hw = (placements, hw)  # callers often reuse one Placements for many workloads
+        n, b, pl = placements.n_gpus, placements.batch, placements.power_limit_w
+        if not outer:
+            return evaluate(wa, hw, n, b, pl, self.params.values)
+        hw = hw.reshape(1, -1)
+        n, b, pl = n.reshape(1, -1), b.reshape(1, -1), pl.reshape(1, -1)
+        n_w, n_p = len(wa.gemm), n.shape[1]
+        step = max(1, _CHUNK_ROWS // max(n_p, 1))  # chunks of workloads keep temporaries in cache
+        parts = []
+        for lo in range(0, n_w, step):
+            part = evaluate(wa.take(slice(lo, lo + step)).reshape(-1, 1), hw, n, b, pl, self.params.values)
+            shape = part.step_time_s.shape
+            parts.append([np.ravel(np.broadcast_to(a, shape)) for a in astuple_shallow(part)])
+        if len(parts) == 1:
+            return StepResult(*parts[0])
+        return StepResult(*(np.concatenate(cols) for cols in zip(*parts)))
+
+    def _post(self, res: StepResult, placements: Placements, repeat: int = 1) -> StepResult:
+        """Hook for subclasses (noise) on final rows; `placements` tiled `repeat` times align with them."""
+        return res
+
+    @staticmethod
+    def _prediction(res: StepResult, batch: np.ndarray) -> Prediction:
+        energy = res.power_w * res.step_time_s
+        energy = np.where(res.feasible, energy, np.inf)
+        return Prediction(
+            step_time_s=res.step_time_s,
+            power_w=res.power_w,
+            energy_j=energy,
+            edp=energy * res.step_time_s,
+            samples_per_s=np.where(res.feasible, batch / res.step_time_s, 0.0),
+            feasible=res.feasible,
+            grad_accum=res.grad_accum.astype(np.int64),
+        )
+
+    def predict(self, workload: Workload, placements: Placements) -> Prediction:
+        """Predictions for one workload over all placements (cached for small placement sets)."""
+        cacheable = self.cache_size > 0 and len(placements) <= _CACHE_MAX_ROWS and self._cacheable()
+        key: tuple[Any, ...] | None = None
+        if cacheable:
+            key = (workload, placements.cache_key(), id(self.params))
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+                self.hits += 1
+                return hit
+            self.misses += 1
+        wa = self._single.get(workload) if self._rows_params is self.params else None
+        if wa is None:
+            wa = self._features([workload])
+            if len(self._single) >= 4096:
+                self._single.clear()
+            self._single[workload] = wa
+        res = self._post(self._run(wa, placements), placements)
+        pred = self._prediction(res, placements.batch)
+        if key is not None:
+            self._cache[key] = pred
+            if len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return pred
+
+    def predict_many(self, workloads: Sequence[Workload], placements: Placements) -> Prediction:
+        """Every workload on every placement in one array pass: row j*N + i is workload j on placement i.
+
+        Identical workloads (common in a queue) are evaluated once and their rows gathered.
+        """
+        uniq: dict[Workload, int] = {}
+        index = np.fromiter(
+            (uniq.setdefault(w, len(uniq)) for w in workloads), dtype=np.intp, count=len(workloads)
+        )
+        res = self._run(self._features(list(uniq)), placements, outer=True)
+        if len(uniq) < len(workloads):
+            n_p = len(placements)
+            rows = (index[:, None] * n_p + np.arange(n_p)[None, :]).ravel()
+            res = StepResult(*(a[rows] for a in astuple_shallow(res)))
+        res = self._post(res, placements, len(workloads))
+        return self._prediction(res, np.tile(placements.batch, len(workloads)))
+
+    def predict_rows(self, workloads: Sequence[Workload], placements: Placements) -> Prediction:
+        """Row i is workloads[i] on placement i (calibration data: one measurement per row)."""
+        if len(workloads) != len(placements):
+            raise ModelError(f"{len(workloads)} workloads for {len(placements)} placements")
+        res = self._post(self._run(self._features(workloads), placements), placements)
+        return self._prediction(res, placements.batch)
+
+    def _cacheable(self) -> bool:
+        return True
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+
+
+def astuple_shallow(res: StepResult) -> tuple[np.ndarray, ...]:
+    """A StepResult's arrays in field order (dataclasses.astuple would deep-copy them)."""
+    return tuple(getattr(res, f.name) for f in fields(res))
+
+
+class NoisyOracle(Oracle):
+    """Oracle with multiplicative N(1, sigma) noise on time and power, power capped at n_gpus x limit (or TDP).
+
+    Stands in for run-to-run variation in simulations; seeded, and never cached (each call draws anew).
+    """
+
+    def __init__(self, sigma: float = 0.10, seed: int = 0, **kw: Any) -> None:
+        super().__init__(**kw)
+        if sigma < 0:
+            raise ModelError(f"noise sigma must be >= 0, got {sigma}")
+        self.sigma = sigma
+        self.rng = np.random.default_rng(seed)
+
+    def _cacheable(self) -> bool:
+        return False
+
+    def _post(self, res: StepResult, placements: Placements, repeat: int = 1) -> StepResult:
+        keys, idx = placements.gpu_codes()
+        _, specs = self._hardware(keys)
+        tdp = np.array([s.tdp_w for s in specs])[idx]
+        limit = np.where(np.isnan(placements.power_limit_w), tdp, np.minimum(placements.power_limit_w, tdp))
+        cap = np.tile(placements.n_gpus * limit, repeat)
+        n = len(res.step_time_s)
+        ft = np.maximum(self.rng.normal(1.0, self.sigma, n), 0.05)
+        fp = np.maximum(self.rng.normal(1.0, self.sigma, n), 0.05)
+        power = np.minimum(res.power_w * fp, cap)
+        return StepResult(
+            res.step_time_s * ft,
+            power,
+            res.feasible,
+            res.grad_accum,
+            res.t_pass_s,
+            res.t_comm_s,
+            res.clock_scale,
+        )

@@ -1,0 +1,163 @@
+"""The oracle's parameter vector theta_H (thesis 4.3.5-4.3.6): defaults, bounds, targeted scalars, versioned YAML."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from easlurm.errors import ModelError
+
+SCHEMA_VERSION = 1
+
+#: name -> (default, lower bound, upper bound, meaning). Times in s, ratios dimensionless.
+PARAM_SPECS: dict[str, tuple[float, float, float, str]] = {
+    "beta_gemm": (0.60, 0.05, 1.0, "achievable fraction of the GEMM peak (eq. 4.10)"),
+    "beta_conv": (0.60, 0.05, 1.0, "achievable fraction of the convolution peak"),
+    "beta_alu": (0.50, 0.01, 1.0, "achievable fraction of the FP32 ALU peak"),
+    "r_gemm_m": (256.0, 1.0, 1e5, "GEMM M saturation reference (eq. 4.11)"),
+    "r_gemm_k": (64.0, 1.0, 1e5, "GEMM K saturation reference"),
+    "r_gemm_n": (64.0, 1.0, 1e5, "GEMM N saturation reference"),
+    "r_conv_c": (64.0, 1.0, 1e5, "convolution depth saturation reference"),
+    "r_conv_spatial": (2048.0, 1.0, 1e6, "convolution pixels (x micro-batch) saturation reference"),
+    "c_gemm": (1.0, 1e-3, 50.0, "GEMM time calibration factor (eq. 4.9)"),
+    "c_conv": (1.0, 1e-3, 50.0, "convolution time calibration factor"),
+    "c_alu": (1.0, 1e-3, 50.0, "ALU time calibration factor"),
+    "c_mem": (1.0, 0.05, 20.0, "memory time calibration factor (eq. 4.13)"),
+    "lambda_miss": (0.5, 0.01, 1.0, "incompressible L2 miss rate"),
+    "t_kern_s": (6e-6, 1e-7, 1e-4, "mean kernel launch latency"),
+    "t_fixed_s": (5e-3, 0.0, 0.5, "fixed per-step overhead (sync, data loading)"),
+    "t_sync_s": (2e-3, 0.0, 0.1, "multi-GPU synchronisation/straggler overhead per doubling of GPUs"),
+    "l_hop_s": (2e-5, 1e-7, 1e-3, "ring all-reduce per-hop latency (eq. 4.8)"),
+    "bw_eff_frac": (0.75, 0.05, 1.0, "achieved fraction of the interconnect bandwidth"),
+    "c_p": (1.0, 0.3, 1.5, "global power calibration scalar (eq. 4.14)"),
+    "u_comp": (0.90, 0.1, 1.0, "utilisation of a compute-bound pass"),
+    "u_mem": (0.55, 0.05, 1.0, "utilisation of a memory-bound phase"),
+    "u_comm": (0.25, 0.0, 1.0, "utilisation while communicating"),
+    "u_idle": (0.10, 0.0, 1.0, "utilisation during launch/fixed overheads"),
+    "cap_alpha": (3.0, 1.0, 4.0, "SM dynamic power ~ clock^alpha under a power limit (f*V^2, V ~ f)"),
+    "p_floor_frac": (
+        0.15,
+        0.0,
+        0.8,
+        "share of (TDP - idle) that does not follow the SM clock (HBM, leakage)",
+    ),
+    "mem_clock_knee": (0.8, 0.1, 1.0, "SM clock fraction below which memory-bound work slows down"),
+}
+
+#: operations a targeted scalar may modulate (time multipliers).
+SCALAR_OPS = ("gemm", "conv", "alu", "mem")
+
+
+@dataclass(frozen=True)
+class OracleParams:
+    """A full parameter set: global values plus targeted time scalars keyed '<family|precision>.<op>'."""
+
+    values: Mapping[str, float] = field(default_factory=lambda: {k: v[0] for k, v in PARAM_SPECS.items()})
+    scalars: Mapping[str, float] = field(default_factory=dict)
+    version: str = "builtin"
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        merged = {k: v[0] for k, v in PARAM_SPECS.items()}
+        for key, value in self.values.items():
+            if key not in PARAM_SPECS:
+                raise ModelError(f"unknown oracle parameter {key!r} (known: {', '.join(PARAM_SPECS)})")
+            merged[key] = _finite(value, key)
+        object.__setattr__(self, "values", merged)
+        scalars = {}
+        for key, value in self.scalars.items():
+            group, _, op = key.partition(".")
+            if not group or op not in SCALAR_OPS:
+                raise ModelError(
+                    f"bad scalar name {key!r}: expected '<family|precision>.<{'|'.join(SCALAR_OPS)}>'"
+                )
+            scalars[key] = _finite(value, key)
+        object.__setattr__(self, "scalars", scalars)
+
+    def __getitem__(self, name: str) -> float:
+        return self.values[name]
+
+    def scalar(self, family: str, precision: str, op: str) -> float:
+        """Product of the family's and the precision's scalar for one operation (1.0 when absent)."""
+        return self.scalars.get(f"{family}.{op}", 1.0) * self.scalars.get(f"{precision}.{op}", 1.0)
+
+    def names(self) -> list[str]:
+        return list(self.values) + sorted(self.scalars)
+
+    def vector(self, names: Sequence[str]) -> list[float]:
+        return [self.values[n] if n in self.values else self.scalars.get(n, 1.0) for n in names]
+
+    def replace(self, names: Sequence[str], vector: Sequence[float], **kw: Any) -> OracleParams:
+        """A copy with the named global parameters or scalars set."""
+        values = dict(self.values)
+        scalars = dict(self.scalars)
+        for n, v in zip(names, vector, strict=True):
+            (values if n in PARAM_SPECS else scalars)[n] = float(v)
+        return OracleParams(values, scalars, kw.get("version", self.version), kw.get("meta", self.meta))
+
+
+def bounds(name: str) -> tuple[float, float]:
+    """Search bounds of a global parameter; targeted scalars get (0.05, 20)."""
+    if name in PARAM_SPECS:
+        return PARAM_SPECS[name][1], PARAM_SPECS[name][2]
+    return 0.05, 20.0
+
+
+def _finite(value: Any, name: str) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ModelError(f"oracle parameter {name} must be a number, got {value!r}") from None
+    if not math.isfinite(v):
+        raise ModelError(f"oracle parameter {name} must be finite, got {value!r}")
+    return v
+
+
+def params_from_doc(doc: Any, source: str) -> OracleParams:
+    """Parse a parameter YAML document; the schema version must match."""
+    if not isinstance(doc, Mapping):
+        raise ModelError(f"{source}: expected a mapping")
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        raise ModelError(
+            f"{source}: schema_version {doc.get('schema_version')!r} unsupported (want {SCHEMA_VERSION})"
+        )
+    return OracleParams(
+        values=doc.get("params") or {},
+        scalars=doc.get("scalars") or {},
+        version=str(doc.get("params_version", "unversioned")),
+        meta=dict(doc.get("calibration") or {}),
+    )
+
+
+def params_to_doc(params: OracleParams) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "params_version": params.version,
+        "calibration": dict(params.meta),
+        "params": {k: float(f"{v:.6g}") for k, v in params.values.items()},
+        "scalars": {k: float(f"{v:.6g}") for k, v in sorted(params.scalars.items())},
+    }
+
+
+def load_params(path: str | Path | None = None) -> OracleParams:
+    """Parameters from a YAML file, or the calibrated defaults shipped with the package."""
+    if path is None:
+        ref = resources.files("easlurm.model").joinpath("params/default.yaml")
+        return params_from_doc(yaml.safe_load(ref.read_text()), "params/default.yaml")
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ModelError(f"{p}: cannot read oracle parameters ({exc.strerror})") from exc
+    return params_from_doc(yaml.safe_load(text), str(p))
+
+
+def save_params(params: OracleParams, path: str | Path) -> None:
+    """Write a versioned parameter file that `load_params` (and so `Oracle`) reads back."""
+    Path(path).write_text(yaml.safe_dump(params_to_doc(params), sort_keys=False))

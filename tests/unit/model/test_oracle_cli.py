@@ -1,0 +1,127 @@
+"""`easlurm predict` and `easlurm model calibrate|list` end to end (no GPU, no Slurm)."""
+
+import dataclasses
+import json
+
+import pytest
+
+from easlurm.cli import main
+from easlurm.model.dataset import Measurement, placements_of, write_measurements
+from easlurm.model.oracle import Oracle
+from easlurm.model.params import OracleParams
+
+
+def run(capsys, *argv):
+    rc = main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_predict_table_marks_the_best_edp(capsys):
+    rc, out, _ = run(
+        capsys,
+        "predict",
+        "--model",
+        "vit-b16",
+        "--batch",
+        "256",
+        "--gpus",
+        "1,2,4,8",
+        "--gpu",
+        "a100-40gb,h100-sxm",
+        "--power-limit",
+        "300,400,700",
+    )
+    assert rc == 0
+    lines = out.strip().splitlines()
+    assert lines[0].split()[:3] == ["GPUType", "GPUs", "Batch"]
+    body = lines[2:]
+    assert len(body) == 4 * 2 + 4 * 3  # 700 W only applies to the H100
+    assert sum(line.rstrip().endswith("*") for line in body) == 1
+
+
+def test_predict_json_has_schema_and_one_best(capsys):
+    rc, out, _ = run(capsys, "predict", "--model", "bert-base", "--gpus", "1,4", "--json")
+    assert rc == 0
+    doc = json.loads(out)
+    assert doc["schema_version"] == 1
+    assert [p["n_gpus"] for p in doc["placements"]] == [1, 4]
+    assert sum(p["best_edp"] for p in doc["placements"]) == 1
+    p = doc["placements"][0]
+    assert p["energy_per_step_j"] == pytest.approx(p["power_w"] * p["step_time_s"])
+
+
+def test_predict_parsable(capsys):
+    rc, out, _ = run(capsys, "predict", "--model", "resnet50", "-P", "-o", "GPUs,StepTime")
+    assert rc == 0
+    assert out.splitlines()[0] == "GPUs|StepTime|"
+
+
+def test_unknown_model_is_one_line_and_exit_2(capsys):
+    rc, _, err = run(capsys, "predict", "--model", "resnet51")
+    assert rc == 2
+    assert err.startswith("easlurm: error: unknown model 'resnet51'")
+
+
+def test_predict_from_yaml_workload(capsys, tmp_path):
+    from easlurm.model.yaml_workload import EXAMPLE
+
+    f = tmp_path / "net.yaml"
+    f.write_text(EXAMPLE)
+    rc, out, _ = run(capsys, "predict", "--workload", str(f), "--json")
+    assert rc == 0
+    assert json.loads(out)["model"] == "my-encoder"
+
+
+def test_calibrate_writes_versioned_params(capsys, tmp_path):
+    csv = synthetic_csv(tmp_path)
+    out_file = tmp_path / "params.yaml"
+    rc, out, _ = run(
+        capsys,
+        "model",
+        "calibrate",
+        str(csv),
+        "-O",
+        str(out_file),
+        "--free",
+        "beta_gemm,c_mem",
+        "--maxiter",
+        "15",
+        "--folds",
+        "2",
+        "--version",
+        "t-1",
+    )
+    assert rc == 0, out
+    assert "fold 2" in out
+    from easlurm.model.params import load_params
+
+    p = load_params(out_file)
+    assert p.version == "t-1" and p.meta["rows"] > 0
+    rc, out, _ = run(capsys, "predict", "--model", "bert-base", "--params", str(out_file), "--json")
+    assert json.loads(out)["params_version"] == "t-1"
+
+
+def test_model_list(capsys):
+    rc, out, _ = run(capsys, "model", "list")
+    assert rc == 0
+    assert "llama3-8b" in out and "h200" in out
+
+
+def synthetic_csv(tmp_path):
+    truth = OracleParams({"beta_gemm": 0.5, "c_mem": 1.5})
+    rows = [
+        Measurement(m, b * n, p, n, "a100-40gb", 1.0, seq_len=128)
+        for m in ("bert-base", "distilbert")
+        for p in ("bf16", "fp32")
+        for n in (1, 2)
+        for b in (16, 64)
+    ]
+    pred = Oracle(truth).predict_rows([r.workload() for r in rows], placements_of(rows))
+    rows = [
+        dataclasses.replace(r, step_time_s=float(t), avg_power_w=float(w))
+        for r, t, w in zip(rows, pred.step_time_s, pred.power_w)
+    ]
+    path = tmp_path / "m.csv"
+    write_measurements(rows, path, "synthetic")
+    return path
