@@ -1,0 +1,171 @@
+"""Every placement option of a job, predicted once by the oracle and kept as flat arrays for vector scoring."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from easlurm.errors import ModelError
+from easlurm.priority.snapshot import PendingJob
+
+log = logging.getLogger(__name__)
+
+OptionKey = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class TypeFacts:
+    """Power facts of one GPU type, as the snapshot gives them (W per GPU)."""
+
+    tdp_w: float
+    min_power_limit_w: float | None
+
+
+class PredictionCache:
+    """Predictions of (n_gpus, batch, gpu type, power limit) options per job template, in one flat store.
+
+    A job's options depend only on its template (model, precision, option lists), never on time, so
+    each template is predicted once per oracle; a scheduling cycle then indexes the flat arrays.
+    """
+
+    def __init__(self, oracle: Any) -> None:
+        self.oracle = oracle
+        self.type_names: list[str] = []
+        self._type_code: dict[str, int] = {}
+        self._slots: dict[OptionKey, tuple[int, int]] = {}
+        self._workloads: dict[tuple[Any, ...], Any] = {}
+        self._chunks: list[tuple[np.ndarray, ...]] = []
+        self._size = 0
+        self._flat: tuple[np.ndarray, ...] | None = None
+        #: node layout (type, TDP, min limit per node) -> (facts per type, type code per node)
+        self.layouts: dict[tuple[Any, ...], tuple[dict[str, TypeFacts], np.ndarray]] = {}
+
+    # -- flat arrays -------------------------------------------------------------------------
+    @property
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(n_gpus, batch, type_code, power_limit_w, samples_per_s, power_w), concatenated."""
+        if self._flat is None:
+            if self._chunks:
+                self._flat = tuple(np.concatenate(parts) for parts in zip(*self._chunks))
+            else:
+                ints = np.zeros(0, dtype=np.int64)
+                flts = np.zeros(0, dtype=np.float64)
+                self._flat = (ints, ints, ints, flts, flts, flts)
+        n, b, code, pl, sps, pw = self._flat
+        return n, b, code, pl, sps, pw
+
+    def code(self, gpu_type: str) -> int:
+        if gpu_type not in self._type_code:
+            self._type_code[gpu_type] = len(self.type_names)
+            self.type_names.append(gpu_type)
+        return self._type_code[gpu_type]
+
+    # -- per job -----------------------------------------------------------------------------
+    def slots(
+        self,
+        jobs: Sequence[PendingJob],
+        types: dict[str, TypeFacts],
+        *,
+        rigid: bool = False,
+        limit_fractions: tuple[float, ...] = (),
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(offset, length) into the flat arrays of each job's options on the given GPU types."""
+        offs = np.empty(len(jobs), dtype=np.int64)
+        lens = np.empty(len(jobs), dtype=np.int64)
+        type_key = tuple(sorted(types))
+        for i, job in enumerate(jobs):
+            fixed = rigid or not job.malleable
+            key = (
+                job.model,
+                job.precision,
+                job.seq_len,
+                job.image_size,
+                job.gpu_options[:1] if fixed else job.gpu_options,
+                job.batch_options[:1] if fixed else job.batch_options,
+                job.gpu_types,
+                job.power_limit_options_w,
+                type_key,
+                limit_fractions,
+            )
+            slot = self._slots.get(key)
+            if slot is None:
+                slot = self._predict(job, key, types, limit_fractions)
+                self._slots[key] = slot
+            offs[i], lens[i] = slot
+        return offs, lens
+
+    def _predict(
+        self, job: PendingJob, key: OptionKey, types: dict[str, TypeFacts], fractions: tuple[float, ...]
+    ) -> tuple[int, int]:
+        from easlurm.model.oracle import Placements
+
+        gpu_opts, batch_opts, allowed = key[4], key[5], job.gpu_types
+        rows: list[tuple[int, int, str, float]] = []
+        for gpu_type in sorted(types):
+            if allowed is not None and not type_allowed(gpu_type, allowed):
+                continue
+            limits = _limits_for(types[gpu_type], job.power_limit_options_w, fractions)
+            rows.extend((k, b, gpu_type, pl) for k in gpu_opts for b in batch_opts for pl in limits)
+        if not rows:
+            return self._append_empty()
+        n = np.array([r[0] for r in rows], dtype=np.int64)
+        b = np.array([r[1] for r in rows], dtype=np.int64)
+        g = np.array([r[2] for r in rows], dtype=object)
+        pl = np.array([r[3] for r in rows], dtype=np.float64)
+        try:
+            pred = self.oracle.predict(self._workload(job), Placements.of(n, b, g, pl))
+        except ModelError as exc:
+            log.warning("job %s (%s) cannot be placed: %s", job.job_id, job.model, exc)
+            return self._append_empty()
+        sps = np.asarray(pred.samples_per_s, dtype=np.float64)
+        pw = np.asarray(pred.power_w, dtype=np.float64)
+        ok = np.isfinite(sps) & (sps > 0) & np.isfinite(pw)
+        codes = np.array([self.code(t) for t in g], dtype=np.int64)
+        chunk = (n[ok], b[ok], codes[ok], pl[ok], sps[ok], pw[ok])
+        start = self._size
+        self._chunks.append(chunk)
+        self._size += int(ok.sum())
+        self._flat = None
+        return start, int(ok.sum())
+
+    def _append_empty(self) -> tuple[int, int]:
+        return self._size, 0
+
+    def _workload(self, job: PendingJob) -> Any:
+        wkey = (job.model, job.precision, job.seq_len, job.image_size)
+        wl = self._workloads.get(wkey)
+        if wl is None:
+            from easlurm.model.zoo import get_workload
+
+            wl = get_workload(
+                job.model, precision=job.precision, seq_len=job.seq_len, image_size=job.image_size
+            )
+            self._workloads[wkey] = wl
+        return wl
+
+
+def type_allowed(gpu_type: str, allowed: tuple[str, ...]) -> bool:
+    """Allowed types may be short names ("a100") of catalogue keys ("a100-40gb")."""
+    return any(gpu_type == a or gpu_type.split("-")[0] == a for a in allowed)
+
+
+def _limits_for(facts: TypeFacts, explicit_w: tuple[float, ...], fractions: tuple[float, ...]) -> list[float]:
+    """The default limit (NaN) plus explicit and fractional limits inside [min limit, TDP)."""
+    floor = facts.min_power_limit_w if facts.min_power_limit_w is not None else 0.0
+    limits = {round(w, 1) for w in explicit_w} | {round(f * facts.tdp_w, 1) for f in fractions}
+    kept = sorted(w for w in limits if floor <= w < facts.tdp_w)
+    return [math.nan, *kept]
+
+
+def expand(offs: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Flat option indices of all jobs and, for each, the index of its job (jobs in order)."""
+    total = int(lens.sum())
+    job_of = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
+    group_start = np.cumsum(lens) - lens
+    idx = np.repeat(offs - group_start, lens) + np.arange(total, dtype=np.int64)
+    return idx, job_of

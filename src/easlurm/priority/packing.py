@@ -1,0 +1,217 @@
+"""Periodic batch packing (thesis 5.3.2.4): score every queued job's best placement, then fill free GPUs in order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from easlurm.errors import ConfigError
+from easlurm.priority.options import PredictionCache, TypeFacts, expand
+from easlurm.priority.snapshot import ClusterSnapshot, Decision, PendingJob, StartJob
+
+INF = float("inf")
+
+
+@dataclass
+class Cycle:
+    """One scheduling cycle's view: the queue's options as flat arrays aligned on `job_of`."""
+
+    snapshot: ClusterSnapshot
+    cache: PredictionCache
+    jobs: tuple[PendingJob, ...]
+    job_of: np.ndarray
+    n_gpus: np.ndarray
+    batch: np.ndarray
+    code: np.ndarray
+    limit_w: np.ndarray
+    power_w: np.ndarray
+    time_s: np.ndarray  # remaining run time of the job with this option
+    feasible: np.ndarray  # fits on the free GPUs of one node now
+    node_free: list[int]  # free GPUs per snapshot node (mutated by allocation)
+    node_code: np.ndarray  # type code of each node
+    node_idle_w: np.ndarray
+
+    @property
+    def edp(self) -> np.ndarray:
+        return self.power_w * self.time_s * self.time_s
+
+    @property
+    def age_s(self) -> np.ndarray:
+        now = self.snapshot.time_s
+        return np.array([now - j.submit_s for j in self.jobs], dtype=np.float64)
+
+    def user_share(self) -> np.ndarray:
+        """C_U of each job's user, in GPU-seconds."""
+        hist = self.snapshot.user_gpu_s
+        return np.array([hist.get(j.user, 0.0) for j in self.jobs], dtype=np.float64)
+
+    def best(self, metric: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+        """Per job, the flat position of the option minimising `metric` among `mask` (-1 if none)."""
+        ok = self.feasible if mask is None else mask
+        values = np.where(ok, metric, INF)
+        best = np.full(len(self.jobs), -1, dtype=np.int64)
+        if len(values) == 0:
+            return best
+        order = np.lexsort((values, self.job_of))
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = self.job_of[order[1:]] != self.job_of[order[:-1]]
+        heads = order[first]
+        finite = np.isfinite(values[heads])
+        best[self.job_of[heads[finite]]] = heads[finite]
+        return best
+
+    def refresh(self) -> None:
+        """Recompute which options fit after `node_free` changed (preemption frees GPUs)."""
+        n_types = max(len(self.cache.type_names), int(self.code.max(initial=-1)) + 1)
+        max_free = np.zeros(n_types, dtype=np.int64)
+        np.maximum.at(max_free, self.node_code, np.asarray(self.node_free, dtype=np.int64))
+        self.feasible = self.n_gpus <= max_free[self.code]
+
+    def pick_node(self, code: int, k: int) -> int:
+        """Best fit: the node of this type with the fewest free GPUs that still holds k (-1 if none)."""
+        choice, fewest = -1, 1 << 30
+        for i, free in enumerate(self.node_free):
+            if free >= k and free < fewest and self.node_code[i] == code:
+                choice, fewest = i, free
+        return choice
+
+    def start(self, pos: int, node: int) -> StartJob:
+        job = self.jobs[int(self.job_of[pos])]
+        k = int(self.n_gpus[pos])
+        self.node_free[node] -= k
+        limit = float(self.limit_w[pos])
+        return StartJob(
+            job_id=job.job_id,
+            node=self.snapshot.nodes[node].name,
+            n_gpus=k,
+            batch=int(self.batch[pos]),
+            gpu_type=self.cache.type_names[int(self.code[pos])],
+            power_limit_w=None if np.isnan(limit) else limit,
+            predicted_power_w=float(self.power_w[pos]),
+        )
+
+
+class BatchPacker:
+    """Base of every policy: subclasses say how a job's placement is chosen and how jobs are ranked."""
+
+    name: str = "base"
+    #: "time" (fastest placement) or "edp" (minimum energy-delay product)
+    objective: ClassVar[str] = "time"
+    #: True when decisions can change with time alone (preemption for deadlines): the caller then
+    #: asks `wake_at_s` when to call again even if nothing else changes.
+    time_sensitive: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        *,
+        aging_weight: float = 1.0,
+        malleable: bool = True,
+        power_budget_w: float | None = None,
+        **params: Any,
+    ) -> None:
+        if params:
+            raise ConfigError(f"policy {self.name}: unknown parameter(s) {', '.join(sorted(params))}")
+        if aging_weight < 0:
+            raise ConfigError(f"policy {self.name}: aging_weight must be >= 0")
+        self.aging_weight = float(aging_weight)
+        self.malleable = bool(malleable)
+        self.power_budget_w = power_budget_w
+        self.limit_fractions: tuple[float, ...] = ()
+        self._caches: dict[int, PredictionCache] = {}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, malleable={self.malleable})"
+
+    # -- the one public call ---------------------------------------------------------------------
+    def decide(self, snapshot: ClusterSnapshot, oracle: Any) -> Decision:
+        """Pure function of the snapshot (and the oracle's predictions): no clock, no I/O, no RNG."""
+        if not snapshot.pending:
+            return Decision()
+        cyc = self.cycle(snapshot, oracle)
+        return self.pack(cyc)
+
+    def wake_at_s(self, snapshot: ClusterSnapshot, oracle: Any) -> float | None:
+        """When the decision for an otherwise unchanged cluster may change (None: never)."""
+        return None
+
+    def pack(self, cyc: Cycle) -> Decision:
+        best = self.placements(cyc)
+        tier, score = self.score(cyc, best)
+        return self.allocate(cyc, self.order(best, tier, score), best)
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def placements(self, cyc: Cycle) -> np.ndarray:
+        return cyc.best(cyc.edp if self.objective == "edp" else cyc.time_s)
+
+    def score(self, cyc: Cycle, best: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(tier, score) per job, lower first; jobs without a placement are ignored."""
+        raise NotImplementedError
+
+    def allocate(self, cyc: Cycle, order: list[int], best: np.ndarray) -> Decision:
+        """Algorithm 8 without the power test: dispatch in order when the chosen placement still fits."""
+        starts = []
+        for j in order:
+            pos = int(best[j])
+            node = cyc.pick_node(int(cyc.code[pos]), int(cyc.n_gpus[pos]))
+            if node >= 0:
+                starts.append(cyc.start(pos, node))
+                if not any(cyc.node_free):
+                    break
+        return Decision(starts=tuple(starts))
+
+    # -- helpers -------------------------------------------------------------------------------
+    @staticmethod
+    def order(best: np.ndarray, tier: np.ndarray, score: np.ndarray) -> list[int]:
+        """Jobs with a placement by (tier, score), ties by queue order (deterministic)."""
+        idx = np.arange(len(best))
+        ranked = np.lexsort((idx, score, tier))
+        return [int(j) for j in ranked if best[j] >= 0]
+
+    def cycle(self, snapshot: ClusterSnapshot, oracle: Any) -> Cycle:
+        cache = self._caches.get(id(oracle))
+        if cache is None or cache.oracle is not oracle:
+            cache = self._caches[id(oracle)] = PredictionCache(oracle)
+        nodes = snapshot.nodes
+        key = tuple((nd.gpu_type, nd.tdp_w, nd.min_power_limit_w) for nd in nodes)
+        static = cache.layouts.get(key)
+        if static is None:
+            types: dict[str, TypeFacts] = {}
+            for node in nodes:
+                types.setdefault(node.gpu_type, TypeFacts(node.tdp_w, node.min_power_limit_w))
+            codes = np.array([cache.code(nd.gpu_type) for nd in nodes], dtype=np.int64)
+            static = cache.layouts[key] = (types, codes)
+        types, node_code = static
+        jobs = snapshot.pending
+        offs, lens = cache.slots(jobs, types, rigid=not self.malleable, limit_fractions=self.limit_fractions)
+        idx, job_of = expand(offs, lens)
+        n_all, b_all, code_all, pl_all, sps_all, pw_all = cache.arrays
+        n, code, sps = n_all[idx], code_all[idx], sps_all[idx]
+        remaining = np.array([j.remaining_samples for j in jobs], dtype=np.float64)
+        node_free = [nd.free_gpus for nd in nodes]
+        max_free = np.zeros(len(cache.type_names), dtype=np.int64)
+        np.maximum.at(max_free, node_code, np.asarray(node_free, dtype=np.int64))
+        return Cycle(
+            snapshot=snapshot,
+            cache=cache,
+            jobs=jobs,
+            job_of=job_of,
+            n_gpus=n,
+            batch=b_all[idx],
+            code=code,
+            limit_w=pl_all[idx],
+            power_w=pw_all[idx],
+            time_s=remaining[job_of] / sps,
+            feasible=n <= max_free[code],
+            node_free=node_free,
+            node_code=node_code,
+            node_idle_w=np.array([nd.idle_power_w for nd in nodes], dtype=np.float64),
+        )
+
+    def at(self, values: np.ndarray, best: np.ndarray) -> np.ndarray:
+        """Value of each job's chosen option (inf where it has none)."""
+        out = np.full(len(best), INF)
+        has = best >= 0
+        out[has] = values[best[has]]
+        return out

@@ -1,0 +1,72 @@
+"""Scheduling policies by name: each is a pure `decide(snapshot, oracle) -> Decision`."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from easlurm.errors import ConfigError
+from easlurm.priority.packing import BatchPacker
+from easlurm.priority.policies.aurachronos import AuraChronos
+from easlurm.priority.policies.charon import Charon
+from easlurm.priority.policies.charon_pl import CharonPL
+from easlurm.priority.policies.chronos import Chronos
+from easlurm.priority.policies.hades import Hades
+from easlurm.priority.policies.pollux import Pollux
+from easlurm.priority.policies.themis import Themis
+from easlurm.priority.policies.zeus import Zeus
+from easlurm.priority.snapshot import ClusterSnapshot, Decision
+
+
+class Policy(Protocol):
+    """What the simulator and the daemon call; `time_sensitive` asks to be called every interval."""
+
+    name: str
+    time_sensitive: bool
+
+    def decide(self, snapshot: ClusterSnapshot, oracle: Any) -> Decision: ...
+
+    def wake_at_s(self, snapshot: ClusterSnapshot, oracle: Any) -> float | None: ...
+
+
+#: name -> (class, fixed parameters). "-rigid" variants use only each job's requested option.
+REGISTRY: dict[str, tuple[type[BatchPacker], dict[str, Any]]] = {
+    "pollux": (Pollux, {"malleable": True}),
+    "pollux-rigid": (Pollux, {"malleable": False}),
+    "themis": (Themis, {"malleable": True}),
+    "themis-rigid": (Themis, {"malleable": False}),
+    "chronos": (Chronos, {"malleable": False}),
+    "chronos-malleable": (Chronos, {"malleable": True}),
+    "zeus": (Zeus, {}),
+    "hades": (Hades, {}),
+    "aurachronos": (AuraChronos, {}),
+    "charon": (Charon, {}),
+    "charon-pl": (CharonPL, {}),
+}
+POLICY_NAMES: tuple[str, ...] = tuple(REGISTRY)
+
+
+def get_policy(name: str, **params: Any) -> BatchPacker:
+    """A fresh policy; `params` (aging_weight, preempt_cooldown_s, power_budget_w, ...) override defaults."""
+    try:
+        cls, fixed = REGISTRY[name.lower()]
+    except KeyError:
+        raise ConfigError(f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES)})") from None
+    policy = cls(**{**fixed, **params})
+    policy.name = name.lower()
+    return policy
+
+
+__all__ = [
+    "POLICY_NAMES",
+    "REGISTRY",
+    "AuraChronos",
+    "Charon",
+    "CharonPL",
+    "Chronos",
+    "Hades",
+    "Policy",
+    "Pollux",
+    "Themis",
+    "Zeus",
+    "get_policy",
+]

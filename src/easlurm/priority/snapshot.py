@@ -1,0 +1,186 @@
+"""The cluster snapshot a policy reads and the decision it returns: frozen, JSON round-trippable records."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """One node: its GPU type, how many GPUs are free, and the type's power facts (W per GPU)."""
+
+    name: str
+    gpu_type: str
+    total_gpus: int
+    free_gpus: int
+    idle_power_w: float
+    tdp_w: float
+    min_power_limit_w: float | None = None
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """A running job; `power_w` is its predicted or measured power, all its GPUs together."""
+
+    job_id: str
+    user: str
+    node: str
+    gpu_type: str
+    n_gpus: int
+    batch: int
+    power_w: float
+    start_s: float
+    urgent: bool = False
+    deadline_s: float | None = None
+    power_limit_w: float | None = None
+    expected_end_s: float | None = None
+    last_checkpoint_s: float | None = None
+    checkpoint_interval_s: float | None = None
+
+    def work_lost_gpu_s(self, now_s: float) -> float:
+        """GPU-seconds a preemption now would throw away (since the last checkpoint, else the start)."""
+        since = self.start_s
+        if self.last_checkpoint_s is not None:
+            since = max(since, self.last_checkpoint_s)
+        if self.checkpoint_interval_s:
+            c = self.checkpoint_interval_s
+            since = max(since, self.start_s + math.floor((now_s - self.start_s) / c) * c)
+        return max(now_s - since, 0.0) * self.n_gpus
+
+
+@dataclass(frozen=True)
+class PendingJob:
+    """A queued job and its malleable options; the first GPU/batch option is the one the user requested.
+
+    Work is counted in steps at the requested batch (`batch_options[0]`): a placement with another
+    global batch covers the same samples in fewer or more steps.
+    """
+
+    job_id: str
+    user: str
+    submit_s: float
+    model: str
+    total_steps: int
+    remaining_steps: float
+    batch_options: tuple[int, ...]
+    gpu_options: tuple[int, ...]
+    gpu_types: tuple[str, ...] | None = None
+    power_limit_options_w: tuple[float, ...] = ()
+    malleable: bool = True
+    urgent: bool = False
+    deadline_s: float | None = None
+    precision: str = "bf16"
+    seq_len: int | None = None
+    image_size: int | None = None
+    preemptions: int = 0
+
+    @property
+    def remaining_samples(self) -> float:
+        return self.remaining_steps * self.batch_options[0]
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """Everything a policy may look at, at one instant; `user_gpu_s` is each user's GPU-seconds so far."""
+
+    time_s: float
+    nodes: tuple[NodeState, ...]
+    running: tuple[RunningJob, ...] = ()
+    pending: tuple[PendingJob, ...] = ()
+    user_gpu_s: dict[str, float] = field(default_factory=dict)
+    power_budget_w: float | None = None
+
+    @property
+    def power_w(self) -> float:
+        """Cluster power now: running jobs plus the idle draw of free GPUs."""
+        idle = sum(n.free_gpus * n.idle_power_w for n in self.nodes)
+        return idle + sum(r.power_w for r in self.running)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "time_s": self.time_s,
+            "nodes": [_record_dict(n) for n in self.nodes],
+            "running": [_record_dict(r) for r in self.running],
+            "pending": [_record_dict(p) for p in self.pending],
+            "user_gpu_s": dict(self.user_gpu_s),
+            "power_budget_w": self.power_budget_w,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ClusterSnapshot:
+        return cls(
+            time_s=float(data["time_s"]),
+            nodes=tuple(_record_from(NodeState, d) for d in data.get("nodes", ())),
+            running=tuple(_record_from(RunningJob, d) for d in data.get("running", ())),
+            pending=tuple(_record_from(PendingJob, d) for d in data.get("pending", ())),
+            user_gpu_s={str(k): float(v) for k, v in (data.get("user_gpu_s") or {}).items()},
+            power_budget_w=data.get("power_budget_w"),
+        )
+
+
+@dataclass(frozen=True)
+class StartJob:
+    """Start a pending job on one node with a GPU count, global batch, GPU type and optional limit (W/GPU)."""
+
+    job_id: str
+    node: str
+    n_gpus: int
+    batch: int
+    gpu_type: str
+    power_limit_w: float | None = None
+    predicted_power_w: float | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do now: preempt (applied first), then start; `hold` lists jobs deliberately kept waiting."""
+
+    starts: tuple[StartJob, ...] = ()
+    preempt: tuple[str, ...] = ()
+    hold: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.starts or self.preempt)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "starts": [_record_dict(s) for s in self.starts],
+            "preempt": list(self.preempt),
+            "hold": list(self.hold),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Decision:
+        return cls(
+            starts=tuple(_record_from(StartJob, d) for d in data.get("starts", ())),
+            preempt=tuple(str(j) for j in data.get("preempt", ())),
+            hold=tuple(str(j) for j in data.get("hold", ())),
+        )
+
+
+def _record_dict(record: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in fields(record):
+        value = getattr(record, f.name)
+        if isinstance(value, tuple):
+            value = list(value)
+        elif isinstance(value, float) and not math.isfinite(value):
+            value = None
+        out[f.name] = value
+    return out
+
+
+def _record_from(cls: Any, data: dict[str, Any]) -> Any:
+    known = {f.name for f in fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        if key not in known:
+            continue
+        kwargs[key] = tuple(value) if isinstance(value, list) else value
+    return cls(**kwargs)

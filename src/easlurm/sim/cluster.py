@@ -1,0 +1,116 @@
+"""The simulated cluster's nodes and GPU types, from YAML or helpers; power facts come from the catalogue."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from easlurm.errors import ConfigError, ModelError
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node: a name, a catalogue GPU type and a GPU count."""
+
+    name: str
+    gpu_type: str
+    n_gpus: int
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A list of nodes. YAML: `nodes: [{name: a100n, gpu_type: a100-40gb, gpus: 8, count: 1}, ...]`
+    (`count` > 1 expands to name0, name1, ...)."""
+
+    nodes: tuple[NodeSpec, ...]
+    name: str = "cluster"
+
+    def __post_init__(self) -> None:
+        if not self.nodes:
+            raise ConfigError(f"cluster {self.name}: no nodes")
+        names = [n.name for n in self.nodes]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"cluster {self.name}: duplicate node names")
+        if any(n.n_gpus <= 0 for n in self.nodes):
+            raise ConfigError(f"cluster {self.name}: every node needs at least one GPU")
+
+    @property
+    def n_gpus(self) -> int:
+        return sum(n.n_gpus for n in self.nodes)
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        return tuple(sorted({n.gpu_type for n in self.nodes}))
+
+    def gpus_by_type(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for n in self.nodes:
+            out[n.gpu_type] = out.get(n.gpu_type, 0) + n.n_gpus
+        return out
+
+    def resolved(self, catalogue: Any) -> ClusterSpec:
+        """The same cluster with GPU types as catalogue keys ('h100' -> 'h100-sxm'); unknown -> ModelError."""
+        nodes = []
+        for n in self.nodes:
+            if n.gpu_type not in catalogue:
+                raise ModelError(
+                    f"cluster {self.name}: unknown GPU type {n.gpu_type!r} (known: {', '.join(catalogue.keys())})"
+                )
+            nodes.append(NodeSpec(n.name, catalogue.resolve(n.gpu_type), n.n_gpus))
+        return ClusterSpec(tuple(nodes), self.name)
+
+    @classmethod
+    def default(cls) -> ClusterSpec:
+        """The thesis's cluster (5.5.1): one node of 8 A100-40GB and one of 8 H100-80GB SXM."""
+        return cls((NodeSpec("a100n0", "a100-40gb", 8), NodeSpec("h100n0", "h100-sxm", 8)), "thesis-16")
+
+    @classmethod
+    def uniform(cls, n_nodes: int, gpus_per_node: int, gpu_type: str) -> ClusterSpec:
+        if n_nodes <= 0:
+            raise ConfigError("cluster: n_nodes must be > 0")
+        short = gpu_type.split("-")[0]
+        nodes = tuple(NodeSpec(f"{short}n{i}", gpu_type, gpus_per_node) for i in range(n_nodes))
+        return cls(nodes, f"{n_nodes}x{gpus_per_node}-{gpu_type}")
+
+    @classmethod
+    def mixed(cls, groups: list[tuple[int, int, str]]) -> ClusterSpec:
+        """Several uniform groups: [(n_nodes, gpus_per_node, gpu_type), ...]."""
+        nodes: list[NodeSpec] = []
+        for n_nodes, per, gpu_type in groups:
+            nodes.extend(cls.uniform(n_nodes, per, gpu_type).nodes)
+        return cls(tuple(nodes), "+".join(f"{n}x{p}-{t}" for n, p, t in groups))
+
+    @classmethod
+    def from_dict(cls, doc: Any, source: str = "cluster") -> ClusterSpec:
+        if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list):
+            raise ConfigError(f"{source}: expected a mapping with a 'nodes' list")
+        nodes: list[NodeSpec] = []
+        for i, entry in enumerate(doc["nodes"]):
+            where = f"{source}: nodes[{i}]"
+            if not isinstance(entry, dict):
+                raise ConfigError(f"{where}: expected a mapping")
+            unknown = set(entry) - {"name", "gpu_type", "gpus", "count"}
+            if unknown:
+                raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+            try:
+                gpu_type = str(entry["gpu_type"])
+                gpus = int(entry["gpus"])
+                count = int(entry.get("count", 1))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ConfigError(f"{where}: needs gpu_type (str), gpus (int), optional count (int)") from exc
+            name = str(entry.get("name", gpu_type.split("-")[0] + "n"))
+            if count == 1 and "count" not in entry:
+                nodes.append(NodeSpec(name, gpu_type, gpus))
+            else:
+                nodes.extend(NodeSpec(f"{name}{j}", gpu_type, gpus) for j in range(count))
+        return cls(tuple(nodes), str(doc.get("name", source)))
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> ClusterSpec:
+        from easlurm.config import read_yaml_file
+
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"{p}: cluster file not found")
+        return cls.from_dict(read_yaml_file(p), str(p))

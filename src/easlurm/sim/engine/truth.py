@@ -1,0 +1,90 @@
+"""What really happens in the simulator: the noiseless oracle's rate and power for a chosen placement."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from easlurm.errors import ModelError
+from easlurm.priority.options import type_allowed
+from easlurm.sim.job import JobSpec
+
+
+class Truth:
+    """Memoised (samples/s, power W) of a job template on one placement, and the fastest runtime.
+
+    The policies see the noisy oracle; execution follows the analytical oracle, so the noise is the
+    gap between what a scheduler believes and what the hardware does (thesis 5.3.2.3)."""
+
+    def __init__(self, oracle: Any) -> None:
+        self.oracle = oracle
+        self._rates: dict[tuple[Any, ...], tuple[float, float]] = {}
+        self._fastest: dict[tuple[Any, ...], float] = {}
+        self._workloads: dict[tuple[Any, ...], Any] = {}
+
+    def workload(self, spec: JobSpec) -> Any:
+        key = (spec.model, spec.precision, spec.seq_len, spec.image_size)
+        wl = self._workloads.get(key)
+        if wl is None:
+            from easlurm.model.zoo import get_workload
+
+            wl = get_workload(
+                spec.model, precision=spec.precision, seq_len=spec.seq_len, image_size=spec.image_size
+            )
+            self._workloads[key] = wl
+        return wl
+
+    def rate(
+        self, spec: JobSpec, n_gpus: int, batch: int, gpu_type: str, limit_w: float | None
+    ) -> tuple[float, float]:
+        """(samples per second, power of all the job's GPUs in W)."""
+        pl = math.nan if limit_w is None else float(limit_w)
+        key = (spec.model, spec.precision, spec.seq_len, spec.image_size, n_gpus, batch, gpu_type, pl)
+        hit = self._rates.get(key)
+        if hit is None:
+            from easlurm.model.oracle import Placements
+
+            pred = self.oracle.predict(
+                self.workload(spec), Placements.of([n_gpus], [batch], [gpu_type], [pl])
+            )
+            sps, pw = float(pred.samples_per_s[0]), float(pred.power_w[0])
+            if not (math.isfinite(sps) and sps > 0 and math.isfinite(pw)):
+                raise ModelError(f"{spec.model}: no valid prediction for {n_gpus}x{gpu_type} batch {batch}")
+            hit = self._rates[key] = (sps, pw)
+        return hit
+
+    def fastest_runtime_s(self, spec: JobSpec, types: dict[str, int]) -> float:
+        """Minimum runtime over all the job's options on the given types (GPUs per node by type)."""
+        allowed = [t for t in types if spec.gpu_types is None or type_allowed(t, spec.gpu_types)]
+        key = (
+            spec.model,
+            spec.precision,
+            spec.seq_len,
+            spec.image_size,
+            spec.gpu_options,
+            spec.batch_options,
+            spec.malleable,
+            tuple(sorted((t, types[t]) for t in allowed)),
+        )
+        best = self._fastest.get(key)
+        if best is None:
+            from easlurm.model.oracle import Placements
+
+            ks = spec.gpu_options if spec.malleable else spec.gpu_options[:1]
+            bs = spec.batch_options if spec.malleable else spec.batch_options[:1]
+            rows = [(k, b, t) for t in allowed for k in ks for b in bs if k <= types[t]]
+            if not rows:
+                raise ModelError(f"job {spec.job_id}: no option fits this cluster")
+            pred = self.oracle.predict(
+                self.workload(spec),
+                Placements.of(
+                    np.array([r[0] for r in rows]),
+                    np.array([r[1] for r in rows]),
+                    np.array([r[2] for r in rows], dtype=object),
+                ),
+            )
+            sps = np.asarray(pred.samples_per_s, dtype=np.float64)
+            best = self._fastest[key] = float(np.nanmax(np.where(sps > 0, sps, np.nan)))
+        return spec.total_samples / best

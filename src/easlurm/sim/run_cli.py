@@ -1,0 +1,131 @@
+"""`easlurm sim run`: one simulation of one policy on one scenario and seed."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import click
+
+from easlurm.cli import load_ctx_config
+
+#: rows of the human summary: (label, metric key, formatter)
+_SUMMARY: tuple[tuple[str, str, str], ...] = (
+    ("Completed jobs", "completed_jobs", "{:.0f}"),
+    ("Throughput (jobs/h)", "throughput_jobs_per_h", "{:.2f}"),
+    ("Energy (kWh)", "energy_kwh", "{:.2f}"),
+    ("  busy (kWh)", "busy_energy_kwh", "{:.2f}"),
+    ("  idle (kWh)", "idle_energy_kwh", "{:.2f}"),
+    ("Mean JCT (s)", "mean_jct_s", "{:.0f}"),
+    ("P95 JCT (s)", "p95_jct_s", "{:.0f}"),
+    ("Deadline miss rate", "deadline_miss_rate", "{:.3f}"),
+    ("Jain index (user JCT)", "jain_index", "{:.3f}"),
+    ("Max power (W)", "max_power_w", "{:.0f}"),
+    ("Power budget (W)", "power_budget_w", "{:.0f}"),
+    ("Time over budget (s)", "time_over_budget_s", "{:.0f}"),
+    ("Preemptions", "preemptions", "{:.0f}"),
+    ("Preempted energy (kWh)", "preempted_energy_kwh", "{:.3f}"),
+    ("Events", "events", "{:.0f}"),
+    ("Wall time (s)", "wall_s", "{:.3f}"),
+)
+
+
+def _param(value: str) -> tuple[str, Any]:
+    key, sep, raw = value.partition("=")
+    if not sep or not key:
+        raise click.BadParameter(f"expected KEY=VALUE, got {value!r}")
+    import yaml
+
+    parsed = yaml.safe_load(raw)
+    return key.strip(), tuple(parsed) if isinstance(parsed, list) else parsed
+
+
+def policy_params_from_config(policy: str, sched: dict[str, Any]) -> dict[str, Any]:
+    """The `sched` settings a policy takes: aging weight for all, cooldown for AuraChronos."""
+    params: dict[str, Any] = {"aging_weight": sched["aging_weight"]}
+    if policy == "aurachronos":
+        params["preempt_cooldown_s"] = sched["preempt_cooldown_s"]
+    return params
+
+
+@click.command("run")
+@click.option(
+    "--policy", "-p", required=True, help="Policy name (pollux, zeus, hades, aurachronos, charon, ...)."
+)
+@click.option(
+    "--scenario", "-s", default="B", show_default=True, help="Scenario: A, B, C, D, E, charon-budget."
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--load", "load", type=float, default=None, help="Arrival rate in jobs/h (default: the scenario's)."
+)
+@click.option("--hours", type=float, default=None, help="Simulated hours [sim.hours].")
+@click.option("--budget", default=None, help="Cluster power budget, e.g. 4500W [sched.power_budget_w].")
+@click.option(
+    "--cluster", "cluster", default=None, help="Cluster YAML [sim.cluster]; default 8xA100 + 8xH100."
+)
+@click.option("--noise", type=float, default=None, help="Oracle noise sigma [sim.noise_sigma].")
+@click.option("--checkpoint-interval", default=None, help="Checkpoint every DURATION (default: none).")
+@click.option("--param", "params", multiple=True, help="Policy parameter KEY=VALUE (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document (metrics, power series, jobs).")
+@click.pass_context
+def run_cmd(
+    ctx: click.Context,
+    policy: str,
+    scenario: str,
+    seed: int,
+    load: float | None,
+    hours: float | None,
+    budget: str | None,
+    cluster: str | None,
+    noise: float | None,
+    checkpoint_interval: str | None,
+    params: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Simulate POLICY on a scenario's workload and print its metrics."""
+    from easlurm.sim.runner import SimSpec, run_simulation
+    from easlurm.units import parse_duration_s, parse_power_w
+
+    cfg = load_ctx_config(
+        ctx,
+        {
+            "sim": {
+                "hours": hours,
+                "cluster": cluster,
+                "noise_sigma": noise,
+                "checkpoint_interval_s": parse_duration_s(checkpoint_interval, "--checkpoint-interval")
+                if checkpoint_interval
+                else None,
+            },
+            "sched": {"power_budget_w": parse_power_w(budget, "--budget") if budget else None},
+        },
+    )
+    sim, sched = cfg.section("sim"), cfg.section("sched")
+    merged = {**policy_params_from_config(policy.lower(), sched), **dict(_param(p) for p in params)}
+    spec = SimSpec(
+        policy=policy.lower(),
+        scenario=scenario,
+        seed=seed,
+        load_jobs_per_h=load,
+        hours=float(sim["hours"]),
+        power_budget_w=sched["power_budget_w"],
+        cluster=sim["cluster"],
+        noise_sigma=float(sim["noise_sigma"]),
+        checkpoint_interval_s=sim["checkpoint_interval_s"],
+        policy_params=tuple(sorted(merged.items())),
+    )
+    result = run_simulation(spec)
+    if as_json:
+        click.echo(json.dumps(result.to_dict()))
+        return
+    m = result.metrics
+    click.echo(f"policy {spec.policy}  scenario {spec.scenario}  seed {spec.seed}  {spec.hours:g} h")
+    for label, key, fmt in _SUMMARY:
+        value = m.get(key, math.nan)
+        click.echo(f"{label:<24} {'' if value != value else fmt.format(value)}")
+    for key in sorted(k for k in m if k.startswith("util_")):
+        click.echo(f"{'Utilisation ' + key[5:]:<24} {m[key]:.3f}")
+    shares = "  ".join(f"{u}={s:.2f}" for u, s in result.user_gpu_share.items())
+    click.echo(f"{'User GPU-s shares':<24} {shares}")
