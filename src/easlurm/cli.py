@@ -14,6 +14,10 @@ from easlurm.errors import EaslurmError
 #: name -> ("module:attribute", one-line help). Each subsystem owns its command module; a command is
 #: listed here only once it works.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "profile": (
+        "easlurm.energy.cli:profile_cmd",
+        "Run a command under the energy profiler (GPU, CPU, DRAM).",
+    ),
     "config": (
         "easlurm.config_cli:config_cmd",
         "Print the effective configuration and where each value came from.",
@@ -85,7 +89,7 @@ def load_ctx_config(ctx: click.Context, overrides: dict[str, dict[str, Any]] | N
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: project errors become one line on stderr and exit status 2."""
     try:
-        cli.main(args=argv, prog_name="easlurm", standalone_mode=False)
+        rv = cli.main(args=argv, prog_name="easlurm", standalone_mode=False)
     except EaslurmError as exc:
         click.echo(f"easlurm: error: {exc}", err=True)
         return 2
@@ -99,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.exit_code)
     except BrokenPipeError:
         return 0
-    return 0
+    return rv if isinstance(rv, int) else 0
 
 
 if __name__ == "__main__":

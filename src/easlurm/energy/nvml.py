@@ -1,0 +1,221 @@
+"""NVIDIA GPUs through NVML: the total-energy counter where supported, else polled power."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+from easlurm.energy.gpus import GpuRef
+from easlurm.energy.result import DeviceKind
+from easlurm.energy.sensor import Mode, Sensor, SensorStatus
+from easlurm.errors import SensorError
+
+log = logging.getLogger(__name__)
+
+#: NVML return codes (as in pynvml) and what they mean for a sensor: "gone" degrades it for good,
+#: "transient" skips one sample, "unsupported" makes the sensor try the next method.
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+_ERROR_CLASS = {
+    1: "gone",  # UNINITIALIZED
+    2: "unsupported",  # INVALID_ARGUMENT
+    3: "unsupported",  # NOT_SUPPORTED
+    4: "gone",  # NO_PERMISSION
+    9: "gone",  # DRIVER_NOT_LOADED
+    10: "transient",  # TIMEOUT
+    12: "gone",  # LIBRARY_NOT_FOUND
+    13: "unsupported",  # FUNCTION_NOT_FOUND
+    15: "gone",  # GPU_IS_LOST
+    16: "gone",  # RESET_REQUIRED
+    19: "transient",  # IN_USE
+    21: "transient",  # NO_DATA
+    27: "transient",  # NOT_READY
+    999: "transient",  # UNKNOWN
+}
+NVML_FI_DEV_POWER_INSTANT = 186
+
+
+def nvml_error_class(exc: BaseException) -> str:
+    """'gone', 'transient' or 'unsupported' for an NVMLError (unknown codes count as gone)."""
+    return _ERROR_CLASS.get(getattr(exc, "value", -1), "gone")
+
+
+class NvmlLibrary:
+    """The NVML module (pynvml or a fake named by dotted path), initialised once, shut down on last close."""
+
+    def __init__(self, module_name: str = "pynvml") -> None:
+        self.module_name = module_name
+        self.nvml: ModuleType | None = None
+        self._users = 0
+        self._lock = threading.Lock()
+
+    def acquire(self) -> ModuleType:
+        with self._lock:
+            if self.nvml is None:
+                try:
+                    mod = importlib.import_module(self.module_name)
+                except ImportError as exc:
+                    raise SensorError(f"cannot import NVML module {self.module_name!r} ({exc})") from exc
+                try:
+                    mod.nvmlInit()
+                except Exception as exc:
+                    raise SensorError(f"nvmlInit failed: {exc}") from exc
+                self.nvml = mod
+            self._users += 1
+            return self.nvml
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users <= 0 and self.nvml is not None:
+                try:
+                    self.nvml.nvmlShutdown()
+                except Exception as exc:
+                    log.debug("nvmlShutdown: %s", exc)
+                self.nvml = None
+                self._users = 0
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class NvmlGpuSensor(Sensor):
+    """One physical GPU: nvmlDeviceGetTotalEnergyConsumption (mJ since driver load) or power (mW)."""
+
+    kind = DeviceKind.GPU
+    node_level = False
+
+    def __init__(self, lib: NvmlLibrary, index: int, uuid: str, note: str = "") -> None:
+        self.lib = lib
+        self.index = index
+        self.uuid = uuid
+        self.note = note
+        self.name = f"gpu{index}"
+        self.source = "nvml-energy"
+        self.mode = Mode.ENERGY
+        self.update_period_s = 0.1
+        self._handle: Any = None
+        self._nvml: ModuleType | None = None
+        self._base_mj: float | None = None
+        self._use_field = False
+
+    def open(self) -> None:
+        nvml = self.lib.acquire()
+        self._nvml = nvml
+        try:
+            self._handle = nvml.nvmlDeviceGetHandleByUUID(self.uuid)
+            self._base_mj = float(nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))
+            return
+        except nvml.NVMLError as exc:
+            if nvml_error_class(exc) != "unsupported":
+                self.close()
+                raise SensorError(f"{self.name}: {exc}") from exc
+        # No energy counter (pre-Volta, some vGPU): poll power and integrate.
+        self.mode, self.source, self.update_period_s = Mode.POWER, "nvml-power", 0.0
+        try:
+            self._use_field = self._instant_power_mw() is not None
+        except Exception:
+            self._use_field = False
+        try:
+            nvml.nvmlDeviceGetPowerUsage(self._handle)
+        except nvml.NVMLError as exc:
+            if not self._use_field:
+                self.close()
+                raise SensorError(f"{self.name}: no energy counter and no power reading ({exc})") from exc
+
+    def _instant_power_mw(self) -> float | None:
+        """The instantaneous power field (NVML_FI_DEV_POWER_INSTANT, newer drivers), else None."""
+        assert self._nvml is not None
+        values = self._nvml.nvmlDeviceGetFieldValues(self._handle, [NVML_FI_DEV_POWER_INSTANT])
+        v = values[0]
+        if getattr(v, "nvmlReturn", 1) != 0:
+            return None
+        return float(v.value.uiVal)
+
+    def read(self) -> float | None:
+        nvml = self._nvml
+        if nvml is None:
+            raise SensorError(f"{self.name}: sensor not open")
+        try:
+            if self.mode is Mode.ENERGY:
+                assert self._base_mj is not None
+                return (float(nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)) - self._base_mj) * 1e-3
+            if self._use_field:
+                mw = self._instant_power_mw()
+                if mw is not None:
+                    return mw * 1e-3
+            return float(nvml.nvmlDeviceGetPowerUsage(self._handle)) * 1e-3
+        except nvml.NVMLError as exc:
+            if nvml_error_class(exc) == "transient":
+                return None
+            raise SensorError(f"{self.name}: {exc}") from exc
+
+    def close(self) -> None:
+        if self._nvml is not None:
+            self._nvml = None
+            self.lib.release()
+
+    def describe(self) -> str:
+        extra = f" {self.note}" if self.note else ""
+        return f"{self.uuid}{extra}"
+
+
+def discover_nvml(
+    module_name: str, refs: Sequence[GpuRef] | None
+) -> tuple[list[NvmlGpuSensor], list[SensorStatus]]:
+    """One sensor per physical GPU the job owns (MIG instances map to their parent, once)."""
+    lib = NvmlLibrary(module_name)
+    try:
+        nvml = lib.acquire()
+    except SensorError as exc:
+        return [], [SensorStatus("nvml", "gpu", "nvml", False, str(exc))]
+    sensors: list[NvmlGpuSensor] = []
+    statuses: list[SensorStatus] = []
+    try:
+        count = int(nvml.nvmlDeviceGetCount())
+        by_uuid: dict[str, int] = {}
+        for i in range(count):
+            try:
+                h = nvml.nvmlDeviceGetHandleByIndex(i)
+                by_uuid[_text(nvml.nvmlDeviceGetUUID(h))] = i
+            except nvml.NVMLError as exc:
+                statuses.append(SensorStatus(f"gpu{i}", "gpu", "nvml", False, str(exc)))
+        chosen: dict[int, str] = {}
+        if refs is None:
+            chosen = {i: "" for i in by_uuid.values()}
+        for ref in refs or []:
+            idx = _resolve(nvml, ref, by_uuid, count)
+            if idx is None:
+                statuses.append(SensorStatus(ref.text, "gpu", "nvml", False, "no such GPU on this node"))
+            else:
+                note = f"(parent of {ref.text}, shared by all its MIG instances)" if ref.mig else ""
+                chosen.setdefault(idx, note)
+        uuid_of = {i: u for u, i in by_uuid.items()}
+        for idx in sorted(chosen):
+            sensors.append(NvmlGpuSensor(lib, idx, uuid_of[idx], chosen[idx]))
+    except nvml.NVMLError as exc:
+        statuses.append(SensorStatus("nvml", "gpu", "nvml", False, f"cannot enumerate GPUs: {exc}"))
+    finally:
+        lib.release()
+    return sensors, statuses
+
+
+def _resolve(nvml: ModuleType, ref: GpuRef, by_uuid: dict[str, int], count: int) -> int | None:
+    if ref.index is not None:
+        return ref.index if 0 <= ref.index < count else None
+    assert ref.uuid is not None
+    if ref.uuid in by_uuid:
+        return by_uuid[ref.uuid]
+    if ref.mig:
+        try:
+            mig = nvml.nvmlDeviceGetHandleByUUID(ref.uuid)
+            parent = nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig)
+            return by_uuid.get(_text(nvml.nvmlDeviceGetUUID(parent)))
+        except nvml.NVMLError:
+            return None
+    return None

@@ -1,0 +1,140 @@
+"""One named daemon thread per sensor: periodic reads, streaming integration, an optional sample log."""
+
+from __future__ import annotations
+
+import csv
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import IO
+
+from easlurm.energy.integrate import StreamIntegrator
+from easlurm.energy.sensor import Sensor
+from easlurm.errors import SensorError
+
+log = logging.getLogger(__name__)
+
+#: A sensor is considered broken after this many consecutive unknown values spanning at least
+#: MAX_UNKNOWN_S seconds (a helper process such as nvidia-smi may need a second to say anything).
+MAX_TRANSIENT_FAILURES = 50
+MAX_UNKNOWN_S = 5.0
+SAMPLE_COLUMNS = ["time_s", "device", "kind", "source", "energy_j", "power_w"]
+
+
+class SampleLog:
+    """power_samples.csv, written as samples arrive (nothing is held in memory)."""
+
+    def __init__(self, path: Path, t0: float) -> None:
+        self.path = path
+        self.t0 = t0
+        self._fh: IO[str] | None = path.open("w", newline="", buffering=1 << 16)
+        self._writer = csv.writer(self._fh, lineterminator="\n")
+        self._writer.writerow(SAMPLE_COLUMNS)
+        self._lock = threading.Lock()
+
+    def write(self, t_s: float, sensor: Sensor, energy_j: float, power_w: float | None) -> None:
+        row = [f"{t_s - self.t0:.6f}", sensor.name, sensor.kind.value, sensor.source, f"{energy_j:.6f}"]
+        row.append("" if power_w is None else f"{power_w:.3f}")
+        with self._lock:
+            if self._fh is not None:
+                self._writer.writerow(row)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None
+
+
+class SensorSampler:
+    """Samples one sensor every interval_s on absolute deadlines (no drift); degrades on SensorError."""
+
+    def __init__(
+        self,
+        sensor: Sensor,
+        interval_s: float,
+        sample_log: SampleLog | None = None,
+        phase_t0: float | None = None,
+    ) -> None:
+        self.sensor = sensor
+        self.interval_s = interval_s
+        #: Samplers sharing a phase wake together: the profiled thread loses the GIL once per tick,
+        #: not once per sensor.
+        self.phase_t0 = phase_t0
+        self.integrator = StreamIntegrator(sensor.mode, peak_window_s=2 * sensor.update_period_s)
+        self.sample_log = sample_log
+        self.error: str | None = None
+        self.transient = 0
+        self._last_ok: float | None = None
+        self.cpu_s = 0.0
+        # A held lock that stop() releases: acquire(timeout) is one C call, cheaper than Event.wait.
+        self._stop = threading.Lock()
+        self._stop.acquire()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=f"easlurm-sampler-{sensor.name}", daemon=True)
+
+    def sample(self) -> None:
+        """Take one reading now; errors degrade this sensor, never the caller."""
+        if self.error is not None:
+            return
+        try:
+            t0 = time.monotonic()
+            value = self.sensor.read()
+            t = 0.5 * (t0 + time.monotonic())
+        except SensorError as exc:
+            self._degrade(str(exc))
+            return
+        except Exception as exc:  # a sensor bug must not take the profiled run down
+            self._degrade(f"{type(exc).__name__}: {exc}")
+            return
+        if value is None:
+            self.transient += 1
+            if self._last_ok is None:
+                self._last_ok = t
+            if self.transient >= MAX_TRANSIENT_FAILURES and t - self._last_ok >= MAX_UNKNOWN_S:
+                self._degrade(f"{self.transient} consecutive unknown values over {t - self._last_ok:.1f} s")
+            return
+        self.transient = 0
+        self._last_ok = t
+        energy_j, power_w = self.integrator.add(t, value)
+        if self.sample_log is not None:
+            self.sample_log.write(t, self.sensor, energy_j, power_w)
+
+    def _degrade(self, why: str) -> None:
+        log.warning("sensor %s degraded: %s", self.sensor.name, why)
+        self.error = why
+
+    def start(self) -> None:
+        """First reading synchronously (so every sensor starts together), then the thread."""
+        self.sample()
+        self._thread.start()
+
+    def _run(self) -> None:
+        cpu0 = time.thread_time()
+        base = self.phase_t0 if self.phase_t0 is not None else time.monotonic()
+        tick = 0
+        while self.error is None:
+            now = time.monotonic()
+            # Next tick of the shared grid; ticks missed by an overrun are skipped, not burst.
+            tick = max(tick + 1, int((now - base) / self.interval_s) + 1)
+            deadline = base + tick * self.interval_s
+            if self._stop.acquire(timeout=max(deadline - now, 0.0)):
+                break
+            self.sample()
+        self.sample()  # the closing reading, taken after stop was asked
+        self.cpu_s = time.thread_time() - cpu0
+
+    def request_stop(self) -> None:
+        """Wake the thread for its closing reading (idempotent)."""
+        if not self._stopping:
+            self._stopping = True
+            self._stop.release()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self.request_stop()
+        if self._thread.is_alive():
+            self._thread.join(timeout=timeout_s)
+            if self._thread.is_alive():
+                self._degrade(f"sampler did not stop within {timeout_s} s")
+        self.integrator.finish()

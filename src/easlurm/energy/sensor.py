@@ -1,0 +1,92 @@
+"""The one sensor interface: cumulative energy (J) or power (W) readings, plus a capability description."""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from enum import StrEnum
+
+from easlurm.energy.result import DeviceKind
+from easlurm.errors import SensorError
+
+log = logging.getLogger(__name__)
+
+
+class Mode(StrEnum):
+    """What `Sensor.read()` returns: a cumulative energy since `open()` (J) or an instantaneous power (W)."""
+
+    ENERGY = "energy"
+    POWER = "power"
+
+
+class Sensor(ABC):
+    """One measured device. `read()` returns J (ENERGY mode, cumulative since open) or W (POWER mode).
+
+    `read()` returns None for a transient bad value (skip the sample) and raises SensorError when the
+    device is gone for good (the sampler then degrades this sensor only).
+    """
+
+    name: str
+    kind: DeviceKind
+    source: str
+    mode: Mode
+    modelled: bool = False
+    in_total: bool = True
+    #: How often the underlying counter refreshes (s); shorter windows alias.
+    update_period_s: float = 0.0
+    #: Node-level sensors (RAPL, perf, DRAM model) are read by one MPI rank per node only.
+    node_level: bool = True
+
+    def open(self) -> None:  # noqa: B027 - most sensors need no set-up
+        """Acquire the device; raises SensorError with the reason when it cannot be read."""
+
+    @abstractmethod
+    def read(self) -> float | None:
+        """J since open (ENERGY) or W (POWER); None for a transient unknown value."""
+
+    def close(self) -> None:  # noqa: B027
+        """Release the device; never raises."""
+
+    def describe(self) -> str:
+        return f"{self.source} {self.mode.value}"
+
+
+@dataclass
+class SensorStatus:
+    """One line of `easlurm profile --list-sensors`: a sensor found or a backend missing, and why."""
+
+    name: str
+    kind: str
+    source: str
+    available: bool
+    detail: str
+
+
+class CounterUnwrap:
+    """Turn a raw wrapping counter into a cumulative delta since the first reading.
+
+    A reading lower than the previous one means the counter passed `max_range` and restarted at 0.
+    """
+
+    def __init__(self, max_range: float | None) -> None:
+        self.max_range = max_range
+        self.first: float | None = None
+        self.prev: float | None = None
+        self.wraps = 0
+        self.total = 0.0
+
+    def update(self, raw: float) -> float:
+        if self.prev is None:
+            self.first = self.prev = raw
+            return 0.0
+        delta = raw - self.prev
+        if delta < 0:
+            if self.max_range is None or self.max_range <= 0:
+                raise SensorError(f"counter went backwards ({self.prev} -> {raw}) and has no known range")
+            delta += self.max_range
+            self.wraps += 1
+            log.debug("counter wrapped (%s -> %s, range %s)", self.prev, raw, self.max_range)
+        self.prev = raw
+        self.total += delta
+        return self.total

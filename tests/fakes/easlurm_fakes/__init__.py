@@ -1,0 +1,1 @@
+"""Fakes for hardware that is absent on test machines: NVML, powercap sysfs trees, nvidia-smi."""

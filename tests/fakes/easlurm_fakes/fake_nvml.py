@@ -1,0 +1,298 @@
+"""A stand-in for pynvml with its real names, error codes and units, driven by EASLURM_FAKE_NVML_* variables.
+
+Each GPU draws a constant power; its energy counter (mJ) is that power integrated over monotonic time,
+so a test can compare measured energy with power x duration. Settings are read at nvmlInit():
+  EASLURM_FAKE_NVML_COUNT=8            number of GPUs (default 1)
+  EASLURM_FAKE_NVML_POWER_W=250        one power for all, or a comma list per GPU (default 100)
+  EASLURM_FAKE_NVML_NO_ENERGY=0,2|all  GPUs without an energy counter (NOT_SUPPORTED, as before Volta)
+  EASLURM_FAKE_NVML_NO_FIELD=1         nvmlDeviceGetFieldValues unsupported (old drivers)
+  EASLURM_FAKE_NVML_LOST=1:0.5         GPU 1 raises GPU_IS_LOST once 0.5 s passed since nvmlInit
+  EASLURM_FAKE_NVML_UNKNOWN_EVERY=5    every 5th reading raises NVML_ERROR_UNKNOWN (transient)
+  EASLURM_FAKE_NVML_INIT_ERROR=12      nvmlInit raises that code (12 = LIBRARY_NOT_FOUND)
+  EASLURM_FAKE_NVML_MIG=2              each GPU exposes that many MIG instances
+"""
+
+from __future__ import annotations
+
+import os
+import string
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+NVML_SUCCESS = 0
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_ALREADY_INITIALIZED = 5
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_INSUFFICIENT_SIZE = 7
+NVML_ERROR_INSUFFICIENT_POWER = 8
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_IRQ_ISSUE = 11
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_CORRUPTED_INFOROM = 14
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_RESET_REQUIRED = 16
+NVML_ERROR_OPERATING_SYSTEM = 17
+NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+NVML_ERROR_IN_USE = 19
+NVML_ERROR_MEMORY = 20
+NVML_ERROR_NO_DATA = 21
+NVML_ERROR_NOT_READY = 27
+NVML_ERROR_UNKNOWN = 999
+
+NVML_FI_DEV_POWER_INSTANT = 186
+NVML_VALUE_TYPE_UNSIGNED_INT = 1
+
+
+class NVMLError(Exception):
+    """As pynvml: NVMLError(code) returns the subclass for that code; str() is NVML's message."""
+
+    _valClassMapping: dict[int, type] = {}  # noqa: RUF012 - mirrors pynvml
+    _errcode_to_string = {  # noqa: RUF012
+        NVML_ERROR_UNINITIALIZED: "Uninitialized",
+        NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
+        NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+        NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
+        NVML_ERROR_NOT_FOUND: "Not Found",
+        NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
+        NVML_ERROR_TIMEOUT: "Timeout",
+        NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
+        NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
+        NVML_ERROR_GPU_IS_LOST: "GPU is lost",
+        NVML_ERROR_RESET_REQUIRED: "GPU requires restart",
+        NVML_ERROR_NO_DATA: "No data",
+        NVML_ERROR_UNKNOWN: "Unknown Error",
+    }
+    value: int
+
+    def __new__(cls, value: int) -> NVMLError:
+        if cls is NVMLError:
+            cls = NVMLError._valClassMapping.get(value, cls)
+        obj = Exception.__new__(cls)
+        obj.value = value
+        return obj
+
+    def __str__(self) -> str:
+        return self._errcode_to_string.get(self.value, f"NVML Error with code {self.value}")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, NVMLError) and self.value == other.value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+
+def _make_error_classes() -> None:
+    this = sys.modules[__name__]
+    for name in [n for n in dir(this) if n.startswith("NVML_ERROR_")]:
+        cls_name = "NVMLError_" + string.capwords(name.replace("NVML_ERROR_", ""), "_").replace("_", "")
+        code = getattr(this, name)
+
+        def new(cls: type, *args: Any, _code: int = code) -> NVMLError:
+            return NVMLError.__new__(cls, _code)  # type: ignore[arg-type]
+
+        cls = type(cls_name, (NVMLError,), {"__new__": new})
+        cls.__module__ = __name__
+        setattr(this, cls_name, cls)
+        NVMLError._valClassMapping[code] = cls
+
+
+_make_error_classes()
+
+
+def _ints(text: str) -> set[int]:
+    return {int(x) for x in text.split(",") if x.strip()}
+
+
+@dataclass
+class _Gpu:
+    index: int
+    power_w: float
+    energy: bool = True
+    lost_after_s: float | None = None
+    reads: int = 0
+    migs: list[str] = field(default_factory=list)
+
+    @property
+    def uuid(self) -> str:
+        return f"GPU-fa4e0000-0000-0000-0000-{self.index:012d}"
+
+
+@dataclass
+class _Mig:
+    uuid: str
+    parent: _Gpu
+
+
+class _State:
+    def __init__(self, env: dict[str, str]) -> None:
+        count = int(env.get("EASLURM_FAKE_NVML_COUNT", "1"))
+        powers = [float(x) for x in env.get("EASLURM_FAKE_NVML_POWER_W", "100").split(",")]
+        no_energy = env.get("EASLURM_FAKE_NVML_NO_ENERGY", "")
+        lost = dict(x.split(":") for x in env.get("EASLURM_FAKE_NVML_LOST", "").split(",") if x)
+        self.no_field = env.get("EASLURM_FAKE_NVML_NO_FIELD", "") not in ("", "0")
+        self.unknown_every = int(env.get("EASLURM_FAKE_NVML_UNKNOWN_EVERY", "0"))
+        nmig = int(env.get("EASLURM_FAKE_NVML_MIG", "0"))
+        self.gpus = []
+        for i in range(count):
+            gpu = _Gpu(
+                i,
+                powers[i] if i < len(powers) else powers[-1],
+                energy=not (no_energy == "all" or i in _ints(no_energy.replace("all", ""))),
+                lost_after_s=float(lost[str(i)]) if str(i) in lost else None,
+            )
+            gpu.migs = [f"MIG-fa4e{i:04d}-0000-0000-0000-{j:012d}" for j in range(nmig)]
+            self.gpus.append(gpu)
+        self.migs = {u: _Mig(u, g) for g in self.gpus for u in g.migs}
+        self.t0 = time.monotonic()
+        self.offset_mj = 123_456_789  # energy since "driver load"
+
+
+_state: _State | None = None
+_lock = threading.Lock()
+_init_count = 0
+
+
+def nvmlInit() -> None:
+    global _state, _init_count
+    code = os.environ.get("EASLURM_FAKE_NVML_INIT_ERROR")
+    if code:
+        raise NVMLError(int(code))
+    with _lock:
+        if _state is None:
+            _state = _State(dict(os.environ))
+        _init_count += 1
+
+
+def nvmlInitWithFlags(flags: int) -> None:
+    nvmlInit()
+
+
+def nvmlShutdown() -> None:
+    global _state, _init_count
+    with _lock:
+        if _state is None:
+            raise NVMLError(NVML_ERROR_UNINITIALIZED)
+        _init_count -= 1
+        if _init_count <= 0:
+            _state, _init_count = None, 0
+
+
+def _st() -> _State:
+    if _state is None:
+        raise NVMLError(NVML_ERROR_UNINITIALIZED)
+    return _state
+
+
+def nvmlSystemGetDriverVersion() -> str:
+    _st()
+    return "550.00-fake"
+
+
+def nvmlDeviceGetCount() -> int:
+    return len(_st().gpus)
+
+
+def nvmlDeviceGetHandleByIndex(index: int) -> _Gpu:
+    gpus = _st().gpus
+    if not 0 <= index < len(gpus):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    return gpus[index]
+
+
+def nvmlDeviceGetHandleByUUID(uuid: str | bytes) -> _Gpu | _Mig:
+    u = uuid.decode() if isinstance(uuid, bytes) else uuid
+    st = _st()
+    for g in st.gpus:
+        if g.uuid == u:
+            return g
+    if u in st.migs:
+        return st.migs[u]
+    raise NVMLError(NVML_ERROR_NOT_FOUND)
+
+
+def nvmlDeviceGetUUID(handle: _Gpu | _Mig) -> str:
+    return handle.uuid
+
+
+def nvmlDeviceGetIndex(handle: _Gpu) -> int:
+    return handle.index
+
+
+def nvmlDeviceGetName(handle: _Gpu) -> str:
+    return "NVIDIA Fake H100"
+
+
+def nvmlDeviceIsMigDeviceHandle(handle: Any) -> int:
+    return int(isinstance(handle, _Mig))
+
+
+def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle: Any) -> _Gpu:
+    if not isinstance(handle, _Mig):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    return handle.parent
+
+
+def _check(handle: Any) -> tuple[_State, _Gpu, float]:
+    st = _st()
+    if not isinstance(handle, _Gpu):
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)  # per-MIG energy/power is not reported by NVML
+    elapsed = time.monotonic() - st.t0
+    if handle.lost_after_s is not None and elapsed >= handle.lost_after_s:
+        raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+    handle.reads += 1
+    if st.unknown_every and handle.reads % st.unknown_every == 0:
+        raise NVMLError(NVML_ERROR_UNKNOWN)
+    return st, handle, elapsed
+
+
+def nvmlDeviceGetTotalEnergyConsumption(handle: _Gpu) -> int:
+    """mJ since driver load (an unsigned long long in the real API)."""
+    st, gpu, elapsed = _check(handle)
+    if not gpu.energy:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return int(st.offset_mj + gpu.power_w * elapsed * 1000.0)
+
+
+def nvmlDeviceGetPowerUsage(handle: _Gpu) -> int:
+    """mW."""
+    _, gpu, _ = _check(handle)
+    return round(gpu.power_w * 1000.0)
+
+
+class _Value:
+    def __init__(self, ui: int) -> None:
+        self.uiVal = ui
+        self.ullVal = ui
+        self.dVal = float(ui)
+
+
+class _FieldValue:
+    def __init__(self, field_id: int, ret: int, ui: int) -> None:
+        self.fieldId = field_id
+        self.scopeId = 0
+        self.timestamp = int(time.time() * 1e6)
+        self.latencyUsec = 0
+        self.valueType = NVML_VALUE_TYPE_UNSIGNED_INT
+        self.nvmlReturn = ret
+        self.value = _Value(ui)
+
+
+def nvmlDeviceGetFieldValues(handle: _Gpu, fieldIds: list[int]) -> list[_FieldValue]:
+    st = _st()
+    if st.no_field:
+        raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
+    out = []
+    for fid in fieldIds:
+        if fid == NVML_FI_DEV_POWER_INSTANT:
+            out.append(_FieldValue(fid, NVML_SUCCESS, nvmlDeviceGetPowerUsage(handle)))
+        else:
+            out.append(_FieldValue(fid, NVML_ERROR_NOT_SUPPORTED, 0))
+    return out
