@@ -25,6 +25,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("easlurm.sim.cli:sim_group", "Simulate scheduling policies on a virtual GPU cluster."),
     "predict": ("easlurm.model.cli:predict_cmd", "Predict step time, power, energy and EDP per placement."),
     "model": ("easlurm.model.cli:model_group", "The analytical oracle: calibrate it, list models and GPUs."),
+    "sacct": (
+        "easlurm.slurm.sacct_cli:sacct_cmd",
+        "sacct with per-step GPU/CPU/DRAM energy (--energy-profile jobs).",
+    ),
 }
 
 

@@ -1,0 +1,575 @@
+"""The per-step node agent that the SPANK plugin starts in slurmstepd: profile, record, gather, publish.
+
+Run as `python -m easlurm.energy.agent --job J --step S ...` by the plugin (root, no shell). It profiles
+the step's devices until its stdin reaches EOF (the plugin writes `stop <unix time>` and shuts the
+socket when the step's last local task ended), writes `node-<id>.json`, and on node 0 waits (bounded)
+for the other nodes' records, writes `step-<step>.json` and republishes the job's AdminComment.
+
+Spool layout (root-owned; a job's directory is root:<job gid> 0750, so the user reads it, and no other
+user can write it; nothing in it is named after user input):
+    SPOOL/<job>/<step>/node-<id>.json      one node's record
+    SPOOL/<job>/<step>/node-<id>/          the profiler's run directory (samples) for that node
+    SPOOL/<job>/step-<step>.json           the step record (what AdminComment carries)
+    SPOOL/<job>/.publish.lock              serialises the job's AdminComment writers
+Node records meet in SPOOL: it must be shared between nodes for multi-node steps; when it is not,
+node 0 publishes a `partial` record naming the missing nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import logging
+import math
+import os
+import re
+import signal
+import socket
+import stat
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from easlurm.energy.step_record import (
+    DeviceRecord,
+    NodeRecord,
+    StepRecord,
+    decode_admin_comment,
+    encode_admin_comment,
+    parse_spec,
+)
+from easlurm.errors import EaslurmError, SlurmError
+
+log = logging.getLogger(__name__)
+
+#: Share of the plugin's timeout that node 0 may spend waiting for other nodes (the rest publishes).
+GATHER_SHARE = 0.5
+POLL_S = 0.02
+
+
+@dataclass
+class StepContext:
+    """What the plugin tells the agent about the step (all from Slurm, never from the user's SPEC)."""
+
+    job_id: int
+    step: str
+    nnodes: int
+    node_id: int
+    spool: Path
+    uid: int = 0
+    gid: int = 0
+    stepd_pid: int | None = None
+    timeout_s: float = 2.0
+    step_start_time: float | None = None
+    spec: str = ""
+    gpus: list[str] | None = None
+    #: Slurm's name for this node (virtual nodes share one hostname); the hostname when None.
+    node_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.step == "batch" or self.step.isdigit()):
+            raise EaslurmError(f"step {self.step!r}: expected 'batch' or a number")
+        if self.step == "batch":
+            self.nnodes, self.node_id = 1, 0  # the batch script runs on the first node only
+        if self.job_id <= 0 or self.node_id < 0 or self.nnodes < 1 or self.node_id >= self.nnodes:
+            raise EaslurmError(f"bad job/node ids: job {self.job_id} node {self.node_id}/{self.nnodes}")
+        if self.node_name is not None and not re.fullmatch(r"[A-Za-z0-9._-]{1,128}", self.node_name):
+            raise EaslurmError(f"node name {self.node_name!r}: unexpected characters")
+
+    @property
+    def job_dir(self) -> Path:
+        return self.spool / str(self.job_id)
+
+    @property
+    def step_dir(self) -> Path:
+        return self.job_dir / self.step
+
+    def node_file(self, node_id: int) -> Path:
+        return self.step_dir / f"node-{node_id}.json"
+
+    @property
+    def step_file(self) -> Path:
+        return self.job_dir / f"step-{self.step}.json"
+
+
+# ------------------------------------------------------------------------------------ spool files
+
+
+def _check_owned_dir(path: Path) -> None:
+    """A spool directory must be a real directory owned by us and not writable by others."""
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise OSError(f"{path}: not a directory (or a symlink)")
+    if st.st_uid != os.geteuid():
+        raise OSError(f"{path}: owned by uid {st.st_uid}, not by the agent (uid {os.geteuid()})")
+    if st.st_mode & stat.S_IWOTH:
+        raise OSError(f"{path}: writable by others")
+
+
+def make_private_dir(path: Path, gid: int) -> None:
+    """Create (or verify) a spool directory: ours, mode 0750, group = the job's group."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o750)
+    _check_owned_dir(path)
+    if os.geteuid() == 0:
+        os.chown(path, 0, gid, follow_symlinks=False)
+    os.chmod(path, 0o750)
+
+
+def write_record(path: Path, doc: dict[str, Any], gid: int) -> None:
+    """Atomic write (temp name, then rename) that never follows a symlink; mode 0640, group = job's."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    data = (json.dumps(doc, indent=1, allow_nan=False) + "\n").encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            if os.geteuid() == 0:
+                os.fchown(fh.fileno(), 0, gid)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        with open(path, "rb") as fh:
+            doc = json.load(fh)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log.warning("%s: unreadable record (%s)", path, exc)
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+@contextlib.contextmanager
+def job_lock(job_dir: Path, timeout_s: float) -> Iterator[bool]:
+    """Exclusive lock on the job's publication (one writer at a time owns the AdminComment document).
+    Yields False when the lock could not be had in time (publication goes ahead, with a warning)."""
+    try:
+        fd = os.open(job_dir / ".publish.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        log.warning("publication lock: %s", exc)
+        yield False
+        return
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                locked = True
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    locked = False
+                    break
+                time.sleep(0.005)
+        yield locked
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _no_lock() -> Iterator[bool]:
+    yield False
+
+
+# ---------------------------------------------------------------------------------------- records
+
+
+def _finite(v: Any) -> float | None:
+    if v is None:
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+def node_record_from_profile(
+    result: Any, node_id: int, step_start: float | None, step_end: float | None
+) -> NodeRecord:
+    """A NodeRecord from an easlurm.energy.ProfileResult (NaN/inf become None)."""
+    devices = [
+        DeviceRecord(
+            name=str(d.name),
+            kind=str(getattr(d.kind, "value", d.kind)),
+            energy_j=_finite(d.energy_j),
+            mean_power_w=_finite(d.mean_power_w),
+            samples=int(d.samples),
+            modelled=bool(d.modelled),
+            source=str(d.source),
+            error=d.error,
+            in_total=bool(getattr(d, "in_total", True)),
+            duration_s=_finite(getattr(d, "duration_s", None)),
+        )
+        for d in result.devices
+    ]
+    return NodeRecord(
+        node_id=node_id,
+        host=str(result.host),
+        start_time=_finite(result.start_time),
+        duration_s=_finite(result.duration_s),
+        devices=devices,
+        step_start_time=step_start,
+        step_end_time=step_end,
+    )
+
+
+def gather_step(
+    ctx: StepContext, own: NodeRecord, deadline: float, clock: Callable[[], float] = time.monotonic
+) -> StepRecord:
+    """Node 0: collect every node's record until `deadline` (monotonic s); missing ones make it partial."""
+    nodes: dict[int, NodeRecord] = {own.node_id: own}
+    waiting = set(range(ctx.nnodes)) - {own.node_id}
+    while True:
+        for node_id in sorted(waiting):
+            doc = read_json(ctx.node_file(node_id))
+            if doc is None:
+                continue
+            try:
+                rec = NodeRecord.from_dict(doc)
+            except EaslurmError as exc:
+                log.warning("node %d record: %s", node_id, exc)
+                continue
+            nodes[node_id] = rec
+            waiting.discard(node_id)
+        if not waiting or clock() >= deadline:
+            break
+        time.sleep(POLL_S)
+    if waiting:
+        log.warning(
+            "step %d.%s: no record from node(s) %s within the bound; step record is partial",
+            ctx.job_id,
+            ctx.step,
+            ",".join(map(str, sorted(waiting))),
+        )
+    return StepRecord(
+        job_id=ctx.job_id,
+        step=ctx.step,
+        nnodes=ctx.nnodes,
+        nodes=[nodes[k] for k in sorted(nodes)],
+        spec=ctx.spec,
+        missing_nodes=sorted(waiting),
+    )
+
+
+def job_step_records(ctx: StepContext, current: StepRecord) -> list[StepRecord]:
+    """Every step record of the job found in the spool, with `current` replacing its own file."""
+    out = [current]
+    try:
+        names = sorted(os.listdir(ctx.job_dir))
+    except OSError as exc:
+        log.warning("%s: %s", ctx.job_dir, exc)
+        names = []
+    for name in names:
+        if not (name.startswith("step-") and name.endswith(".json")) or name == ctx.step_file.name:
+            continue
+        doc = read_json(ctx.job_dir / name)
+        if doc is None:
+            continue
+        try:
+            out.append(StepRecord.from_dict(doc))
+        except EaslurmError as exc:
+            log.warning("%s: %s", name, exc)
+    return out
+
+
+def published_steps(ctx: StepContext, record: StepRecord, client: Any) -> list[StepRecord]:
+    """Without a spool: the steps slurmctld already holds for the job, with `record` replacing its own
+    (read-modify-write; only safe because steps of one job rarely end at the same instant)."""
+    try:
+        current = decode_admin_comment(client.show_job(ctx.job_id).get("AdminComment", ""))
+    except EaslurmError as exc:
+        log.warning(
+            "job %d: cannot read the published records (%s); publishing this step alone", ctx.job_id, exc
+        )
+        current = []
+    return [record, *(s for s in current if s.step != record.step)]
+
+
+def publish(
+    ctx: StepContext, record: StepRecord, client: Any, deadline: float, use_spool: bool = True
+) -> bool:
+    """Rebuild the job's AdminComment from all its step records, under the job lock, and set it.
+    Without a usable spool, merge into what slurmctld holds instead."""
+    client.timeout_s = max(0.3, deadline - time.monotonic())
+    lock = job_lock(ctx.job_dir, max(0.0, deadline - time.monotonic()) / 2) if use_spool else _no_lock()
+    with lock as locked:
+        if use_spool and not locked:
+            log.warning("job %d: publishing without the job lock", ctx.job_id)
+        steps = job_step_records(ctx, record) if use_spool else published_steps(ctx, record, client)
+        text = encode_admin_comment(steps)
+        client.timeout_s = max(0.3, deadline - time.monotonic())
+        try:
+            client.set_admin_comment(ctx.job_id, text)
+            return True
+        except SlurmError as exc:
+            if "finished" not in str(exc).lower():
+                log.error("job %d: cannot publish AdminComment: %s", ctx.job_id, exc)
+                return False
+            log.warning("job %d already finished; writing AdminComment to the database instead", ctx.job_id)
+        try:
+            client.set_admin_comment_db(ctx.job_id, text)
+            return True
+        except SlurmError as exc:
+            log.error("job %d: cannot publish AdminComment: %s", ctx.job_id, exc)
+            return False
+
+
+# ------------------------------------------------------------------------------------------ agent
+
+
+class NodeAgent:
+    """One step on one node. `profiler_factory(**kwargs)` returns an object with start()/stop() as
+    easlurm.energy.EnergyProfiler; `client` is a SlurmClient (both injectable for tests)."""
+
+    def __init__(
+        self,
+        ctx: StepContext,
+        client: Any = None,
+        profiler_factory: Callable[..., Any] | None = None,
+        profiler_settings: dict[str, Any] | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.client = client
+        self.profiler_factory = profiler_factory
+        self.settings = profiler_settings or {}
+        self.profiler: Any = None
+        self.error: str | None = None
+        self.stop_time: float | None = None
+        self.spool_ok = False
+        self._stop = threading.Event()
+
+    def prepare_spool(self) -> bool:
+        """Create the job and step directories; False (logged) when the spool cannot take records."""
+        try:
+            _check_owned_dir(self.ctx.spool)
+            make_private_dir(self.ctx.job_dir, self.ctx.gid)
+            make_private_dir(self.ctx.step_dir, self.ctx.gid)
+            return True
+        except OSError as exc:
+            log.error("spool %s unusable: %s; no file records for this step", self.ctx.spool, exc)
+            return False
+
+    def start(self) -> None:
+        """Start profiling; a failure is recorded as the node's error, never raised."""
+        spool_ok = self.spool_ok = self.prepare_spool()
+        try:
+            spec = parse_spec(self.ctx.spec)
+            factory = self.profiler_factory
+            if factory is None:
+                from easlurm.energy import EnergyProfiler
+
+                factory = EnergyProfiler
+            out_dir = self.ctx.step_dir / f"node-{self.ctx.node_id}" if spool_ok else None
+            self.profiler = factory(
+                devices=",".join(spec.devices),
+                interval_s=spec.interval_s or float(self.settings.get("interval_s", 0.1)),
+                out_dir=out_dir,
+                gpus=self.ctx.gpus if self.ctx.gpus is not None else [],
+                pid=self.ctx.stepd_pid,
+                powercap_root=self.settings.get("powercap_root", "/sys/class/powercap"),
+                nvml_module=self.settings.get("nvml_module", "pynvml"),
+                sample_log=bool(self.settings.get("sample_log", True)) and out_dir is not None,
+            )
+            self.profiler.start()
+        except Exception as exc:  # a profiler must never hurt the job: record why and go on
+            log.error("step %d.%s: profiler did not start: %s", self.ctx.job_id, self.ctx.step, exc)
+            self.error = f"profiler did not start: {exc}"
+            self.profiler = None
+
+    def request_stop(self, stop_time: float | None = None) -> None:
+        if stop_time is not None and self.stop_time is None:
+            self.stop_time = stop_time
+        self._stop.set()
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        return self._stop.wait(timeout_s)
+
+    def node_record(self) -> NodeRecord:
+        """Stop the profiler and describe this node's share of the step."""
+        end = self.stop_time if self.stop_time is not None else time.time()
+        if self.profiler is not None:
+            try:
+                result = self.profiler.stop()
+                rec = node_record_from_profile(result, self.ctx.node_id, self.ctx.step_start_time, end)
+                rec.error = self.error
+                rec.host = self.ctx.node_name or rec.host
+                return rec
+            except Exception as exc:
+                log.error("step %d.%s: profiler failed: %s", self.ctx.job_id, self.ctx.step, exc)
+                self.error = f"profiler failed: {exc}"
+        return NodeRecord(
+            node_id=self.ctx.node_id,
+            host=self.ctx.node_name or socket.gethostname(),
+            start_time=self.ctx.step_start_time,
+            duration_s=None,
+            step_start_time=self.ctx.step_start_time,
+            step_end_time=end,
+            error=self.error or "no measurement",
+        )
+
+    def finish(self) -> StepRecord | None:
+        """After the stop: write this node's record; node 0 gathers, writes the step record, publishes."""
+        t0 = time.monotonic()
+        rec = self.node_record()
+        if self.spool_ok:
+            try:
+                write_record(self.ctx.node_file(self.ctx.node_id), rec.to_dict(), self.ctx.gid)
+            except OSError as exc:
+                log.error("cannot write node record %s: %s", self.ctx.node_file(self.ctx.node_id), exc)
+        if self.ctx.node_id != 0:
+            return None
+        budget = self.ctx.timeout_s * 0.9
+        if self.spool_ok:
+            step = gather_step(self.ctx, rec, t0 + budget * GATHER_SHARE)
+            try:
+                write_record(self.ctx.step_file, step.to_dict(), self.ctx.gid)
+            except OSError as exc:
+                log.error("cannot write step record %s: %s", self.ctx.step_file, exc)
+        else:  # no spool: this node's record alone, flagged when other nodes exist
+            step = StepRecord(
+                self.ctx.job_id,
+                self.ctx.step,
+                self.ctx.nnodes,
+                [rec],
+                self.ctx.spec,
+                [n for n in range(self.ctx.nnodes) if n != rec.node_id],
+            )
+        if self.client is not None:
+            publish(self.ctx, step, self.client, t0 + budget, use_spool=self.spool_ok)
+        return step
+
+
+def watch_stop(stream: IO[bytes], agent: NodeAgent) -> None:
+    """Read the plugin's socket: `stop <unix time>` then EOF. EOF alone (plugin gone) also stops."""
+    stop_time = None
+    try:
+        for line in stream:
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == b"stop":
+                with contextlib.suppress(ValueError):
+                    stop_time = float(parts[1])
+    except OSError:
+        pass
+    agent.request_stop(stop_time)
+
+
+_HOSTLIST_ITEM = re.compile(r"([A-Za-z0-9._-]*)(?:\[([0-9,\-]+)\])?([A-Za-z0-9._-]*)")
+
+
+def expand_hostlist(text: str, limit: int = 100_000) -> list[str]:
+    """Slurm hostlist expression -> names: 'a100-[1-2,5],cpu-1' -> a100-1, a100-2, a100-5, cpu-1
+    (one bracket group per name, zero padding kept). Raises ValueError on anything else."""
+    names: list[str] = []
+    for item in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", text):
+        m = _HOSTLIST_ITEM.fullmatch(item)
+        if m is None:
+            raise ValueError(f"hostlist {text!r}: cannot parse {item!r}")
+        prefix, ranges, suffix = m.groups()
+        if ranges is None:
+            names.append(prefix + suffix)
+            continue
+        for part in ranges.split(","):
+            lo, _, hi = part.partition("-")
+            width = len(lo)
+            for i in range(int(lo), int(hi or lo) + 1):
+                names.append(f"{prefix}{i:0{width}d}{suffix}")
+                if len(names) > limit:
+                    raise ValueError("hostlist too long")
+    return names
+
+
+def node_name_from_list(nodelist: str | None, node_id: int) -> str | None:
+    """This node's name from the step's node list, None if it cannot be told."""
+    if not nodelist:
+        return None
+    try:
+        names = expand_hostlist(nodelist)
+    except ValueError as exc:
+        log.warning("%s", exc)
+        return None
+    return names[node_id] if 0 <= node_id < len(names) else None
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="easlurm-agent", description="easlurm per-step node agent (run by the SPANK plugin)"
+    )
+    p.add_argument("--job", type=int, required=True)
+    p.add_argument("--step", required=True)
+    p.add_argument("--nnodes", type=int, required=True)
+    p.add_argument("--node-id", type=int, required=True)
+    p.add_argument("--uid", type=int, default=0)
+    p.add_argument("--gid", type=int, default=0)
+    p.add_argument("--stepd-pid", type=int, default=None)
+    p.add_argument("--spool", required=True)
+    p.add_argument("--timeout-ms", type=int, default=2000)
+    p.add_argument("--step-start", type=float, default=None)
+    p.add_argument("--spec", default="")
+    p.add_argument("--gpus", default=None, help="comma list of the step's GPU indices (from GRES)")
+    p.add_argument("--nodelist", default=None, help="the step's node list (Slurm hostlist expression)")
+    return p
+
+
+def main(argv: list[str] | None = None, stdin: IO[bytes] | None = None) -> int:
+    """Entry point for the plugin. Exit status: 0 ok, 2 bad arguments, 1 record not (fully) produced."""
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    try:
+        args = _parser().parse_args(argv)
+        gpus = None
+        if args.gpus is not None:
+            gpus = [g for g in args.gpus.split(",") if g]
+            if not all(g.isdigit() for g in gpus):
+                raise EaslurmError(f"--gpus {args.gpus!r}: expected indices")
+        ctx = StepContext(
+            job_id=args.job,
+            step=args.step,
+            nnodes=args.nnodes,
+            node_id=args.node_id,
+            spool=Path(args.spool),
+            uid=args.uid,
+            gid=args.gid,
+            stepd_pid=args.stepd_pid,
+            timeout_s=args.timeout_ms / 1000.0,
+            step_start_time=args.step_start,
+            spec=args.spec,
+            gpus=gpus,
+            node_name=node_name_from_list(args.nodelist, 0 if args.step == "batch" else args.node_id),
+        )
+        from easlurm.config import load_config
+
+        cfg = load_config(os.environ.get("EASLURM_AGENT_CONFIG") or None)
+        settings = cfg.section("profiler")
+    except (EaslurmError, SystemExit) as exc:
+        log.error("bad agent invocation: %s", exc)
+        return 2
+    from easlurm.slurm.client import CliSlurmClient
+
+    agent = NodeAgent(ctx, client=CliSlurmClient(retries=1), profiler_settings=settings)
+    signal.signal(signal.SIGTERM, lambda *_: agent.request_stop())
+    stream = stdin if stdin is not None else sys.stdin.buffer
+    threading.Thread(target=watch_stop, args=(stream, agent), name="easlurm-stop", daemon=True).start()
+    agent.start()
+    agent.wait()
+    try:
+        step = agent.finish()
+    except Exception as exc:
+        log.error("step %d.%s: record not produced: %s", ctx.job_id, ctx.step, exc)
+        return 1
+    if agent.error or (step is not None and step.partial):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,456 @@
+"""Per-step energy records (node and step), the --energy-profile SPEC, and the AdminComment encoding.
+
+Pure data: no I/O. The node agent builds NodeRecords, node 0 assembles a StepRecord, and every step
+of a job is published in the job's AdminComment as `easlurm1:<lowercase hex of zlib(JSON)>`, an
+encoding that survives `scontrol update` and `sacctmgr` (which lowercases and turns quotes into
+backticks): only [0-9a-f:] and the prefix, ASCII, no `|`, no newline, capped well under 64 KB.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from easlurm.errors import ConfigError, TraceError
+from easlurm.units import parse_duration_s
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+ADMIN_COMMENT_PREFIX = "easlurm1:"
+#: The accounting column keeps 65,535 bytes and truncates silently: stay well below.
+ADMIN_COMMENT_MAX_CHARS = 60_000
+DEVICE_KINDS = ("gpu", "cpu", "dram")
+#: Detail levels of the AdminComment document, most detailed first (files keep full detail).
+DETAIL_LEVELS = ("device", "node", "step")
+
+# ---------------------------------------------------------------------------------------------- SPEC
+
+_SPEC_CHARS = re.compile(r"^[A-Za-z0-9._\-,=:]*$")
+_NAME = re.compile(r"^[A-Za-z0-9._\-]{1,64}$")
+_INT = re.compile(r"^[1-9][0-9]{0,9}$")
+_DURATION = re.compile(r"^[0-9]{1,9}(\.[0-9]{1,6})?(ms|s|m|min|h|d)?$")
+SPEC_MAX_CHARS = 1024
+INTERVAL_RANGE_S = (0.010, 60.0)
+DEADLINE_RANGE_S = (0.001, 366 * 86400.0)
+_WORDS = ("all", "gpu", "cpu", "dram", "urgent")
+_KEYS = ("interval", "deadline", "model", "steps", "batch", "gpus")
+
+
+@dataclass(frozen=True)
+class ProfileSpec:
+    """A parsed --energy-profile SPEC: what to measure, how often, and the scheduler's workload hints."""
+
+    devices: tuple[str, ...] = DEVICE_KINDS
+    interval_s: float | None = None
+    model: str | None = None
+    steps: int | None = None
+    batch: tuple[int, ...] = ()
+    gpus: tuple[int, ...] = ()
+    deadline_s: float | None = None
+    urgent: bool = False
+
+    def hints(self) -> dict[str, Any]:
+        """The workload hints only (JSON-safe), for the scheduler."""
+        out: dict[str, Any] = {}
+        for key in ("model", "steps", "deadline_s"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.batch:
+            out["batch"] = list(self.batch)
+        if self.gpus:
+            out["gpus"] = list(self.gpus)
+        if self.urgent:
+            out["urgent"] = True
+        return out
+
+
+def _int(value: str, item: str) -> int:
+    if not _INT.match(value) or int(value) > 1_000_000_000:
+        raise ConfigError(f"--energy-profile: bad integer in {item!r} (1..1000000000)")
+    return int(value)
+
+
+def _int_list(value: str, item: str) -> tuple[int, ...]:
+    parts = value.split(":")
+    if len(parts) > 16:
+        raise ConfigError(f"--energy-profile: bad list in {item!r} (at most 16 integers)")
+    return tuple(_int(p, item) for p in parts)
+
+
+def _duration(value: str, item: str, lo: float, hi: float) -> float:
+    if not _DURATION.match(value):
+        raise ConfigError(f"--energy-profile: bad duration in {item!r} (use e.g. 200ms, 2s, 30m, 2h)")
+    seconds = parse_duration_s(value, field=item)
+    if not lo <= seconds <= hi:
+        raise ConfigError(f"--energy-profile: {item!r} out of range ({lo:g}..{hi:g} s)")
+    return seconds
+
+
+def parse_spec(text: str | None) -> ProfileSpec:
+    """Parse SPEC with the same strict grammar as spank/spec.c (spank/spec_cases.tsv keeps them equal).
+
+    None or "" (a bare --energy-profile) means every device at the configured interval.
+    """
+    if not text:
+        return ProfileSpec()
+    if len(text) > SPEC_MAX_CHARS:
+        raise ConfigError("--energy-profile: SPEC longer than 1024 characters")
+    if not _SPEC_CHARS.match(text):
+        raise ConfigError(f"--energy-profile: invalid character in {text[:40]!r}")
+    words: list[str] = []
+    values: dict[str, str] = {}
+    for item in text.split(","):
+        if not item:
+            raise ConfigError("--energy-profile: empty item in SPEC")
+        key, eq, value = item.partition("=")
+        if not eq:
+            if item not in _WORDS:
+                raise ConfigError(
+                    f"--energy-profile: unknown item {item!r} (devices: all,gpu,cpu,dram; flag: urgent; "
+                    f"keys: {','.join(_KEYS)})"
+                )
+            if item in words:
+                raise ConfigError(f"--energy-profile: {item!r} given twice")
+            words.append(item)
+            continue
+        if key not in _KEYS:
+            raise ConfigError(f"--energy-profile: unknown key {key!r} (keys: {','.join(_KEYS)})")
+        if key in values:
+            raise ConfigError(f"--energy-profile: key {key!r} given twice")
+        values[key] = value
+    devices = tuple(w for w in words if w in DEVICE_KINDS)
+    if "all" in words and devices:
+        raise ConfigError("--energy-profile: 'all' cannot be combined with a device list")
+    model = values.get("model")
+    if model is not None and not _NAME.match(model):
+        raise ConfigError(f"--energy-profile: bad name in 'model={model[:40]}' (1..64 of A-Za-z0-9._-)")
+    return ProfileSpec(
+        devices=tuple(k for k in DEVICE_KINDS if k in devices) if devices else DEVICE_KINDS,
+        interval_s=_duration(values["interval"], "interval", *INTERVAL_RANGE_S)
+        if "interval" in values
+        else None,
+        model=model,
+        steps=_int(values["steps"], "steps") if "steps" in values else None,
+        batch=_int_list(values["batch"], "batch") if "batch" in values else (),
+        gpus=_int_list(values["gpus"], "gpus") if "gpus" in values else (),
+        deadline_s=_duration(values["deadline"], "deadline", *DEADLINE_RANGE_S)
+        if "deadline" in values
+        else None,
+        urgent="urgent" in words,
+    )
+
+
+# ------------------------------------------------------------------------------------------- records
+
+
+def _sum(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+@dataclass
+class DeviceRecord:
+    """Energy of one device on one node over the step; `None` where the sensor could not tell."""
+
+    name: str
+    kind: str
+    energy_j: float | None
+    mean_power_w: float | None = None
+    samples: int = 0
+    modelled: bool = False
+    source: str = ""
+    error: str | None = None
+    #: False for sub-domains (RAPL core/uncore) that another device already contains.
+    in_total: bool = True
+    #: The window this device's readings span (first to last sample), s.
+    duration_s: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DeviceRecord:
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+@dataclass
+class NodeRecord:
+    """One node's share of a step, written by that node's agent as node-<id>.json."""
+
+    node_id: int
+    host: str
+    start_time: float | None
+    duration_s: float | None
+    devices: list[DeviceRecord] = field(default_factory=list)
+    #: When slurmstepd started/stopped the agent (unix s): the step's wall time on this node.
+    step_start_time: float | None = None
+    step_end_time: float | None = None
+    error: str | None = None
+
+    def kind_energy_j(self, kind: str | None) -> float | None:
+        return _sum(d.energy_j for d in self.devices if d.in_total and (kind is None or d.kind == kind))
+
+    @property
+    def total_energy_j(self) -> float | None:
+        return self.kind_energy_j(None)
+
+    @property
+    def mean_power_w(self) -> float | None:
+        total = self.total_energy_j
+        if total is None or not self.duration_s:
+            return None
+        return total / self.duration_s
+
+    @property
+    def coverage(self) -> float | None:
+        """Measured window / step wall time on this node (below 1 when the agent started late)."""
+        if self.duration_s is None or self.step_start_time is None or self.step_end_time is None:
+            return None
+        wall = self.step_end_time - self.step_start_time
+        return min(1.0, self.duration_s / wall) if wall > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["schema_version"] = SCHEMA_VERSION
+        d["total_energy_j"] = self.total_energy_j
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> NodeRecord:
+        try:
+            return cls(
+                node_id=int(d["node_id"]),
+                host=str(d["host"]),
+                start_time=_opt_float(d.get("start_time")),
+                duration_s=_opt_float(d.get("duration_s")),
+                devices=[DeviceRecord.from_dict(x) for x in d.get("devices", [])],
+                step_start_time=_opt_float(d.get("step_start_time")),
+                step_end_time=_opt_float(d.get("step_end_time")),
+                error=d.get("error"),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TraceError(f"node record: malformed ({exc})") from exc
+
+
+def _opt_float(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+@dataclass
+class StepRecord:
+    """A step's energy over all its nodes, assembled by node 0; `partial` when a node's record was missing."""
+
+    job_id: int
+    step: str
+    nnodes: int
+    nodes: list[NodeRecord] = field(default_factory=list)
+    spec: str = ""
+    missing_nodes: list[int] = field(default_factory=list)
+    #: "device", "node" or "step": how much detail survived the AdminComment size cap.
+    detail: str = "device"
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.missing_nodes) or any(n.error for n in self.nodes)
+
+    @property
+    def step_id(self) -> str:
+        """`JobID.Step` as sacct prints it."""
+        return f"{self.job_id}.{self.step}"
+
+    def kind_energy_j(self, kind: str | None) -> float | None:
+        return _sum(n.kind_energy_j(kind) for n in self.nodes)
+
+    @property
+    def gpu_energy_j(self) -> float | None:
+        return self.kind_energy_j("gpu")
+
+    @property
+    def cpu_energy_j(self) -> float | None:
+        return self.kind_energy_j("cpu")
+
+    @property
+    def dram_energy_j(self) -> float | None:
+        return self.kind_energy_j("dram")
+
+    @property
+    def total_energy_j(self) -> float | None:
+        return self.kind_energy_j(None)
+
+    @property
+    def duration_s(self) -> float | None:
+        """The longest node window: nodes run in parallel."""
+        known = [n.duration_s for n in self.nodes if n.duration_s is not None]
+        return max(known) if known else None
+
+    @property
+    def mean_power_w(self) -> float | None:
+        total, dur = self.total_energy_j, self.duration_s
+        return None if total is None or not dur else total / dur
+
+    @property
+    def edp(self) -> float | None:
+        """Energy-delay product (J*s)."""
+        total, dur = self.total_energy_j, self.duration_s
+        return None if total is None or dur is None else total * dur
+
+    @property
+    def samples(self) -> int:
+        return sum(d.samples for n in self.nodes for d in n.devices)
+
+    @property
+    def modelled_kinds(self) -> list[str]:
+        """Device kinds whose energy is (partly) modelled rather than measured (the DRAM model)."""
+        return sorted({d.kind for n in self.nodes for d in n.devices if d.modelled})
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe: snake_case keys, units in names, derived totals included for readers."""
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "job_id": self.job_id,
+            "step": self.step,
+            "nnodes": self.nnodes,
+            "spec": self.spec,
+            "detail": self.detail,
+            "partial": self.partial,
+            "missing_nodes": list(self.missing_nodes),
+            "duration_s": self.duration_s,
+            "total_energy_j": self.total_energy_j,
+            "gpu_energy_j": self.gpu_energy_j,
+            "cpu_energy_j": self.cpu_energy_j,
+            "dram_energy_j": self.dram_energy_j,
+            "mean_power_w": self.mean_power_w,
+            "edp_j_s": self.edp,
+            "modelled": self.modelled_kinds,
+            "nodes": [n.to_dict() for n in self.nodes],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StepRecord:
+        """Inverse of to_dict; derived totals are recomputed, never trusted."""
+        if d.get("schema_version") != SCHEMA_VERSION:
+            raise TraceError(f"step record: unsupported schema_version {d.get('schema_version')!r}")
+        try:
+            return cls(
+                job_id=int(d["job_id"]),
+                step=str(d["step"]),
+                nnodes=int(d["nnodes"]),
+                nodes=[NodeRecord.from_dict(n) for n in d.get("nodes", [])],
+                spec=str(d.get("spec", "")),
+                missing_nodes=[int(x) for x in d.get("missing_nodes", [])],
+                detail=str(d.get("detail", "device")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TraceError(f"step record: malformed ({exc})") from exc
+
+    def reduced(self, detail: str) -> StepRecord:
+        """A copy with less detail: "node" sums devices per kind, "step" also sums nodes into one."""
+        if detail not in DETAIL_LEVELS:
+            raise ValueError(detail)
+        if DETAIL_LEVELS.index(detail) <= DETAIL_LEVELS.index(self.detail):
+            return self
+        nodes = [_per_kind(n) for n in self.nodes]
+        if detail == "step" and nodes:
+            merged = _per_kind(
+                NodeRecord(
+                    node_id=-1,
+                    host=",".join(n.host for n in nodes),
+                    start_time=min((n.start_time for n in nodes if n.start_time is not None), default=None),
+                    duration_s=self.duration_s,
+                    devices=[d for n in nodes for d in n.devices],
+                    error="; ".join(n.error for n in nodes if n.error) or None,
+                )
+            )
+            nodes = [merged]
+        return StepRecord(
+            self.job_id, self.step, self.nnodes, nodes, self.spec, list(self.missing_nodes), detail
+        )
+
+
+def _per_kind(node: NodeRecord) -> NodeRecord:
+    """One synthetic device per kind holding the node's sums (sub-domains stay out of the sums)."""
+    devices = []
+    for kind in DEVICE_KINDS:
+        chosen = [d for d in node.devices if d.kind == kind and d.in_total]
+        if not chosen:
+            continue
+        energy = _sum(d.energy_j for d in chosen)
+        devices.append(
+            DeviceRecord(
+                name=kind,
+                kind=kind,
+                energy_j=energy,
+                mean_power_w=_sum(d.mean_power_w for d in chosen),
+                samples=sum(d.samples for d in chosen),
+                modelled=any(d.modelled for d in chosen),
+                source="+".join(sorted({d.source for d in chosen})),
+                error="; ".join(d.error for d in chosen if d.error) or None,
+            )
+        )
+    return NodeRecord(
+        node.node_id,
+        node.host,
+        node.start_time,
+        node.duration_s,
+        devices,
+        node.step_start_time,
+        node.step_end_time,
+        node.error,
+    )
+
+
+# ------------------------------------------------------------------------------------- AdminComment
+
+
+def _encode(steps: Sequence[StepRecord], truncated: int) -> str:
+    doc = {"v": SCHEMA_VERSION, "steps": [s.to_dict() for s in steps], "dropped_steps": truncated}
+    raw = json.dumps(doc, separators=(",", ":"), sort_keys=True, allow_nan=False).encode("ascii")
+    return ADMIN_COMMENT_PREFIX + zlib.compress(raw, 9).hex()
+
+
+def encode_admin_comment(steps: Sequence[StepRecord], max_chars: int = ADMIN_COMMENT_MAX_CHARS) -> str:
+    """Every step of a job as one AdminComment value, reducing detail (then dropping the oldest steps,
+    counted in `dropped_steps`) until it fits `max_chars`. Full detail stays in the per-step files."""
+    ordered = sorted(steps, key=lambda s: (s.step == "batch", _step_order(s.step)))
+    for detail in DETAIL_LEVELS:
+        text = _encode([s.reduced(detail) for s in ordered], 0)
+        if len(text) <= max_chars:
+            if detail != "device":
+                log.warning("AdminComment: detail reduced to %r to fit %d chars", detail, max_chars)
+            return text
+    reduced = [s.reduced("step") for s in ordered]
+    for dropped in range(1, len(reduced) + 1):
+        text = _encode(reduced[dropped:], dropped)
+        if len(text) <= max_chars:
+            log.warning("AdminComment: %d oldest step records left out to fit %d chars", dropped, max_chars)
+            return text
+    return _encode([], len(reduced))
+
+
+def _step_order(step: str) -> int:
+    return int(step) if step.isdigit() else -1
+
+
+_TOKEN = re.compile(re.escape(ADMIN_COMMENT_PREFIX) + r"([0-9a-f]+)")
+
+
+def decode_admin_comment(text: str | None) -> list[StepRecord]:
+    """The step records in an AdminComment value ([] when it holds none); raises TraceError when an
+    easlurm document is present but damaged (e.g. truncated by the database)."""
+    if not text:
+        return []
+    m = _TOKEN.search(text.lower())
+    if m is None:
+        return []
+    hexdigits = m.group(1)
+    try:
+        doc = json.loads(zlib.decompress(bytes.fromhex(hexdigits[: len(hexdigits) // 2 * 2])))
+    except (ValueError, zlib.error) as exc:
+        raise TraceError(f"AdminComment: damaged easlurm record ({exc})") from exc
+    if not isinstance(doc, dict) or doc.get("v") != SCHEMA_VERSION:
+        raise TraceError("AdminComment: unsupported easlurm record version")
+    return [StepRecord.from_dict(s) for s in doc.get("steps", [])]

@@ -1,0 +1,196 @@
+"""The one Slurm client: an abstract interface, parsers of recorded output, and the CLI implementation.
+
+Everything in easlurm that talks to Slurm goes through `SlurmClient`; the scheduler daemon extends it.
+The CLI implementation runs sacct/scontrol/sacctmgr with a list argv (never a shell), explicit
+`--format`, a delimiter that free-text fields cannot contain, and puts the command's stderr in errors.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import subprocess
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from easlurm.errors import SlurmError
+
+log = logging.getLogger(__name__)
+
+#: sacct -P field separator: ASCII unit separator, which job names and comments do not contain.
+SACCT_DELIMITER = "\x1f"
+DEFAULT_TIMEOUT_S = 60.0
+
+
+def parse_sacct_parsable(
+    text: str, fields: Sequence[str], delimiter: str = SACCT_DELIMITER
+) -> list[dict[str, str]]:
+    """Rows of `sacct -n -P --delimiter=D --format=fields` as dicts keyed by the requested field names."""
+    rows = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split(delimiter)
+        if len(parts) != len(fields):
+            raise SlurmError(
+                f"sacct output line {lineno}: {len(parts)} fields, expected {len(fields)} ({line[:80]!r})"
+            )
+        rows.append(dict(zip(fields, parts)))
+    return rows
+
+
+def parse_scontrol_show(text: str) -> dict[str, str]:
+    """`scontrol show job -o ID` (one line of Key=Value) as a dict; values may contain spaces only at the
+    end (e.g. Command=...), so keys are found by the `Key=` pattern following whitespace."""
+    out: dict[str, str] = {}
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    tokens = line.split(" ")
+    key: str | None = None
+    for tok in tokens:
+        name, eq, value = tok.partition("=")
+        if eq and name and name[0].isalpha() and name.replace("/", "").replace(":", "").isalnum():
+            key = name
+            out[key] = value
+        elif key is not None:
+            out[key] += " " + tok
+    return out
+
+
+class SlurmClient(ABC):
+    """What easlurm needs from Slurm. Implementations: `CliSlurmClient` (tested on the local cluster);
+    a pyslurm backend can implement the same methods where pyslurm binds to the installed Slurm."""
+
+    @abstractmethod
+    def sacct(self, selection: Sequence[str], fields: Sequence[str]) -> list[dict[str, str]]:
+        """Rows (job, and step rows unless `-X` is in selection) with the named fields, as sacct prints them."""
+
+    @abstractmethod
+    def sacct_json(self, selection: Sequence[str]) -> dict[str, Any]:
+        """The `sacct --json` document for the selection."""
+
+    @abstractmethod
+    def show_job(self, job_id: int) -> dict[str, str]:
+        """slurmctld's view of a pending/running/recent job (`scontrol show job`); SlurmError if unknown."""
+
+    @abstractmethod
+    def set_admin_comment(self, job_id: int, text: str) -> None:
+        """Publish through slurmctld (`scontrol update`): works while the job is pending or running."""
+
+    @abstractmethod
+    def set_admin_comment_db(self, job_id: int, text: str) -> None:
+        """Write straight into the accounting database (`sacctmgr modify job`): for jobs that ended.
+        The value is lowercased and quotes become backticks; slurmctld's own copy can overwrite it."""
+
+
+class CliSlurmClient(SlurmClient):
+    """The CLI implementation. `env` is the environment for Slurm commands (e.g. SLURM_CONF); with
+    `debug`, each raw command and its output are passed to `echo` (the CLI prints them on stderr)."""
+
+    def __init__(
+        self,
+        env: Mapping[str, str] | None = None,
+        debug: bool = False,
+        echo: Callable[[str], None] | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        retries: int = 2,
+    ) -> None:
+        self.env = dict(os.environ if env is None else env)
+        self.debug = debug
+        self.echo = echo or (lambda msg: log.info("%s", msg))
+        self.timeout_s = timeout_s
+        self.retries = retries
+
+    def run(self, argv: Sequence[str], retry: bool = False) -> str:
+        """Run one Slurm command; SlurmError (with its stderr) if it fails, retried for transient errors."""
+        attempts = 1 + (self.retries if retry else 0)
+        for attempt in range(attempts):
+            if self.debug:
+                self.echo(f"$ {shlex.join(argv)}")
+            try:
+                res = subprocess.run(
+                    list(argv),
+                    capture_output=True,
+                    text=True,
+                    env=self.env,
+                    timeout=self.timeout_s,
+                    stdin=subprocess.DEVNULL,
+                    check=False,
+                )
+            except FileNotFoundError as exc:
+                raise SlurmError(f"{argv[0]}: command not found (is Slurm installed?)") from exc
+            except subprocess.TimeoutExpired as exc:
+                raise SlurmError(f"{shlex.join(argv)}: no answer within {self.timeout_s:g} s") from exc
+            if self.debug:
+                self.echo(
+                    res.stdout.rstrip() + (f"\n[stderr] {res.stderr.rstrip()}" if res.stderr.strip() else "")
+                )
+            if res.returncode == 0:
+                return res.stdout
+            err = res.stderr.strip().replace("\n", "; ") or f"exit status {res.returncode}"
+            if attempt + 1 < attempts and _transient(err):
+                time.sleep(0.2 * (attempt + 1))
+                continue
+            raise SlurmError(f"{argv[0]} failed: {err}")
+        raise AssertionError("unreachable")
+
+    def sacct(self, selection: Sequence[str], fields: Sequence[str]) -> list[dict[str, str]]:
+        argv = [
+            "sacct",
+            "-n",
+            "-P",
+            f"--delimiter={SACCT_DELIMITER}",
+            f"--format={','.join(fields)}",
+            *selection,
+        ]
+        return parse_sacct_parsable(self.run(argv, retry=True), fields)
+
+    def sacct_json(self, selection: Sequence[str]) -> dict[str, Any]:
+        text = self.run(["sacct", "--json", *selection], retry=True)
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SlurmError(f"sacct --json: not JSON ({exc})") from exc
+        if not isinstance(doc, dict):
+            raise SlurmError("sacct --json: unexpected document")
+        return doc
+
+    def show_job(self, job_id: int) -> dict[str, str]:
+        return parse_scontrol_show(self.run(["scontrol", "-o", "show", "job", str(int(job_id))], retry=True))
+
+    def set_admin_comment(self, job_id: int, text: str) -> None:
+        _check_value(text)
+        self.run(["scontrol", "update", f"JobId={int(job_id)}", f"AdminComment={text}"], retry=True)
+
+    def set_admin_comment_db(self, job_id: int, text: str) -> None:
+        _check_value(text)
+        self.run(
+            [
+                "sacctmgr",
+                "-i",
+                "modify",
+                "job",
+                "where",
+                f"jobid={int(job_id)}",
+                "set",
+                f"AdminComment={text}",
+            ],
+            retry=True,
+        )
+
+
+def _transient(err: str) -> bool:
+    """slurmctld busy or restarting: worth one more try."""
+    low = err.lower()
+    return any(s in low for s in ("timed out", "connection refused", "try again", "socket timed out", "busy"))
+
+
+def _check_value(text: str) -> None:
+    """AdminComment values must be ASCII without `|` or newlines (sacct -P does not escape them)."""
+    if not text.isascii() or any(c in text for c in "|\n\r"):
+        raise SlurmError("AdminComment value must be ASCII without '|' or newlines")
+    if len(text) > 65_000:
+        raise SlurmError(f"AdminComment value of {len(text)} chars exceeds the database column")

@@ -1,0 +1,367 @@
+"""`easlurm sacct`: the real sacct plus per-step GPU/CPU/DRAM energy decoded from easlurm's AdminComment."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from easlurm.energy.step_record import DeviceRecord, NodeRecord, StepRecord, decode_admin_comment
+from easlurm.errors import ConfigError, EaslurmError
+from easlurm.table import render_table, select_columns
+from easlurm.units import format_energy, format_power
+
+log = logging.getLogger(__name__)
+
+JSON_SCHEMA_VERSION = 1
+
+#: Fields of sacct 22.05 (`sacct --helpformat`); any of them can be shown next to the energy columns.
+SACCT_FIELDS = (  # noqa: SIM905 - kept as sacct --helpformat prints it
+    "Account AdminComment AllocCPUS AllocNodes AllocTRES AssocID AveCPU AveCPUFreq AveDiskRead AveDiskWrite "
+    "AvePages AveRSS AveVMSize BlockID Cluster Comment Constraints ConsumedEnergy ConsumedEnergyRaw Container "
+    "CPUTime CPUTimeRAW DBIndex DerivedExitCode Elapsed ElapsedRaw Eligible End ExitCode Flags GID Group JobID "
+    "JobIDRaw JobName Layout MaxDiskRead MaxDiskReadNode MaxDiskReadTask MaxDiskWrite MaxDiskWriteNode "
+    "MaxDiskWriteTask MaxPages MaxPagesNode MaxPagesTask MaxRSS MaxRSSNode MaxRSSTask MaxVMSize MaxVMSizeNode "
+    "MaxVMSizeTask McsLabel MinCPU MinCPUNode MinCPUTask NCPUS NNodes NodeList NTasks Partition Priority QOS "
+    "QOSRAW Reason ReqCPUFreq ReqCPUFreqGov ReqCPUFreqMax ReqCPUFreqMin ReqCPUS ReqMem ReqNodes ReqTRES "
+    "Reservation ReservationId Reserved ResvCPU ResvCPURAW Start State Submit SubmitLine Suspended "
+    "SystemComment SystemCPU Timelimit TimelimitRaw TotalCPU TRESUsageInAve TRESUsageInMax TRESUsageInMaxNode "
+    "TRESUsageInMaxTask TRESUsageInMin TRESUsageInMinNode TRESUsageInMinTask TRESUsageInTot TRESUsageOutAve "
+    "TRESUsageOutMax TRESUsageOutMaxNode TRESUsageOutMaxTask TRESUsageOutMin TRESUsageOutMinNode "
+    "TRESUsageOutMinTask TRESUsageOutTot UID User UserCPU WCKey WCKeyID WorkDir"
+).split()
+
+#: easlurm's columns -> (JSON key, what it holds).
+ENERGY_COLUMNS: dict[str, tuple[str, str]] = {
+    "GPUEnergy": ("gpu_energy_j", "GPU energy of the step (all nodes), J"),
+    "CPUEnergy": ("cpu_energy_j", "CPU package energy (RAPL), J"),
+    "DRAMEnergy": ("dram_energy_j", "DRAM energy (measured or modelled), J"),
+    "TotalEnergy": ("total_energy_j", "sum of the above, J"),
+    "AvgPower": ("mean_power_w", "TotalEnergy / measured duration, W"),
+    "EDP": ("edp_j_s", "energy-delay product, J*s"),
+    "EnergyFlags": (
+        "energy_flags",
+        "partial, modelled:<kinds>, degraded:<devices>, detail:<level>, spool (read from the spool files), damaged",
+    ),
+    "Node": ("node", "host of a --detail row"),
+    "Device": ("device", "device of a --detail=device row"),
+}
+DEFAULT_COLUMNS = (
+    "JobID",
+    "JobName",
+    "State",
+    "Elapsed",
+    "NNodes",
+    "GPUEnergy",
+    "CPUEnergy",
+    "DRAMEnergy",
+    "TotalEnergy",
+    "AvgPower",
+    "EDP",
+)
+_KIND_COLUMN = {"gpu": "GPUEnergy", "cpu": "CPUEnergy", "dram": "DRAMEnergy"}
+
+
+def _flags(step: StepRecord) -> str:
+    flags = []
+    if step.partial:
+        flags.append("partial")
+    if step.modelled_kinds:
+        flags.append("modelled:" + "+".join(step.modelled_kinds))
+    degraded = sorted({d.name for n in step.nodes for d in n.devices if d.error})
+    if degraded:
+        flags.append("degraded:" + "+".join(degraded))
+    if step.detail != "device":
+        flags.append(f"detail:{step.detail}")
+    return ",".join(flags)
+
+
+def step_values(step: StepRecord) -> dict[str, Any]:
+    """Energy columns of a step row, in SI units (None = unknown)."""
+    return {
+        "GPUEnergy": step.gpu_energy_j,
+        "CPUEnergy": step.cpu_energy_j,
+        "DRAMEnergy": step.dram_energy_j,
+        "TotalEnergy": step.total_energy_j,
+        "AvgPower": step.mean_power_w,
+        "EDP": step.edp,
+        "EnergyFlags": _flags(step),
+    }
+
+
+def node_values(node: NodeRecord) -> dict[str, Any]:
+    total = node.total_energy_j
+    return {
+        "GPUEnergy": node.kind_energy_j("gpu"),
+        "CPUEnergy": node.kind_energy_j("cpu"),
+        "DRAMEnergy": node.kind_energy_j("dram"),
+        "TotalEnergy": total,
+        "AvgPower": node.mean_power_w,
+        "EDP": None if total is None or node.duration_s is None else total * node.duration_s,
+        "EnergyFlags": "error" if node.error else "",
+        "Node": node.host,
+    }
+
+
+def device_values(node: NodeRecord, dev: DeviceRecord) -> dict[str, Any]:
+    dur = dev.duration_s if dev.duration_s is not None else node.duration_s
+    out: dict[str, Any] = {
+        "TotalEnergy": dev.energy_j if dev.in_total else None,
+        "AvgPower": dev.mean_power_w,
+        "EDP": None if dev.energy_j is None or dur is None else dev.energy_j * dur,
+        "EnergyFlags": ",".join(
+            f
+            for f in (
+                "modelled" if dev.modelled else "",
+                "sub-domain" if not dev.in_total else "",
+                dev.source,
+            )
+            if f
+        ),
+        "Node": node.host,
+        "Device": dev.name,
+    }
+    if dev.kind in _KIND_COLUMN:
+        out[_KIND_COLUMN[dev.kind]] = dev.energy_j
+    return out
+
+
+def split_job_id(raw: str) -> tuple[str, str | None]:
+    """'123' -> ('123', None); '123.batch' -> ('123', 'batch'); '123.0' -> ('123', '0')."""
+    job, dot, step = raw.partition(".")
+    return job, (step if dot else None)
+
+
+def spool_records(spool: Path, job: str) -> dict[str, StepRecord]:
+    """Step records kept in the spool files: the fallback for jobs whose AdminComment could not be set
+    (cancelled or timed-out jobs end COMPLETING, when slurmctld refuses updates)."""
+    out: dict[str, StepRecord] = {}
+    if not job.isdigit():
+        return out
+    try:
+        paths = sorted((spool / job).glob("step-*.json"))
+    except OSError:
+        return out
+    for path in paths:
+        try:
+            rec = StepRecord.from_dict(json.loads(path.read_text()))
+        except (OSError, ValueError, EaslurmError) as exc:
+            log.debug("%s: %s", path, exc)
+            continue
+        out[rec.step] = rec
+    return out
+
+
+def build_rows(
+    sacct_rows: Sequence[dict[str, str]], detail: str | None = None, spool: Path | None = None
+) -> tuple[list[dict[str, Any]], dict[str, list[StepRecord]]]:
+    """Attach decoded step records to sacct rows; with `detail`, add node (and device) rows under each step.
+    With `spool`, steps missing from AdminComment are read from the spool files when readable."""
+    records: dict[str, dict[str, StepRecord]] = {}
+    damaged: set[str] = set()
+    from_spool: set[tuple[str, str]] = set()
+    for row in sacct_rows:
+        job, step = split_job_id(row.get("JobIDRaw", ""))
+        if step is not None:
+            continue
+        if row.get("AdminComment"):
+            try:
+                records[job] = {s.step: s for s in decode_admin_comment(row["AdminComment"])}
+            except EaslurmError as exc:
+                log.warning("job %s: %s", job, exc)
+                damaged.add(job)
+        if spool is not None:
+            for name, found in spool_records(spool, job).items():
+                if name not in records.setdefault(job, {}):
+                    records[job][name] = found
+                    from_spool.add((job, name))
+    out: list[dict[str, Any]] = []
+    for row in sacct_rows:
+        job, step = split_job_id(row.get("JobIDRaw", ""))
+        values: dict[str, Any] = dict(row)
+        rec: StepRecord | None = records.get(job, {}).get(step) if step is not None else None
+        if rec is not None:
+            values.update(step_values(rec))
+            if (job, step) in from_spool:
+                values["EnergyFlags"] = ",".join(f for f in ("spool", values["EnergyFlags"]) if f)
+        elif job in damaged:
+            values["EnergyFlags"] = "damaged"
+        values["_record"] = rec
+        out.append(values)
+        if rec is None or detail is None:
+            continue
+        for node in rec.nodes:
+            out.append(
+                {"JobID": row.get("JobID", ""), "JobIDRaw": row.get("JobIDRaw", ""), **node_values(node)}
+            )
+            if detail == "device":
+                out.extend(
+                    {
+                        "JobID": row.get("JobID", ""),
+                        "JobIDRaw": row.get("JobIDRaw", ""),
+                        **device_values(node, d),
+                    }
+                    for d in node.devices
+                )
+    return out, {job: list(steps.values()) for job, steps in records.items()}
+
+
+def format_cell(column: str, value: Any) -> Any:
+    """Human units for the table and -P: kJ/MJ, W/kW, J*s."""
+    if value is None or column not in ENERGY_COLUMNS:
+        return value
+    if column == "AvgPower":
+        return format_power(value)
+    if column == "EDP":
+        return format_energy(value) + "s"
+    if column.endswith("Energy"):
+        return format_energy(value)
+    return value
+
+
+def _json_key(column: str) -> str:
+    if column in ENERGY_COLUMNS:
+        return ENERGY_COLUMNS[column][0]
+    out = []
+    for i, ch in enumerate(column):
+        if (
+            ch.isupper()
+            and i
+            and (not column[i - 1].isupper() or (i + 1 < len(column) and column[i + 1].islower()))
+        ):
+            out.append("_")
+        out.append(ch.lower())
+    return "".join(out)
+
+
+def render_json(columns: Sequence[str], rows: Sequence[dict[str, Any]]) -> str:
+    """One document: snake_case keys with units, numbers in SI, and each step's full record."""
+    doc_rows = []
+    for row in rows:
+        item = {_json_key(c): row.get(c) for c in columns}
+        rec = row.get("_record")
+        if rec is not None:
+            item["energy_record"] = rec.to_dict()
+        doc_rows.append(item)
+    return json.dumps({"schema_version": JSON_SCHEMA_VERSION, "rows": doc_rows}, indent=1)
+
+
+def selection_argv(options: dict[str, Any]) -> list[str]:
+    """sacct selection options as a list argv (values are never seen by a shell)."""
+    argv: list[str] = []
+    for flag, key in (
+        ("--jobs", "jobs"),
+        ("--user", "user"),
+        ("--account", "account"),
+        ("--starttime", "starttime"),
+        ("--endtime", "endtime"),
+        ("--state", "state"),
+        ("--partition", "partition"),
+        ("--nodelist", "nodelist"),
+        ("--name", "name"),
+        ("--qos", "qos"),
+    ):
+        if options.get(key):
+            argv.append(f"{flag}={options[key]}")
+    for flag, key in (
+        ("--allusers", "allusers"),
+        ("--allocations", "allocations"),
+        ("--duplicates", "duplicates"),
+    ):
+        if options.get(key):
+            argv.append(flag)
+    return argv
+
+
+@click.command(
+    "sacct",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    help="Run sacct and show easlurm's per-step energy (GPUEnergy, CPUEnergy, DRAMEnergy, TotalEnergy, "
+    "AvgPower, EDP, EnergyFlags) next to any sacct field. Jobs submitted with --energy-profile carry the "
+    "records; job (allocation) rows stay blank: see their steps.",
+)
+@click.option("-j", "--jobs", help="Job(s) to show: comma list, as sacct -j.")
+@click.option("-u", "--user", help="User(s), as sacct -u.")
+@click.option("-a", "--allusers", is_flag=True, help="All users' jobs (sacct -a).")
+@click.option("-A", "--account", help="Account(s) (sacct -A).")
+@click.option("-S", "--starttime", help="Window start (sacct -S).")
+@click.option("-E", "--endtime", help="Window end (sacct -E).")
+@click.option("-s", "--state", help="State(s) (sacct -s).")
+@click.option("-r", "--partition", help="Partition(s) (sacct -r).")
+@click.option("-N", "--nodelist", help="Node list (sacct -N).")
+@click.option("--name", help="Job name(s) (sacct --name).")
+@click.option("-q", "--qos", help="QOS (sacct -q).")
+@click.option("-X", "--allocations", is_flag=True, help="Only allocation rows (no steps, so no energy).")
+@click.option("-D", "--duplicates", is_flag=True, help="Also requeued records (sacct -D).")
+@click.option("-o", "--format", "fmt", help="Comma list of columns: any sacct field and the energy columns.")
+@click.option(
+    "--detail",
+    type=click.Choice(["node", "device"]),
+    default=None,
+    help="Add one row per node (and per device) under each profiled step.",
+)
+@click.option("-P", "--parsable", is_flag=True, help="Pipe-delimited, no padding.")
+@click.option("-n", "--noheader", is_flag=True, help="No header line.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document (SI numbers, full step records).")
+@click.option(
+    "--spool",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Also read step records from this spool (default: spank.spool) for jobs without AdminComment "
+    "records, e.g. cancelled or timed out.",
+)
+@click.option("--no-spool", is_flag=True, help="Use AdminComment only.")
+@click.option("--debug", is_flag=True, help="Echo the sacct command and its raw output on stderr.")
+@click.option("--helpformat", is_flag=True, help="List the columns and exit.")
+@click.pass_context
+def sacct_cmd(
+    ctx: click.Context,
+    fmt: str | None,
+    detail: str | None,
+    parsable: bool,
+    noheader: bool,
+    as_json: bool,
+    spool: str | None,
+    no_spool: bool,
+    debug: bool,
+    helpformat: bool,
+    **selection: Any,
+) -> None:
+    from easlurm.slurm.client import CliSlurmClient
+
+    available = [*SACCT_FIELDS, *ENERGY_COLUMNS]
+    if helpformat:
+        click.echo(" ".join(SACCT_FIELDS))
+        for name, (key, what) in ENERGY_COLUMNS.items():
+            click.echo(f"{name:12} {key:15} {what}")
+        return
+    if as_json and parsable:
+        raise ConfigError("--json and -P are exclusive")
+    columns = select_columns(fmt, available, DEFAULT_COLUMNS)
+    if detail and not fmt:
+        columns[1:1] = ["Node", "Device"] if detail == "device" else ["Node"]
+    native = [c for c in columns if c not in ENERGY_COLUMNS]
+    fields = list(dict.fromkeys(["JobIDRaw", "JobID", "AdminComment", *native]))
+    client = CliSlurmClient(debug=debug, echo=lambda msg: click.echo(msg, err=True))
+    sacct_rows = client.sacct(selection_argv(selection), fields)
+    spool_dir = None
+    if not no_spool:
+        from easlurm.cli import load_ctx_config
+
+        spool_dir = Path(spool or load_ctx_config(ctx).get("spank.spool"))
+    rows, _ = build_rows(sacct_rows, detail, spool_dir)
+    if as_json:  # every energy column, whatever --format says: JSON readers pick keys
+        click.echo(
+            render_json(
+                [*native, *(c for c in ENERGY_COLUMNS if c in columns or c not in ("Node", "Device"))], rows
+            )
+        )
+        return
+    shown = [{c: format_cell(c, row.get(c)) for c in columns} for row in rows]
+    text = render_table(columns, shown, parsable=parsable, header=not noheader)
+    if text:
+        click.echo(text)

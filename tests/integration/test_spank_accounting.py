@@ -1,0 +1,211 @@
+"""`--energy-profile` on the real local cluster: every step's energy, per node and device, reaches
+`easlurm sacct` within 1% of what the fake sensors drew; jobs without the option carry no record; a
+burst of 200 profiled steps in one job keeps every record (one writer at a time owns AdminComment)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parents[2]
+GPU_W = 250.0
+CPU_W = 80.0
+
+
+@contextlib.contextmanager
+def plugstack(
+    box: Any, *extra: str, agent: str | None = None, spool: str | None = None, timeout_ms: int = 2000
+) -> Iterator[Path]:
+    """Point the installed plugin at the fake sensors (and any extra key=value args), restore after."""
+    subprocess.run(
+        [str(REPO / "spank" / "install-box"), str(box.dir), sys.executable], check=True, capture_output=True
+    )
+    conf = Path(box.dir) / "etc" / "plugstack.d" / "easlurm.conf"
+    original = conf.read_text()
+    spool_dir = Path(spool) if spool else Path(box.dir) / "spool" / "easlurm"
+    args = [
+        f"agent={agent or sys.executable}",
+        f"spool={spool_dir}",
+        f"timeout_ms={timeout_ms}",
+        f"env=SLURM_CONF={box.env['SLURM_CONF']}",
+        f"env=PYTHONPATH={REPO / 'src'}:{REPO / 'tests' / 'fakes'}",
+        "env=EASLURM_PROFILER__NVML_MODULE=easlurm_fakes.fake_nvml",
+        "env=EASLURM_FAKE_NVML_COUNT=8",
+        f"env=EASLURM_FAKE_NVML_POWER_W={GPU_W:g}",
+        *extra,
+    ]
+    tmp = conf.with_name(".easlurm.conf.test")
+    tmp.write_text(f"optional {box.dir}/lib/easlurm_spank.so {' '.join(args)}\n")
+    os.replace(tmp, conf)
+    try:
+        yield spool_dir
+    finally:
+        tmp.write_text(original)
+        os.replace(tmp, conf)
+
+
+def wait_done(box: Any, job: str, timeout_s: float = 120.0) -> str:
+    """Final state of our job: first gone from slurmctld, then from sacct (the box's database may hold an
+    older job with the same id from an earlier cluster life, which sacct shows until ours is recorded)."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        res = box.run(["squeue", "-h", "-j", job, "-o", "%T"], check=False)
+        if res.returncode != 0 or not res.stdout.strip():
+            break
+        time.sleep(0.3)
+    return str(box.wait_job(job, timeout_s=max(10.0, end - time.monotonic())))
+
+
+def easlurm_sacct(box: Any, *args: str) -> dict[str, Any]:
+    env = {**os.environ, **box.env, "PYTHONPATH": str(REPO / "src")}
+    res = subprocess.run(
+        [sys.executable, "-m", "easlurm.cli", "sacct", *args, "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def step_rows(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {r["job_id"].split(".", 1)[1]: r for r in doc["rows"] if "." in r["job_id"]}
+
+
+@pytest.fixture
+def fake_powercap(tmp_path: Path) -> Iterator[Path]:
+    """A RAPL tree at CPU_W for package-0, ticking while the test runs (the agent runs as root here)."""
+    sys.path.insert(0, str(REPO / "tests" / "fakes"))
+    from easlurm_fakes.powercap import FakePowercap
+
+    root = tmp_path / "powercap"
+    fp = FakePowercap(root, sockets=1, subzones=("core",))
+    fp.start_ticker({"package-0": CPU_W}, period_s=0.005)
+    os.chmod(tmp_path, 0o755)
+    try:
+        yield root
+    finally:
+        fp.stop_ticker()
+        fp.close()
+
+
+def test_multi_node_steps_are_accounted_per_node_and_device(
+    slurm_box: Any, tmp_path: Path, fake_powercap: Path
+) -> None:
+    """sbatch -N2 --energy-profile=all with three srun steps: each step, node and GPU within 1%."""
+    script = tmp_path / "job.sh"
+    script.write_text(
+        textwrap.dedent("""\
+        #!/bin/sh
+        srun sleep 3
+        srun -N1 -n1 --gres=gpu:a100:2 sleep 3
+        srun -N2 --gres=gpu:a100:4 sleep 3
+        """)
+    )
+    with plugstack(slurm_box, f"env=EASLURM_PROFILER__POWERCAP_ROOT={fake_powercap}"):
+        job = slurm_box.sbatch(
+            "-p",
+            "a100",
+            "-N2",
+            "--ntasks-per-node=1",
+            "--gres=gpu:a100:8",
+            "--energy-profile=all",
+            "-o",
+            str(tmp_path / "out"),
+            str(script),
+        )
+        assert wait_done(slurm_box, job) == "COMPLETED"
+    steps = step_rows(easlurm_sacct(slurm_box, "-j", job))
+    assert set(steps) >= {"batch", "0", "1", "2"}
+    expected_gpus = {"batch": 8, "0": 8, "1": 2, "2": 4}
+    expected_nodes = {"batch": 1, "0": 2, "1": 1, "2": 2}
+    for name, row in steps.items():
+        if name == "extern":
+            continue
+        rec = row["energy_record"]
+        assert not rec["partial"], name
+        assert len(rec["nodes"]) == expected_nodes[name], name
+        assert sorted(n["host"] for n in rec["nodes"]) == sorted(
+            {f"a100-{i + 1}" for i in range(expected_nodes[name])}
+        )
+        gpu_total = 0.0
+        for node in rec["nodes"]:
+            gpus = [d for d in node["devices"] if d["kind"] == "gpu"]
+            assert len(gpus) == expected_gpus[name], (name, node["host"])
+            wall_s = node["step_end_time"] - node["step_start_time"]
+            for dev in gpus:
+                # the device's window (first to last reading) covers most of the step's wall time...
+                assert 0.7 * wall_s <= dev["duration_s"] <= wall_s + 0.05, (name, dev, wall_s)
+                # ...and its energy is the fake's known power over that window
+                assert dev["energy_j"] == pytest.approx(GPU_W * dev["duration_s"], rel=0.01), (name, dev)
+                gpu_total += dev["energy_j"]
+            cpu = [d for d in node["devices"] if d["name"] == "package-0"]
+            assert cpu, (name, node["devices"])
+            assert cpu[0]["energy_j"] == pytest.approx(CPU_W * cpu[0]["duration_s"], rel=0.01), (name, cpu)
+        assert row["gpu_energy_j"] == pytest.approx(gpu_total)
+        assert row["total_energy_j"] >= row["gpu_energy_j"]
+    # the per-step JSON files are there for the user too
+    spool = Path(slurm_box.dir) / "spool" / "easlurm" / job
+    assert {p.name for p in spool.glob("step-*.json")} >= {
+        "step-batch.json",
+        "step-0.json",
+        "step-1.json",
+        "step-2.json",
+    }
+
+
+def test_job_without_the_option_has_no_record(slurm_box: Any, tmp_path: Path) -> None:
+    with plugstack(slurm_box):
+        job = slurm_box.sbatch(
+            "-p", "a100", "-N1", "--gres=gpu:a100:1", "-o", str(tmp_path / "out"), "--wrap", "srun sleep 1"
+        )
+        assert wait_done(slurm_box, job) == "COMPLETED"
+    doc = easlurm_sacct(slurm_box, "-j", job)
+    assert doc["rows"] and all(r["total_energy_j"] is None and "energy_record" not in r for r in doc["rows"])
+    assert not (Path(slurm_box.dir) / "spool" / "easlurm" / job).exists()
+    res = slurm_box.run(["sacct", "-n", "-X", "-P", "-j", job, "-o", "AdminComment"])
+    assert res.stdout.strip() == ""
+
+
+def test_burst_of_200_profiled_steps_keeps_every_record(slurm_box: Any, tmp_path: Path) -> None:
+    """200 srun steps submitted together in one job: all 200 (and the batch step) are in AdminComment."""
+    script = tmp_path / "burst.sh"
+    script.write_text(
+        textwrap.dedent("""\
+        #!/bin/bash
+        for i in $(seq 200); do srun -n1 -N1 --exact --gres=none sleep 0.2 & done
+        wait
+        """)
+    )
+    with plugstack(slurm_box):
+        job = slurm_box.sbatch(
+            "-p",
+            "h100",
+            "-N1",
+            "-n16",
+            "--energy-profile=gpu,interval=50ms",
+            "-o",
+            str(tmp_path / "out"),
+            str(script),
+        )
+        assert wait_done(slurm_box, job, timeout_s=400) == "COMPLETED"
+    steps = step_rows(easlurm_sacct(slurm_box, "-j", job))
+    srun_steps = {k: v for k, v in steps.items() if k.isdigit()}
+    assert len(srun_steps) == 200, (tmp_path / "out").read_text()[-2000:]
+    missing = [k for k, v in srun_steps.items() if v.get("energy_record") is None]
+    assert missing == []
+    assert steps["batch"].get("energy_record") is not None

@@ -1,0 +1,223 @@
+"""`easlurm sacct`: energy columns next to native fields, detail rows, -P and --json, on recorded output."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from easlurm.energy.step_record import DeviceRecord, NodeRecord, StepRecord, encode_admin_comment
+from easlurm.errors import ConfigError
+from easlurm.slurm.client import SACCT_DELIMITER
+from easlurm.slurm.sacct_cli import build_rows, format_cell, sacct_cmd
+
+DATA = Path(__file__).parent / "data"
+
+
+def record(job: int, step: str, watts: float, nodes: int = 2, dur: float = 4.0) -> StepRecord:
+    return StepRecord(
+        job,
+        step,
+        nodes,
+        [
+            NodeRecord(
+                i,
+                f"a100-{i + 1}",
+                1.7e9,
+                dur,
+                [
+                    DeviceRecord("gpu0", "gpu", watts * dur, watts, 40, False, "nvml-energy"),
+                    DeviceRecord("package-0", "cpu", 50 * dur, 50.0, 40, False, "rapl"),
+                    DeviceRecord("dram-0", "dram", 4 * dur, 4.0, 40, True, "dram-model"),
+                ],
+            )
+            for i in range(nodes)
+        ],
+    )
+
+
+def sacct_lines(rows: list[list[str]]) -> str:
+    return "".join(SACCT_DELIMITER.join(r) + "\n" for r in rows)
+
+
+@pytest.fixture
+def fake_sacct(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A sacct stand-in answering with a profiled job (9: steps batch and 0) and an unprofiled one (10)."""
+    comment = encode_admin_comment([record(9, "0", 250.0), record(9, "batch", 100.0, nodes=1)])
+    out = tmp_path / "out"
+    script = tmp_path / "sacct"
+    script.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {tmp_path}/argv\ncat {out}\n')
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    monkeypatch.setenv("FAKE_COMMENT", comment)
+    return out
+
+
+def write_answer(out: Path, fields: list[str], comment: str) -> None:
+    base = {
+        "9": {
+            "JobName": "train",
+            "State": "COMPLETED",
+            "Elapsed": "00:00:05",
+            "NNodes": "2",
+            "ConsumedEnergy": "0",
+        },
+        "10": {
+            "JobName": "plain",
+            "State": "COMPLETED",
+            "Elapsed": "00:00:01",
+            "NNodes": "1",
+            "ConsumedEnergy": "0",
+        },
+    }
+    rows = []
+    for raw in ("9", "9.batch", "9.0", "10", "10.0"):
+        job = raw.split(".")[0]
+        vals = {"JobIDRaw": raw, "JobID": raw, "AdminComment": comment if raw == "9" else "", **base[job]}
+        rows.append([vals.get(f, "") for f in fields])
+    out.write_text(sacct_lines(rows))
+
+
+def argv_fields(tmp_path: Path) -> list[str]:
+    argv = (tmp_path / "argv").read_text().splitlines()
+    return next(a for a in argv if a.startswith("--format=")).removeprefix("--format=").split(",")
+
+
+def invoke(fake: Path, args: list[str], fields: list[str]) -> str:
+    import os
+
+    write_answer(fake, fields, os.environ["FAKE_COMMENT"])
+    res = CliRunner().invoke(sacct_cmd, [*args, "--no-spool"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    return res.output
+
+
+def test_table_shows_energy_per_step_and_nothing_for_unprofiled(fake_sacct: Path) -> None:
+    fields = ["JobIDRaw", "JobID", "AdminComment", "JobName", "State", "Elapsed", "NNodes"]
+    out = invoke(fake_sacct, ["-j", "9,10"], fields)
+    assert argv_fields(fake_sacct.parent) == fields  # native columns requested from sacct, explicitly
+    lines = out.splitlines()
+    assert lines[0].split() == [
+        "JobID",
+        "JobName",
+        "State",
+        "Elapsed",
+        "NNodes",
+        "GPUEnergy",
+        "CPUEnergy",
+        "DRAMEnergy",
+        "TotalEnergy",
+        "AvgPower",
+        "EDP",
+    ]
+    row = {ln.split()[0]: ln.split() for ln in lines[2:]}
+    assert row["9.0"][5] == format_energy_j(2 * 250 * 4.0)
+    assert row["9.batch"][5] == format_energy_j(100 * 4.0)
+    assert len(row["10.0"]) == 5 and len(row["9"]) == 5  # no record: blank energy columns
+
+
+def format_energy_j(j: float) -> str:
+    return str(format_cell("GPUEnergy", j))
+
+
+def test_parsable_with_native_and_energy_columns(fake_sacct: Path) -> None:
+    fields = ["JobIDRaw", "JobID", "AdminComment", "ConsumedEnergy", "State"]
+    out = invoke(
+        fake_sacct,
+        ["-j", "9", "-P", "-n", "--format", "jobid,consumedenergy,totalenergy,state,energyflags"],
+        fields,
+    )
+    lines = out.splitlines()
+    assert lines[2].split("|")[0] == "9.0"
+    _jobid, consumed, total, state, flags = lines[2].split("|")
+    assert consumed == "0" and state == "COMPLETED"
+    assert total == format_energy_j(2 * (250 + 50 + 4) * 4.0)
+    assert flags == "modelled:dram"
+
+
+def test_json_has_si_numbers_and_full_records(fake_sacct: Path) -> None:
+    fields = ["JobIDRaw", "JobID", "AdminComment", "JobName", "State", "Elapsed", "NNodes"]
+    doc = json.loads(invoke(fake_sacct, ["-j", "9", "--json"], fields))
+    assert doc["schema_version"] == 1
+    step0 = next(r for r in doc["rows"] if r["job_id"] == "9.0")
+    assert step0["gpu_energy_j"] == pytest.approx(2000.0)
+    assert step0["mean_power_w"] == pytest.approx(2 * 304.0)
+    assert step0["edp_j_s"] == pytest.approx(2 * 304 * 4.0 * 4.0)
+    assert [n["host"] for n in step0["energy_record"]["nodes"]] == ["a100-1", "a100-2"]
+    assert next(r for r in doc["rows"] if r["job_id"] == "10.0")["total_energy_j"] is None
+
+
+def test_detail_rows_per_node_and_device() -> None:
+    comment = encode_admin_comment([record(9, "0", 250.0)])
+    rows, records = build_rows(
+        [
+            {"JobIDRaw": "9", "JobID": "9", "AdminComment": comment},
+            {"JobIDRaw": "9.0", "JobID": "9.0", "AdminComment": ""},
+        ],
+        detail="device",
+    )
+    assert [r.get("Node") for r in rows] == [
+        None,
+        None,
+        "a100-1",
+        "a100-1",
+        "a100-1",
+        "a100-1",
+        "a100-2",
+        "a100-2",
+        "a100-2",
+        "a100-2",
+    ]
+    gpu_rows = [r for r in rows if r.get("Device") == "gpu0"]
+    assert [r["GPUEnergy"] for r in gpu_rows] == [1000.0, 1000.0]
+    assert [s.step for s in records["9"]] == ["0"]
+
+
+def test_damaged_record_is_flagged_not_fatal() -> None:
+    comment = encode_admin_comment([record(9, "0", 250.0)])[:80]
+    rows, _ = build_rows(
+        [
+            {"JobIDRaw": "9", "JobID": "9", "AdminComment": comment},
+            {"JobIDRaw": "9.0", "JobID": "9.0", "AdminComment": ""},
+        ]
+    )
+    assert rows[1]["EnergyFlags"] == "damaged" and rows[1].get("TotalEnergy") is None
+
+
+def test_unknown_column_is_a_user_error(fake_sacct: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown column 'Joules'"):
+        CliRunner().invoke(sacct_cmd, ["--format", "JobID,Joules"], catch_exceptions=False)
+
+
+def test_recorded_real_output_decodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from easlurm.slurm.client import parse_sacct_parsable
+
+    fields = ["JobIDRaw", "JobID", "AdminComment", "JobName", "State", "Elapsed", "NNodes", "ConsumedEnergy"]
+    rows, _ = build_rows(parse_sacct_parsable((DATA / "sacct_profiled_job.txt").read_text(), fields), "node")
+    step_rows = [r for r in rows if r.get("_record") is not None]
+    assert {r["JobID"].split(".")[1] for r in step_rows} == {"batch", "0", "1"}
+    for r in step_rows:
+        assert r["TotalEnergy"] == pytest.approx(
+            r["GPUEnergy"] + (r["CPUEnergy"] or 0) + (r["DRAMEnergy"] or 0)
+        )
+
+
+def test_spool_files_fill_in_for_jobs_without_admin_comment(tmp_path: Path) -> None:
+    """A cancelled job: no AdminComment, but the step records are in the spool (flagged `spool`)."""
+    (tmp_path / "11").mkdir()
+    (tmp_path / "11" / "step-0.json").write_text(json.dumps(record(11, "0", 300.0).to_dict()))
+    (tmp_path / "11" / "step-1.json").write_text("{broken")
+    sacct_rows = [
+        {"JobIDRaw": "11", "JobID": "11", "AdminComment": ""},
+        {"JobIDRaw": "11.0", "JobID": "11.0", "AdminComment": ""},
+        {"JobIDRaw": "11.1", "JobID": "11.1", "AdminComment": ""},
+    ]
+    rows, _ = build_rows(sacct_rows, spool=tmp_path)
+    assert rows[1]["GPUEnergy"] == pytest.approx(2 * 300.0 * 4.0)
+    assert rows[1]["EnergyFlags"].split(",")[0] == "spool"
+    assert rows[2].get("TotalEnergy") is None
+    rows, _ = build_rows(sacct_rows)  # without the spool: nothing
+    assert rows[1].get("GPUEnergy") is None
