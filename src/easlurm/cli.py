@@ -23,6 +23,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Print the effective configuration and where each value came from.",
     ),
     "sim": ("easlurm.sim.cli:sim_group", "Simulate scheduling policies on a virtual GPU cluster."),
+    "schedd": (
+        "easlurm.priority.schedd_cli:schedd_cmd",
+        "Scheduler daemon: drive Slurm with an energy-aware policy.",
+    ),
     "predict": ("easlurm.model.cli:predict_cmd", "Predict step time, power, energy and EDP per placement."),
     "model": ("easlurm.model.cli:model_group", "The analytical oracle: calibrate it, list models and GPUs."),
     "sacct": (

@@ -1,0 +1,236 @@
+"""A policy's Decision -> the few Slurm actions that realise it (planned purely, then executed or logged)."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from easlurm.errors import SlurmError
+from easlurm.priority import holds
+from easlurm.priority.snapshot import ClusterSnapshot, Decision, StartJob
+from easlurm.slurm.sched_client import SchedClient, SlurmJob, SlurmNode
+
+log = logging.getLogger(__name__)
+
+#: SiteFactor of the policy's first job; each next one gets one SITE_STEP less. The step exceeds the
+#: sum of the multifactor weights so that age and fair share cannot reorder the policy's choices.
+SITE_BASE = 10_000_000
+SITE_STEP = 100_000
+#: Jobs ordered per cycle (SITE_BASE - TOP_K * SITE_STEP stays > 0).
+TOP_K = 64
+#: Hold updates (new or refreshed) per cycle: a bound on scontrol commands when a budget gates a long queue.
+MAX_HOLDS = 256
+
+
+class Kind(enum.Enum):
+    """Closed set of what the daemon ever does to a job, in the order it does it."""
+
+    REQUEUE = "requeue"
+    RELEASE = "release"
+    PLACE = "place"
+    ORDER = "order"
+    HOLD = "hold"
+    ENV = "env"
+
+
+@dataclass(frozen=True)
+class Action:
+    """One change to one job; `fields` are scontrol update keys (or EASLURM_* variables for ENV)."""
+
+    kind: Kind
+    job_id: str
+    fields: Mapping[str, str] = field(default_factory=dict)
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "job_id": self.job_id,
+            "fields": dict(self.fields),
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """Slurm state the plan is diffed against (so that a repeated plan issues no command)."""
+
+    now_s: float
+    jobs: Mapping[str, SlurmJob]
+    nodes: Mapping[str, SlurmNode]
+    declared: frozenset[str]
+    site_factors: Mapping[str, tuple[int, int]]
+    hold_ttl_s: float
+    gate_all: bool = False  # under a power budget: every declared job not started now is held
+    recently_requeued: frozenset[str] = frozenset()
+
+
+def partition_for(job: SlurmJob, node: SlurmNode | None) -> str | None:
+    """Keep the job's partition when it contains the node, else the node's first partition."""
+    if node is None or not node.partitions:
+        return None
+    parts = [p for p in job.partition.split(",") if p]
+    if any(p in node.partitions for p in parts):
+        return None
+    return node.partitions[0]
+
+
+def placement_fields(job: SlurmJob, start: StartJob, node: SlurmNode | None) -> dict[str, str]:
+    """scontrol fields that turn the job's request into the chosen placement ({} when it already is)."""
+    fields: dict[str, str] = {}
+    if (
+        job.gpus_per_node != start.n_gpus
+        or job.node_count != 1
+        or (job.gpu_type or start.gpu_type) != start.gpu_type
+    ):
+        fields["NumNodes"] = "1"
+        fields["TresPerNode"] = f"gres:gpu:{start.gpu_type}:{start.n_gpus}"
+    part = partition_for(job, node)
+    if part is not None:
+        fields["Partition"] = part
+    return fields
+
+
+def plan(
+    decision: Decision,
+    snapshot: ClusterSnapshot,
+    ctx: PlanContext,
+    ranking: Sequence[str] = (),
+    top_k: int = TOP_K,
+    max_holds: int = MAX_HOLDS,
+) -> list[Action]:
+    """Actions in application order: requeue victims, release holds, place, order, hold, publish env.
+
+    Order: the decision's starts first (in its order), then the policy's `ranking` of the other
+    declared jobs, down to `top_k` jobs (a bound on scontrol updates per cycle); others get 0.
+    Holds: at most `max_holds` updates per cycle, the policy's holds and best-ranked jobs first."""
+    actions: list[Action] = []
+    for job_id in decision.preempt:
+        job = ctx.jobs.get(job_id)
+        if job is None or not job.running or job_id not in ctx.declared or not job.requeue:
+            log.info("not preempting job %s: not a running, declared, requeueable job", job_id)
+            continue
+        if job_id in ctx.recently_requeued:
+            log.info("not preempting job %s again within the cooldown", job_id)
+            continue
+        actions.append(Action(Kind.REQUEUE, job_id, reason="preempted"))
+    started = {s.job_id for s in decision.starts}
+    to_hold = set(decision.hold)
+    if ctx.gate_all:
+        to_hold |= {p.job_id for p in snapshot.pending if p.job_id not in started}
+        # jobs waiting for their own begin time are gated before Slurm can start them (a site's
+        # job_submit.lua can give declared jobs a begin time a few seconds ahead for exactly this)
+        to_hold |= {
+            j
+            for j in ctx.declared
+            if j in ctx.jobs and holds.user_deferred(ctx.jobs[j], ctx.now_s, ctx.hold_ttl_s)
+        }
+    to_hold -= started
+    for job in ctx.jobs.values():
+        if not job.pending or holds.mark_of(job) is None or job.job_id not in ctx.declared:
+            continue  # out of this daemon's scope: its TTL, or the daemon that owns it, releases it
+        if job.job_id not in to_hold:
+            actions.append(Action(Kind.RELEASE, job.job_id, holds.release_fields(job, ctx.now_s), "headroom"))
+    queue = [s.job_id for s in decision.starts]
+    queue += [j for j in ranking if j not in started and j not in to_hold][: max(top_k - len(queue), 0)]
+    ranked = set(queue)
+    for start in decision.starts:
+        job = ctx.jobs.get(start.job_id)
+        if job is not None and job.pending:
+            place = placement_fields(job, start, ctx.nodes.get(start.node))
+            if place:
+                actions.append(Action(Kind.PLACE, start.job_id, place, f"{start.n_gpus}x{start.gpu_type}"))
+    for i, job_id in enumerate(queue):
+        job = ctx.jobs.get(job_id)
+        if job is None or not job.pending:
+            continue
+        factor = SITE_BASE - i * SITE_STEP
+        if ctx.site_factors.get(job_id, (0, -1))[1] != factor:
+            why = "start now" if job_id in started else "queue order"
+            actions.append(Action(Kind.ORDER, job_id, {"SiteFactor": str(factor)}, f"{why}, rank {i + 1}"))
+    for job_id in sorted(ctx.declared - ranked):
+        job = ctx.jobs.get(job_id)
+        current = ctx.site_factors.get(job_id)
+        if job is not None and job.pending and current is not None and current[1] != 0:
+            actions.append(Action(Kind.ORDER, job_id, {"SiteFactor": "0"}, "not ranked"))
+    # the policy's own holds first, then the queue in its order: with a bounded number of updates per
+    # cycle, the jobs Slurm would start first are held first
+    rank = {j: i for i, j in enumerate([*decision.hold, *ranking])}
+    n_holds = 0
+    for job_id in sorted(to_hold, key=lambda j: (rank.get(j, len(rank)), j)):
+        job = ctx.jobs.get(job_id)
+        if job is None or not holds.can_hold(job, ctx.now_s, ctx.hold_ttl_s):
+            continue
+        if holds.mark_of(job) is None or holds.needs_refresh(job, ctx.now_s, ctx.hold_ttl_s):
+            if n_holds >= max_holds:
+                log.info("hold updates capped at %d this cycle; the rest follow next cycles", max_holds)
+                break
+            n_holds += 1
+            actions.append(
+                Action(Kind.HOLD, job_id, holds.hold_fields(job, ctx.now_s, ctx.hold_ttl_s), "power budget")
+            )
+    for start in decision.starts:
+        env = {"EASLURM_BATCH_SIZE": str(start.batch), "EASLURM_GPUS": str(start.n_gpus)}
+        env["EASLURM_GPU_TYPE"] = start.gpu_type
+        if start.power_limit_w is not None:
+            env["EASLURM_POWER_LIMIT_W"] = f"{start.power_limit_w:g}"
+        actions.append(Action(Kind.ENV, start.job_id, env, "placement"))
+    return actions
+
+
+def release_all(jobs: Iterable[SlurmJob], now_s: float) -> list[Action]:
+    """Undo every daemon hold (start-up, shutdown, repair after a crash); other holds are not touched."""
+    return [
+        Action(Kind.RELEASE, j.job_id, holds.release_fields(j, now_s), "daemon start/stop")
+        for j in jobs
+        if j.pending and holds.mark_of(j) is not None
+    ]
+
+
+def write_env_file(directory: Path, job_id: str, env: Mapping[str, str]) -> Path:
+    """`job-<id>.env` (KEY=VALUE lines) atomically: the SPANK plugin reads it at task start."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"job-{int(job_id)}.env"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    return path
+
+
+@dataclass
+class Outcome:
+    """What applying a plan did: actions done and failed (with the error); nothing is retried blindly."""
+
+    done: list[Action] = field(default_factory=list)
+    failed: list[tuple[Action, str]] = field(default_factory=list)
+
+
+def execute(actions: Iterable[Action], client: SchedClient, env_dir: Path | None, dry_run: bool) -> Outcome:
+    """Apply actions one by one; a failing command is logged and skipped (each action is independent and
+    the next cycle re-plans from Slurm's state). In dry-run, only log."""
+    out = Outcome()
+    for act in actions:
+        if dry_run:
+            log.info("dry-run: %s job %s %s (%s)", act.kind.value, act.job_id, dict(act.fields), act.reason)
+            out.done.append(act)
+            continue
+        try:
+            if act.kind is Kind.REQUEUE:
+                client.requeue(act.job_id)
+            elif act.kind is Kind.ENV:
+                if env_dir is not None:
+                    write_env_file(env_dir, act.job_id, act.fields)
+            else:
+                client.update_job(act.job_id, act.fields)
+        except (SlurmError, OSError) as exc:
+            log.warning("%s of job %s failed: %s", act.kind.value, act.job_id, exc)
+            out.failed.append((act, str(exc)))
+            continue
+        out.done.append(act)
+    return out

@@ -1,0 +1,285 @@
+"""The scheduler daemon: each cycle read Slurm, call the same policy as the simulator, apply the decision."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from easlurm.errors import SlurmError
+from easlurm.priority import holds
+from easlurm.priority.apply import Action, Kind, Outcome, PlanContext, execute, plan, release_all
+from easlurm.priority.metrics import Metrics
+from easlurm.priority.slurm_snapshot import (
+    SnapshotInputs,
+    SpecReader,
+    build_snapshot,
+    gpu_facts_from_catalogue,
+    measured_power,
+    oracle_power,
+    schedulable,
+)
+from easlurm.priority.snapshot import ClusterSnapshot, Decision
+from easlurm.slurm.sched_client import SchedClient, SlurmJob
+
+log = logging.getLogger(__name__)
+
+LOG_SCHEMA_VERSION = 1
+MAX_BACKOFF_S = 300.0
+
+
+@dataclass
+class DaemonConfig:
+    """Settings of one daemon (from the `sched` configuration section and the command's flags)."""
+
+    policy: str = "zeus"
+    interval_s: float = 10.0
+    power_budget_w: float | None = None
+    dry_run: bool = False
+    hold_ttl_s: float = 600.0
+    preempt_cooldown_s: float = 300.0
+    aging_weight: float = 1.0
+    decision_log: Path | None = None
+    env_dir: Path | None = None
+    state_save_dir: str | None = None
+    log_snapshots: bool = False
+    history_s: float = 7 * 86400.0
+    history_refresh_s: float = 300.0
+    #: Scope (one daemon per pool, staged roll-outs, tests on a shared cluster): only jobs whose name
+    #: starts with `name_prefix` are managed, only `nodes` are scheduled (None: all).
+    name_prefix: str | None = None
+    nodes: tuple[str, ...] | None = None
+
+
+@dataclass
+class CycleReport:
+    """One cycle: what was seen, decided and done, and how long each phase took (s)."""
+
+    time_s: float
+    snapshot: ClusterSnapshot | None = None
+    decision: Decision | None = None
+    actions: list[Action] = field(default_factory=list)
+    outcome: Outcome | None = None
+    timings_s: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+
+    def to_dict(self, with_snapshot: bool) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "schema_version": LOG_SCHEMA_VERSION,
+            "time_s": self.time_s,
+            "timings_s": self.timings_s,
+            "error": self.error,
+        }
+        if self.decision is not None:
+            out["decision"] = self.decision.to_dict()
+        out["actions"] = [a.to_dict() for a in self.actions]
+        if self.outcome is not None:
+            out["failed"] = [{"action": a.to_dict(), "error": e} for a, e in self.outcome.failed]
+        if with_snapshot and self.snapshot is not None:
+            out["snapshot"] = self.snapshot.to_dict()
+        return out
+
+
+def queue_order(policy: Any, snapshot: ClusterSnapshot, oracle: Any) -> list[str]:
+    """The policy's ranking of every declared pending job as if GPUs were free (its placement and score
+    hooks), so that Slurm starts the jobs that cannot start now in the policy's order later. [] for
+    policies without a per-job score (AuraChronos ranks inside its own packing)."""
+    if not snapshot.pending or not all(hasattr(policy, a) for a in ("cycle", "placements", "score", "order")):
+        return []
+    try:
+        cyc = policy.cycle(snapshot, oracle)
+        cyc.feasible = np.ones_like(cyc.feasible)
+        best = policy.placements(cyc)
+        tier, score = policy.score(cyc, best)
+        return [snapshot.pending[j].job_id for j in policy.order(best, tier, score)]
+    except NotImplementedError:
+        return []
+
+
+class Daemon:
+    """Reads Slurm, decides, applies. Every action is derived from Slurm's current state, so a restart
+    re-plans from scratch; holds are released at start-up and shutdown and expire on their own."""
+
+    def __init__(
+        self,
+        client: SchedClient,
+        cfg: DaemonConfig,
+        oracle: Any = None,
+        policy: Any = None,
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        from easlurm.priority.policies import get_policy
+
+        self.client = client
+        self.cfg = cfg
+        if oracle is None:
+            from easlurm.model.oracle import Oracle
+
+            oracle = Oracle()
+        self.oracle = oracle
+        params: dict[str, Any] = {"aging_weight": cfg.aging_weight}
+        if cfg.policy.startswith("aurachronos"):
+            params["preempt_cooldown_s"] = cfg.preempt_cooldown_s
+        self.policy = policy if policy is not None else get_policy(cfg.policy, **params)
+        self.metrics = metrics or Metrics(enabled=False)
+        self.clock = clock
+        self.specs = SpecReader(cfg.state_save_dir)
+        self._facts = gpu_facts_from_catalogue(self.oracle.catalogue)
+        self._predict = oracle_power(self.oracle)
+        self._history: dict[str, float] = {}
+        self._history_at_s: float | None = None
+        self._requeued_at: dict[str, float] = {}
+        self._failures = 0
+
+    # -- phases ------------------------------------------------------------------------------
+    def _user_history(self, now_s: float) -> dict[str, float]:
+        """Per-user GPU-seconds, refreshed every few minutes (sacct is the slowest query)."""
+        if self._history_at_s is None or now_s - self._history_at_s >= self.cfg.history_refresh_s:
+            try:
+                self._history = self.client.user_gpu_s(now_s - self.cfg.history_s)
+                self._history_at_s = now_s
+            except SlurmError as exc:
+                log.warning("per-user GPU history unavailable, keeping the last one: %s", exc)
+        return self._history
+
+    def read(self, now_s: float) -> tuple[SnapshotInputs, dict[str, tuple[int, int]]]:
+        """Everything one cycle needs from Slurm; raises SlurmError (then nothing is changed)."""
+        jobs = self.client.jobs()
+        nodes = self.client.nodes()
+        factors = self.client.site_factors()
+        live = [j for j in jobs if j.pending or j.running]
+        if self.cfg.nodes is not None:
+            nodes = [n for n in nodes if n.name in self.cfg.nodes]
+        self.specs.forget(j.job_id for j in live)
+        specs = {}
+        for j in live:
+            if not self.in_scope(j):
+                continue
+            spec = self.specs.spec(j)
+            if spec is not None:
+                specs[j.job_id] = spec
+        inputs = SnapshotInputs(
+            now_s=now_s,
+            jobs=live,
+            nodes=nodes,
+            specs=specs,
+            user_gpu_s=self._user_history(now_s),
+            measured_power_w=measured_power(live),
+        )
+        return inputs, factors
+
+    def in_scope(self, job: SlurmJob) -> bool:
+        return self.cfg.name_prefix is None or job.name.startswith(self.cfg.name_prefix)
+
+    def snapshot(self, inputs: SnapshotInputs) -> ClusterSnapshot:
+        return build_snapshot(inputs, self._facts, self._predict, self.cfg.power_budget_w)
+
+    def cycle(self) -> CycleReport:
+        """One cycle. Slurm unreachable or failing: log, count, change nothing."""
+        now = self.clock()
+        report = CycleReport(time_s=now)
+        t0 = time.perf_counter()
+        try:
+            inputs, factors = self.read(now)
+        except SlurmError as exc:
+            self._failures += 1
+            report.error = str(exc)
+            report.timings_s["slurm"] = time.perf_counter() - t0
+            self.metrics.count_error("slurm")
+            log.warning("cycle skipped, nothing changed: %s", exc)
+            self._log(report)
+            return report
+        self._failures = 0
+        t1 = time.perf_counter()
+        snap = self.snapshot(inputs)
+        decision = self.policy.decide(snap, self.oracle)
+        ranking = queue_order(self.policy, snap, self.oracle)
+        t2 = time.perf_counter()
+        ctx = PlanContext(
+            now_s=now,
+            jobs={j.job_id: j for j in inputs.jobs},
+            nodes={n.name: n for n in inputs.nodes},
+            declared=frozenset(j for j, s in inputs.specs.items() if schedulable(s)),
+            site_factors=factors,
+            hold_ttl_s=self.cfg.hold_ttl_s,
+            gate_all=snap.power_budget_w is not None,
+            recently_requeued=frozenset(
+                j for j, t in self._requeued_at.items() if now - t < self.cfg.preempt_cooldown_s
+            ),
+        )
+        actions = plan(decision, snap, ctx, ranking)
+        outcome = execute(actions, self.client, self.cfg.env_dir, self.cfg.dry_run)
+        t3 = time.perf_counter()
+        for act in outcome.done:
+            if act.kind is Kind.REQUEUE and not self.cfg.dry_run:
+                self._requeued_at[act.job_id] = now
+        report.snapshot, report.decision, report.actions, report.outcome = snap, decision, actions, outcome
+        report.timings_s = {"slurm": t1 - t0, "policy": t2 - t1, "apply": t3 - t2}
+        self._observe(report, inputs)
+        self._log(report)
+        return report
+
+    def release_holds(self, why: str) -> Outcome:
+        """Undo every hold the daemon made (start-up repair and shutdown); a no-op in dry-run."""
+        try:
+            jobs = self.client.jobs()
+        except SlurmError as exc:
+            log.warning("%s: cannot list jobs to release holds (they expire by themselves): %s", why, exc)
+            return Outcome()
+        actions = release_all([j for j in jobs if self.in_scope(j)], self.clock())
+        if actions:
+            log.info("%s: releasing %d daemon hold(s)", why, len(actions))
+        outcome = execute(actions, self.client, None, self.cfg.dry_run)
+        self._log(CycleReport(time_s=self.clock(), actions=actions, outcome=outcome, error=None), event=why)
+        return outcome
+
+    def run(self, stop: threading.Event, max_cycles: int | None = None) -> int:
+        """Release stale holds, cycle every interval (backing off while Slurm fails), release on exit."""
+        self.release_holds("start-up")
+        cycles = 0
+        try:
+            while not stop.is_set() and (max_cycles is None or cycles < max_cycles):
+                report = self.cycle()
+                cycles += 1
+                wait = self.cfg.interval_s
+                if report.error is not None:
+                    wait = min(self.cfg.interval_s * 2 ** min(self._failures, 10), MAX_BACKOFF_S)
+                if max_cycles is not None and cycles >= max_cycles:
+                    break
+                stop.wait(wait)
+        finally:
+            self.release_holds("shutdown")
+        return cycles
+
+    # -- output ------------------------------------------------------------------------------
+    def _observe(self, report: CycleReport, inputs: SnapshotInputs) -> None:
+        snap = report.snapshot
+        if snap is None:
+            return
+        idle = sum(n.free_gpus * n.idle_power_w for n in snap.nodes)
+        measured = sum(inputs.measured_power_w.values()) + idle if inputs.measured_power_w else None
+        held = sum(1 for j in inputs.jobs if holds.held_by_us(j, report.time_s))
+        self.metrics.observe_cycle(report.timings_s)
+        self.metrics.observe_state(len(snap.pending), snap.power_w, measured, snap.power_budget_w, held)
+        done = report.outcome.done if report.outcome else []
+        self.metrics.count_actions(self.policy.name, [a.kind.value for a in done])
+        for _ in report.outcome.failed if report.outcome else []:
+            self.metrics.count_error("apply")
+
+    def _log(self, report: CycleReport, event: str = "cycle") -> None:
+        """One JSON line per cycle (always, dry-run included): the decision log."""
+        if self.cfg.decision_log is None:
+            return
+        doc = {"event": event, "policy": self.policy.name, "dry_run": self.cfg.dry_run}
+        doc.update(report.to_dict(self.cfg.log_snapshots))
+        self.cfg.decision_log.parent.mkdir(parents=True, exist_ok=True)
+        with self.cfg.decision_log.open("a") as fh:
+            fh.write(json.dumps(doc, separators=(",", ":")) + "\n")

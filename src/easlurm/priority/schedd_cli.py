@@ -1,0 +1,121 @@
+"""`easlurm schedd`: run the scheduler daemon next to slurmctld (or one cycle with --once)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import click
+
+from easlurm.cli import load_ctx_config
+from easlurm.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+#: The policies an operator can run (the -rigid/-malleable variants are reachable by configuration).
+CHOICES = ("zeus", "hades", "aurachronos", "charon", "pollux", "themis", "chronos")
+
+
+@click.command("schedd")
+@click.option(
+    "--policy", type=str, default=None, help=f"Policy: {', '.join(CHOICES)} (default: sched.policy)."
+)
+@click.option(
+    "--interval", type=str, default=None, help="Cycle interval, e.g. 10s (default: sched.interval_s)."
+)
+@click.option("--power-budget", type=str, default=None, help="Cluster GPU power budget, e.g. 4500W.")
+@click.option("--dry-run", is_flag=True, help="Log every decision, change nothing.")
+@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port.")
+@click.option("--decision-log", type=click.Path(dir_okay=False), default=None, help="JSONL decision log.")
+@click.option("--log-snapshots", is_flag=True, help="Also write each cycle's snapshot into the decision log.")
+@click.option("--hold-ttl", type=str, default=None, help="A daemon hold expires after this (default 10min).")
+@click.option(
+    "--state-save-dir", type=click.Path(file_okay=False), default=None, help="slurmctld StateSaveLocation."
+)
+@click.option("--only-names", type=str, default=None, help="Manage only jobs whose name starts with this.")
+@click.option("--nodes", "only_nodes", type=str, default=None, help="Schedule only these nodes (comma list).")
+@click.option("--once", is_flag=True, help="Run one cycle, print its report as JSON, keep holds, exit.")
+@click.option("--debug", is_flag=True, help="Echo every Slurm command and its output on stderr.")
+@click.pass_context
+def schedd_cmd(
+    ctx: click.Context,
+    policy: str | None,
+    interval: str | None,
+    power_budget: str | None,
+    dry_run: bool,
+    metrics_port: int | None,
+    decision_log: str | None,
+    log_snapshots: bool,
+    hold_ttl: str | None,
+    state_save_dir: str | None,
+    only_names: str | None,
+    only_nodes: str | None,
+    once: bool,
+    debug: bool,
+) -> None:
+    """Drive Slurm with an energy-aware policy: order (SiteFactor), placement, power budget, preemption."""
+    from easlurm.priority.daemon import Daemon, DaemonConfig
+    from easlurm.priority.metrics import Metrics
+    from easlurm.slurm.sched_client import CliSchedClient
+    from easlurm.units import parse_duration_s, parse_power_w
+
+    overrides: dict[str, Any] = {
+        "policy": policy,
+        "interval_s": parse_duration_s(interval, field="--interval") if interval else None,
+        "power_budget_w": parse_power_w(power_budget, field="--power-budget") if power_budget else None,
+        "metrics_port": metrics_port,
+        "decision_log": decision_log,
+        "hold_ttl_s": parse_duration_s(hold_ttl, field="--hold-ttl") if hold_ttl else None,
+        "state_save_dir": state_save_dir,
+    }
+    cfg = load_ctx_config(ctx, {"sched": overrides})
+    sched = cfg.section("sched")
+    name = str(sched["policy"]).lower()
+    if name.split("-")[0] not in CHOICES:
+        raise ConfigError(f"--policy: unknown policy {name!r} (known: {', '.join(CHOICES)})")
+    if float(sched["interval_s"]) <= 0:
+        raise ConfigError("--interval must be > 0")
+    client = CliSchedClient(debug=debug, echo=lambda m: click.echo(m, err=True))
+    state_dir = sched["state_save_dir"] or client.state_save_location()
+    env_dir = sched["env_dir"] or str(Path(cfg.get("spank.spool")) / "sched")
+    dcfg = DaemonConfig(
+        policy=name,
+        interval_s=float(sched["interval_s"]),
+        power_budget_w=sched["power_budget_w"],
+        dry_run=dry_run,
+        hold_ttl_s=float(sched["hold_ttl_s"]),
+        preempt_cooldown_s=float(sched["preempt_cooldown_s"]),
+        aging_weight=float(sched["aging_weight"]),
+        decision_log=Path(sched["decision_log"]) if sched["decision_log"] else None,
+        env_dir=Path(env_dir),
+        state_save_dir=state_dir,
+        log_snapshots=log_snapshots,
+        name_prefix=only_names,
+        nodes=tuple(n for n in only_nodes.split(",") if n) if only_nodes else None,
+    )
+    metrics = Metrics(enabled=sched["metrics_port"] is not None or once)
+    if sched["metrics_port"] is not None and not once:
+        metrics.serve(int(sched["metrics_port"]))
+    daemon = Daemon(client, dcfg, metrics=metrics)
+    if once:
+        report = daemon.cycle()
+        click.echo(json.dumps(report.to_dict(with_snapshot=log_snapshots), indent=1))
+        if report.error is not None:
+            sys.exit(1)
+        return
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    log.warning(
+        "schedd: policy %s, every %gs%s%s",
+        name,
+        dcfg.interval_s,
+        ", dry run" if dry_run else "",
+        f", budget {dcfg.power_budget_w:g} W" if dcfg.power_budget_w else "",
+    )
+    daemon.run(stop)

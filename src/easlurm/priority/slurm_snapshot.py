@@ -1,0 +1,295 @@
+"""Slurm's queue and nodes -> the policies' ClusterSnapshot (declared jobs only; the rest is load)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from easlurm.energy.step_record import ProfileSpec, parse_spec
+from easlurm.errors import ConfigError, EaslurmError
+from easlurm.priority.holds import foreign_hold
+from easlurm.priority.snapshot import ClusterSnapshot, NodeState, PendingJob, RunningJob
+from easlurm.slurm.sched_client import SlurmJob, SlurmNode
+
+log = logging.getLogger(__name__)
+
+#: The job environment variable sbatch/srun set for the SPANK option (plugin "easlurm", option
+#: "energy-profile"); verified on 22.05 in StateSaveLocation/hash.N/job.ID/environment.
+SPANK_ENV_VAR = "_SLURM_SPANK_OPTION_easlurm_energy_profile"
+#: A SPEC in the job's Comment (set by a job_submit.lua copy of the option, or by the user).
+COMMENT_PREFIX = "energy-profile="
+
+
+def spec_from_comment(comment: str) -> str | None:
+    """`energy-profile=SPEC` anywhere in the Comment, as its own whitespace-separated word."""
+    for word in comment.split():
+        if word.startswith(COMMENT_PREFIX):
+            return word[len(COMMENT_PREFIX) :]
+    return None
+
+
+def spec_from_environment(data: bytes) -> str | None:
+    """The SPANK option's value in a NUL-separated environment file (None when not given)."""
+    key = SPANK_ENV_VAR.encode() + b"="
+    for item in data.split(b"\0"):
+        if item.startswith(key):
+            return item[len(key) :].decode("ascii", "replace")
+    return None
+
+
+class SpecReader:
+    """How the daemon learns a job's SPEC on Slurm 22.05 (no job `Extra` field, no environment in squeue):
+    first the Comment (`energy-profile=SPEC`), then slurmctld's saved job environment (readable by the
+    operator next to slurmctld). A job's environment never changes, so it is read once per job."""
+
+    def __init__(self, state_dir: str | None) -> None:
+        self.state_dir = Path(state_dir) if state_dir else None
+        self._cache: dict[str, ProfileSpec | None] = {}
+
+    def environment_spec(self, job_id: str) -> str | None:
+        if self.state_dir is None or not job_id.isdigit():
+            return None
+        path = self.state_dir / f"hash.{int(job_id) % 10}" / f"job.{job_id}" / "environment"
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        # a 22.05 environment file starts with a uint32 count; entries are NUL-separated either way
+        return spec_from_environment(data)
+
+    def spec(self, job: SlurmJob) -> ProfileSpec | None:
+        """The job's declaration, None when it has none or it does not parse (logged once)."""
+        text = spec_from_comment(job.comment)
+        if text is not None:
+            return _parse(job.job_id, text)
+        if job.job_id not in self._cache:
+            env = self.environment_spec(job.job_id)
+            self._cache[job.job_id] = _parse(job.job_id, env) if env is not None else None
+        return self._cache[job.job_id]
+
+    def forget(self, live: Iterable[str]) -> None:
+        keep = set(live)
+        for job_id in [j for j in self._cache if j not in keep]:
+            del self._cache[job_id]
+
+
+def _parse(job_id: str, text: str) -> ProfileSpec | None:
+    try:
+        return parse_spec(text)
+    except ConfigError as exc:
+        log.warning("job %s: ignoring its declaration: %s", job_id, exc)
+        return None
+
+
+def schedulable(spec: ProfileSpec | None) -> bool:
+    """The oracle needs a model, a step count and a batch size; anything less stays in Slurm's order."""
+    return spec is not None and spec.model is not None and spec.steps is not None and bool(spec.batch)
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    """Power facts of one GPU type (W per GPU)."""
+
+    idle_w: float
+    tdp_w: float
+    min_power_limit_w: float | None
+
+
+@dataclass
+class SnapshotInputs:
+    """What one cycle read from Slurm, before conversion."""
+
+    now_s: float
+    jobs: list[SlurmJob]
+    nodes: list[SlurmNode]
+    specs: dict[str, ProfileSpec] = field(default_factory=dict)
+    user_gpu_s: dict[str, float] = field(default_factory=dict)
+    measured_power_w: dict[str, float] = field(default_factory=dict)
+
+
+def gpu_facts_from_catalogue(catalogue: Any) -> Callable[[str], GpuFacts | None]:
+    """A lookup of Slurm GRES type names ("a100", "h100") in the oracle's GPU catalogue."""
+
+    def lookup(gpu_type: str) -> GpuFacts | None:
+        if gpu_type not in catalogue:
+            return None
+        spec = catalogue.get(gpu_type)
+        return GpuFacts(float(spec.idle_w), float(spec.tdp_w), float(spec.min_power_limit_w))
+
+    return lookup
+
+
+def pending_job(job: SlurmJob, spec: ProfileSpec, pinned_types: tuple[str, ...] | None = None) -> PendingJob:
+    """A declared pending job; the first GPU option is the job's current request when it is in the list.
+    A job pinned to nodes (`--nodelist`) keeps to their GPU types (`pinned_types`)."""
+    assert spec.model is not None and spec.steps is not None
+    requested = job.n_gpus or 1
+    gpus = spec.gpus or (requested,)
+    if requested in gpus:
+        gpus = (requested, *(g for g in gpus if g != requested))
+    malleable = len(gpus) > 1 or len(spec.batch) > 1
+    types: tuple[str, ...] | None = None if malleable or job.gpu_type is None else (job.gpu_type,)
+    if pinned_types is not None:
+        types = pinned_types
+    return PendingJob(
+        job_id=job.job_id,
+        user=job.user,
+        submit_s=job.submit_s,
+        model=spec.model,
+        total_steps=spec.steps,
+        remaining_steps=float(spec.steps),
+        batch_options=spec.batch,
+        gpu_options=gpus,
+        gpu_types=types,
+        malleable=malleable,
+        urgent=spec.urgent,
+        deadline_s=job.submit_s + spec.deadline_s if spec.deadline_s is not None else None,
+        preemptions=job.restarts,
+    )
+
+
+def first_node(nodes: str) -> str:
+    """First host of a Slurm hostlist ("h100-[1-2]" -> "h100-1")."""
+    if "[" not in nodes:
+        return nodes.split(",")[0]
+    head, _, rest = nodes.partition("[")
+    first = rest.split("]")[0].split(",")[0].split("-")[0]
+    return head + first
+
+
+def expand_hostlist(text: str) -> set[str]:
+    """Node names of a simple Slurm hostlist ("h100-[1-2],a100-1")."""
+    out: set[str] = set()
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?", text):
+        head, br, rest = part.partition("[")
+        if not br:
+            out.add(head)
+            continue
+        for rng in rest.rstrip("]").split(","):
+            lo, _, hi = rng.partition("-")
+            if hi and lo.isdigit() and hi.isdigit():
+                out.update(f"{head}{i:0{len(lo)}d}" for i in range(int(lo), int(hi) + 1))
+            else:
+                out.add(head + lo)
+    return out
+
+
+def build_snapshot(
+    inputs: SnapshotInputs,
+    facts: Callable[[str], GpuFacts | None],
+    predict_power_w: Callable[[str, ProfileSpec, str, int, int], float | None] | None = None,
+    power_budget_w: float | None = None,
+) -> ClusterSnapshot:
+    """Declared, startable pending jobs become PendingJobs; every running GPU job is load (measured power,
+    else predicted for declared jobs, else TDP x GPUs: conservative under a power budget)."""
+    nodes: list[NodeState] = []
+    for n in inputs.nodes:
+        if n.gpu_type is None or n.total_gpus <= 0:
+            continue
+        f = facts(n.gpu_type)
+        if f is None:
+            log.warning("node %s: GPU type %r not in the catalogue; not scheduled", n.name, n.gpu_type)
+            continue
+        nodes.append(
+            NodeState(n.name, n.gpu_type, n.total_gpus, n.free_gpus, f.idle_w, f.tdp_w, f.min_power_limit_w)
+        )
+    known = {n.name for n in nodes}
+    pending: list[PendingJob] = []
+    running: list[RunningJob] = []
+    for job in inputs.jobs:
+        spec = inputs.specs.get(job.job_id)
+        if job.pending:
+            if spec is not None and not foreign_hold(job) and schedulable(spec):
+                pinned = None
+                if job.required_nodes:
+                    names = expand_hostlist(job.required_nodes)
+                    pinned = tuple(sorted({n.gpu_type for n in nodes if n.name in names})) or None
+                pending.append(pending_job(job, spec, pinned))
+            continue
+        if not job.running or job.n_gpus <= 0:
+            continue
+        node = first_node(job.nodes)
+        gtype = job.gpu_type or next((n.gpu_type for n in nodes if n.name == node), None)
+        if node not in known or gtype is None:
+            continue
+        declared = spec if schedulable(spec) else None
+        power = inputs.measured_power_w.get(job.job_id)
+        if power is None and declared is not None and predict_power_w is not None:
+            power = predict_power_w(job.job_id, declared, gtype, job.n_gpus, declared.batch[0])
+        if power is None or not math.isfinite(power):
+            f = facts(gtype)
+            power = job.n_gpus * (f.tdp_w if f is not None else 0.0)
+        running.append(
+            RunningJob(
+                job_id=job.job_id,
+                user=job.user,
+                node=node,
+                gpu_type=gtype,
+                n_gpus=job.n_gpus,
+                batch=declared.batch[0] if declared is not None else 0,
+                power_w=float(power),
+                start_s=job.start_s if job.start_s is not None else inputs.now_s,
+                # only declared, requeueable jobs may be chosen as victims: others count as urgent
+                urgent=declared is None or declared.urgent or not job.requeue,
+                deadline_s=job.submit_s + declared.deadline_s
+                if declared is not None and declared.deadline_s is not None
+                else None,
+            )
+        )
+    pending.sort(key=lambda p: (p.submit_s, int(p.job_id) if p.job_id.isdigit() else 0))
+    return ClusterSnapshot(
+        time_s=inputs.now_s,
+        nodes=tuple(nodes),
+        running=tuple(running),
+        pending=tuple(pending),
+        user_gpu_s=dict(inputs.user_gpu_s),
+        power_budget_w=power_budget_w,
+    )
+
+
+def oracle_power(oracle: Any) -> Callable[[str, ProfileSpec, str, int, int], float | None]:
+    """Predicted power (W, all GPUs) of a declared job on a placement, None when the oracle cannot tell."""
+    from easlurm.model.oracle import Placements
+    from easlurm.model.zoo import get_workload
+
+    def predict(job_id: str, spec: ProfileSpec, gpu_type: str, n_gpus: int, batch: int) -> float | None:
+        try:
+            wl = get_workload(str(spec.model))
+            pred = oracle.predict(wl, Placements.of([n_gpus], [batch], [gpu_type], [math.nan]))
+            return float(pred.power_w[0])
+        except (EaslurmError, ValueError, KeyError) as exc:
+            log.debug("job %s: no power prediction: %s", job_id, exc)
+            return None
+
+    return predict
+
+
+def measured_power(jobs: Iterable[SlurmJob]) -> dict[str, float]:
+    """Mean power of running profiled jobs' latest published step (AdminComment), where available."""
+    from easlurm.energy.step_record import ADMIN_COMMENT_PREFIX, decode_admin_comment
+
+    out: dict[str, float] = {}
+    for job in jobs:
+        if not job.running or not job.admin_comment.startswith(ADMIN_COMMENT_PREFIX):
+            continue
+        try:
+            steps = decode_admin_comment(job.admin_comment)
+        except EaslurmError:
+            continue
+        for step in reversed(steps):
+            power = getattr(step, "mean_power_w", None)
+            if isinstance(power, int | float) and power > 0:
+                out[job.job_id] = float(power)
+                break
+    return out
+
+
+def env_state_dir(environ: Mapping[str, str] | None = None) -> str | None:
+    """An explicit StateSaveLocation for the SPEC reader (EASLURM_SCHED_STATE_SAVE), else None."""
+    return (environ if environ is not None else os.environ).get("EASLURM_SCHED_STATE_SAVE") or None

@@ -1,0 +1,123 @@
+"""Decision -> Slurm actions: ordered, idempotent, and never touching what the daemon does not own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from schedd_fake import FakeSchedClient, job, node
+
+from easlurm.priority import holds
+from easlurm.priority.apply import SITE_BASE, SITE_STEP, Kind, PlanContext, execute, plan, release_all
+from easlurm.priority.snapshot import ClusterSnapshot, Decision, PendingJob, StartJob
+
+NOW = 1_800_000_000.0
+NODES = {"h100-1": node("h100-1", "h100"), "a100-1": node("a100-1", "a100")}
+
+
+def pend(job_id: str) -> PendingJob:
+    return PendingJob(job_id, "alice", 0.0, "vit-b16", 10, 10.0, (64,), (1,))
+
+
+def ctx(jobs, declared, factors=None, gate=False, requeued=()):  # type: ignore[no-untyped-def]
+    return PlanContext(
+        now_s=NOW,
+        jobs={j.job_id: j for j in jobs},
+        nodes=NODES,
+        declared=frozenset(declared),
+        site_factors=factors or {},
+        hold_ttl_s=600.0,
+        gate_all=gate,
+        recently_requeued=frozenset(requeued),
+    )
+
+
+def snap(*ids: str) -> ClusterSnapshot:
+    return ClusterSnapshot(time_s=NOW, nodes=(), pending=tuple(pend(i) for i in ids))
+
+
+def test_order_follows_decision_and_is_idempotent() -> None:
+    jobs = [job("1", gpu_type="h100"), job("2", gpu_type="h100"), job("3", gpu_type="h100")]
+    d = Decision(starts=(StartJob("2", "h100-1", 1, 64, "h100"), StartJob("1", "h100-1", 1, 64, "h100")))
+    acts = plan(d, snap("1", "2", "3"), ctx(jobs, {"1", "2", "3"}, factors={"3": (1500, 500)}))
+    order = {a.job_id: int(a.fields["SiteFactor"]) for a in acts if a.kind is Kind.ORDER}
+    assert order == {"2": SITE_BASE, "1": SITE_BASE - SITE_STEP, "3": 0}  # 3 loses its old boost
+    ranked = plan(d, snap("1", "2", "3"), ctx(jobs, {"1", "2", "3"}), ranking=["3", "1", "2"])
+    order = {a.job_id: int(a.fields["SiteFactor"]) for a in ranked if a.kind is Kind.ORDER}
+    assert order == {"2": SITE_BASE, "1": SITE_BASE - SITE_STEP, "3": SITE_BASE - 2 * SITE_STEP}
+    capped = plan(d, snap("1", "2", "3"), ctx(jobs, {"1", "2", "3"}), ranking=["3"], top_k=2)
+    assert {a.job_id for a in capped if a.kind is Kind.ORDER} == {"1", "2"}
+    assert [a.kind for a in acts if a.job_id == "2"] == [Kind.ORDER, Kind.ENV]
+    env = next(a for a in acts if a.kind is Kind.ENV and a.job_id == "2").fields
+    assert env["EASLURM_BATCH_SIZE"] == "64" and env["EASLURM_GPUS"] == "1"
+    done = {"2": (0, SITE_BASE), "1": (0, SITE_BASE - SITE_STEP)}
+    again = plan(d, snap("1", "2", "3"), ctx(jobs, {"1", "2", "3"}, factors=done))
+    assert not [a for a in again if a.kind is Kind.ORDER]
+
+
+def test_placement_changes_count_type_and_partition() -> None:
+    j = job("1", gpus_per_node=1, gpu_type="h100", partition="h100")
+    d = Decision(starts=(StartJob("1", "a100-1", 4, 256, "a100"),))
+    place = next(a for a in plan(d, snap("1"), ctx([j], {"1"})) if a.kind is Kind.PLACE)
+    assert place.fields == {"NumNodes": "1", "TresPerNode": "gres:gpu:a100:4", "Partition": "a100"}
+    same = job("2", gpus_per_node=2, gpu_type=None, partition="all")
+    d2 = Decision(starts=(StartJob("2", "h100-1", 2, 64, "h100"),))
+    assert not [a for a in plan(d2, snap("2"), ctx([same], {"2"})) if a.kind is Kind.PLACE]
+
+
+def test_hold_release_and_foreign_holds() -> None:
+    mine = job("1", reason="BeginTime", admin_comment=holds.HoldMark(int(NOW + 500)).encode())
+    user = job("2", priority=0, reason="JobHeldUser")
+    fresh = job("3")
+    d = Decision(hold=("3", "2"))
+    acts = plan(d, snap("1", "3"), ctx([mine, user, fresh], {"1", "2", "3"}))
+    kinds = {(a.kind, a.job_id) for a in acts}
+    assert (Kind.RELEASE, "1") in kinds  # no longer to hold: headroom returned
+    assert (Kind.HOLD, "3") in kinds
+    assert not [a for a in acts if a.job_id == "2"]  # user hold: never touched
+    other_scope = plan(d, snap("3"), ctx([mine, fresh], {"3"}))
+    assert not [a for a in other_scope if a.job_id == "1"]  # another daemon's (or scope's) hold
+    # gate: under a budget every declared job not started now is held
+    gated = plan(Decision(), snap("1", "3"), ctx([mine, fresh], {"1", "3"}, gate=True))
+    assert {a.job_id for a in gated if a.kind is Kind.HOLD} == {"3"}  # 1's hold is fresh enough
+    assert not [a for a in gated if a.kind is Kind.RELEASE]
+    deferred = job("4", reason="BeginTime", eligible_s=NOW + 20)
+    adopted = plan(Decision(), snap("3"), ctx([fresh, deferred], {"3", "4"}, gate=True))
+    assert {a.job_id for a in adopted if a.kind is Kind.HOLD} == {"3", "4"}
+    assert not [a for a in plan(Decision(), snap("3"), ctx([deferred], {"4"})) if a.job_id == "4"]
+    many = [job(str(i)) for i in range(10, 20)]
+    capped = plan(
+        Decision(hold=("15",)),
+        snap(*(j.job_id for j in many)),
+        ctx(many, set(), gate=True),
+        ranking=["12", "11"],
+        max_holds=3,
+    )
+    assert [a.job_id for a in capped if a.kind is Kind.HOLD] == ["15", "12", "11"]
+
+
+def test_requeue_only_declared_requeueable_outside_cooldown() -> None:
+    jobs = [
+        job("1", state="RUNNING"),
+        job("2", state="RUNNING", requeue=False),
+        job("3", state="RUNNING"),
+        job("4", state="RUNNING"),
+    ]
+    d = Decision(preempt=("1", "2", "3", "4"))
+    acts = plan(d, snap(), ctx(jobs, {"1", "2", "4"}, requeued={"4"}))
+    assert [a.job_id for a in acts if a.kind is Kind.REQUEUE] == ["1"]
+
+
+def test_execute_dry_run_and_failures(tmp_path: Path) -> None:
+    client = FakeSchedClient([job("1"), job("2")], [])
+    d = Decision(starts=(StartJob("1", "h100-1", 1, 128, "h100"),), hold=("2",))
+    acts = plan(d, snap("1", "2"), ctx(client.jobs(), {"1", "2"}))
+    out = execute(acts, client, tmp_path, dry_run=True)
+    assert len(out.done) == len(acts) and client.calls == [] and not list(tmp_path.iterdir())
+    out = execute(acts, client, tmp_path, dry_run=False)
+    assert not out.failed and client.calls
+    assert (tmp_path / "job-1.env").read_text().splitlines()[0] == "EASLURM_BATCH_SIZE=128"
+    assert holds.held_by_us(client.get("2"), NOW)
+    undo = release_all(client.jobs(), NOW)
+    assert [a.job_id for a in undo] == ["2"]
+    execute(undo, client, None, dry_run=False)
+    assert client.get("2").admin_comment == "" and client.get("2").reason == "Priority"

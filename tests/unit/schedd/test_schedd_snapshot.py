@@ -1,0 +1,101 @@
+"""Slurm records -> ClusterSnapshot: declared jobs are scheduled, everything else is load."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from schedd_fake import job, node
+
+from easlurm.energy.step_record import parse_spec
+from easlurm.priority.slurm_snapshot import (
+    GpuFacts,
+    SnapshotInputs,
+    SpecReader,
+    build_snapshot,
+    first_node,
+    spec_from_comment,
+    spec_from_environment,
+)
+from easlurm.slurm.sched_client import parse_sinfo_json, parse_squeue_json
+
+FIX = Path(__file__).parents[2] / "fixtures" / "schedd"
+FACTS = {"a100": GpuFacts(50.0, 400.0, 100.0), "h100": GpuFacts(70.0, 700.0, 200.0)}
+
+
+def test_spec_sources() -> None:
+    assert spec_from_comment("note energy-profile=model=gpt2,steps=5 x") == "model=gpt2,steps=5"
+    assert spec_from_comment("nothing here") is None
+    recorded = (FIX / "environment").read_bytes()
+    assert spec_from_environment(recorded) == "model=resnet50,steps=100,batch=128:256,urgent"
+    assert spec_from_environment(b"\x01\x00\x00\x00PATH=/bin\x00") is None
+
+
+def test_spec_reader_state_dir(tmp_path: Path) -> None:
+    d = tmp_path / "hash.7" / "job.17"
+    d.mkdir(parents=True)
+    (d / "environment").write_bytes((FIX / "environment").read_bytes())
+    reader = SpecReader(str(tmp_path))
+    spec = reader.spec(job("17"))
+    assert spec is not None and spec.model == "resnet50" and spec.batch == (128, 256) and spec.urgent
+    # the Comment wins over the environment; an invalid SPEC is ignored, not fatal
+    assert reader.spec(job("17", comment="energy-profile=model=gpt2,steps=9,batch=8")).model == "gpt2"  # type: ignore[union-attr]
+    assert reader.spec(job("18", comment="energy-profile=bogus=1")) is None
+    assert reader.spec(job("19")) is None
+
+
+def test_build_snapshot_from_recorded_queue() -> None:
+    jobs = [j for j in parse_squeue_json((FIX / "squeue.json").read_text()) if j.pending or j.running]
+    nodes = parse_sinfo_json((FIX / "sinfo.json").read_text())
+    specs = {
+        "17": parse_spec("model=vit-b16,steps=2000,batch=64:128,gpus=2:4"),
+        "19": parse_spec("model=resnet50,steps=5000,batch=128:256,gpus=1:2:4,deadline=2h,urgent"),
+        "20": parse_spec("model=resnet50,steps=10,batch=8"),  # user-held: never scheduled
+        "22": parse_spec("model=bert-base,steps=1000,batch=32"),
+    }
+    snap = build_snapshot(
+        SnapshotInputs(now_s=1_795_329_000.0, jobs=jobs, nodes=nodes, specs=specs),
+        FACTS.get,
+        predict_power_w=lambda jid, spec, t, n, b: 300.0 * n,
+        power_budget_w=5000.0,
+    )
+    assert [n.name for n in snap.nodes] == ["a100-1", "a100-2", "h100-1", "h100-2"]  # cpu-1 has no GPU
+    # 19 has a user begin time and 20 a user hold: only 22 is startable and declared
+    assert [p.job_id for p in snap.pending] == ["22"]
+    running = {r.job_id: r for r in snap.running}
+    assert (
+        running["17"].power_w == 600.0 and not running["17"].urgent
+    )  # declared: predicted, may be preempted
+    assert running["18"].power_w == 400.0 and running["18"].urgent  # undeclared: TDP, never a victim
+    assert snap.power_budget_w == 5000.0
+    assert math.isclose(snap.power_w, 1000.0 + sum(n.free_gpus * n.idle_power_w for n in snap.nodes))
+
+
+def test_pending_job_options_and_measured_power() -> None:
+    spec = parse_spec("model=vit-b16,steps=100,batch=64:128,gpus=1:2:4,deadline=1h,urgent")
+    pend = job("5", gpus_per_node=2, gpu_type="h100", submit_s=500.0)
+    run = job(
+        "6",
+        state="RUNNING",
+        nodes="a100-[1-2]",
+        node_count=2,
+        gpus_per_node=4,
+        gpu_type="a100",
+        start_s=900.0,
+    )
+    snap = build_snapshot(
+        SnapshotInputs(
+            now_s=1000.0,
+            jobs=[pend, run],
+            nodes=[node("a100-1", "a100", used=4), node("a100-2", "a100", used=4), node("h100-1", "h100")],
+            specs={"5": spec},
+            measured_power_w={"6": 1234.0},
+        ),
+        FACTS.get,
+    )
+    p = snap.pending[0]
+    assert p.gpu_options == (2, 1, 4)  # the current request first
+    assert p.malleable and p.gpu_types is None and p.urgent and p.deadline_s == 500.0 + 3600.0
+    r = snap.running[0]
+    assert r.node == "a100-1" and r.n_gpus == 8 and r.power_w == 1234.0
+    assert first_node("h100-[3,5]") == "h100-3" and first_node("x-1,x-2") == "x-1"
