@@ -78,6 +78,12 @@ class BoxHandle:
         )
         end = time.monotonic() + timeout_s
         state = ""
+        # Leave squeue first: after a box reset sacct may still hold an older job with the same id.
+        while time.monotonic() < end:
+            res = self.run(["squeue", "-h", "-j", job_id, "-o", "%T"], check=False)
+            if res.returncode != 0 or not res.stdout.strip():
+                break
+            time.sleep(0.3)
         while time.monotonic() < end:
             res = self.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], check=False)
             state = res.stdout.strip().split("\n")[0].split()[0] if res.stdout.strip() else ""
