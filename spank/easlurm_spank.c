@@ -3,6 +3,9 @@
  * node and stops it when the step's tasks have ended. This file only parses, forks/execs, waits with
  * timeouts and logs; all logic (sensors, records, publication) is in Python (easlurm.energy.agent).
  *
+ * It also hands the scheduler daemon's choice for a job (batch size, GPU count, ...) to the job's tasks:
+ * `<spool>/sched/job-<id>.env`, written by `easlurm schedd`, becomes EASLURM_* environment variables.
+ *
  * plugstack.conf:  optional /path/easlurm_spank.so agent=/usr/bin/python3 spool=/var/spool/easlurm
  *                  timeout_ms=2000 [config=/etc/easlurm/config.yaml] [env=NAME=VALUE ...]
  *
@@ -28,6 +31,7 @@
 #include <slurm/slurm.h>
 #include <slurm/spank.h>
 
+#include "envfile.h"
 #include "spec.h"
 
 SPANK_PLUGIN(easlurm, 1);
@@ -476,6 +480,118 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 	if (agent_start(sp) == 0 && agent_pgid > 0)
 		slurm_info("easlurm: step %s: agent started in %.1f ms", step_label,
 			   (now_s(CLOCK_MONOTONIC) - t0) * 1000.0);
+	return ESPANK_SUCCESS;
+}
+
+struct env_apply {
+	spank_t sp;
+	int set;
+	int failed;
+};
+
+static void env_apply_one(const char *name, const char *value, void *arg)
+{
+	struct env_apply *a = arg;
+	if (spank_setenv(a->sp, name, value, 1) == ESPANK_SUCCESS)
+		a->set++;
+	else
+		a->failed++;
+}
+
+/* A root-owned node that nobody else can write (the settings come from the daemon, never a user). */
+static int root_only(const struct stat *st)
+{
+	return st->st_uid == 0 && !(st->st_mode & (S_IWGRP | S_IWOTH));
+}
+
+/* The scheduler daemon's settings for this job: `<spool>/sched/job-<id>.env`, at most
+ * EAS_ENV_FILE_MAX bytes, a regular root-owned file (no symlink, no hard link) in a root-owned
+ * directory, neither writable by group or others. Only strict EASLURM_* lines are set. A missing file is
+ * the normal case (no daemon decision); a bad one is logged and ignored: the job runs as submitted. */
+static void sched_env(spank_t sp, uint32_t job)
+{
+	char dir[PATH_LEN + 8], name[32], buf[EAS_ENV_FILE_MAX + 1];
+	struct stat st;
+	size_t len = 0;
+	int n = snprintf(dir, sizeof(dir), "%s/sched", conf.spool);
+	if (n < 0 || (size_t) n >= sizeof(dir))
+		return;
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0) {
+		if (errno != ENOENT)
+			slurm_error("easlurm: job %u: scheduler settings ignored: %s: %s", job, dir, strerror(errno));
+		return;
+	}
+	if (fstat(dfd, &st) < 0 || !root_only(&st)) {
+		slurm_error("easlurm: job %u: scheduler settings ignored: %s not root-owned or writable by others",
+			    job, dir);
+		close(dfd);
+		return;
+	}
+	snprintf(name, sizeof(name), "job-%u.env", job);
+	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	int open_errno = errno;
+	close(dfd);
+	if (fd < 0) {
+		if (open_errno != ENOENT)
+			slurm_error("easlurm: job %u: scheduler settings ignored: %s/%s: %s", job, dir, name,
+				    strerror(open_errno));
+		return;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 || !root_only(&st) ||
+	    st.st_size > EAS_ENV_FILE_MAX) {
+		slurm_error("easlurm: job %u: scheduler settings ignored: %s/%s is not a regular root-owned file "
+			    "of at most %d bytes, unwritable by others",
+			    job, dir, name, EAS_ENV_FILE_MAX);
+		close(fd);
+		return;
+	}
+	while (len < sizeof(buf)) {
+		ssize_t got = read(fd, buf + len, sizeof(buf) - len);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0) {
+			slurm_error("easlurm: job %u: scheduler settings ignored: read: %s", job, strerror(errno));
+			close(fd);
+			return;
+		}
+		if (got == 0)
+			break;
+		len += (size_t) got;
+	}
+	close(fd);
+	if (len > EAS_ENV_FILE_MAX) {
+		slurm_error("easlurm: job %u: scheduler settings ignored: %s/%s over %d bytes", job, dir, name,
+			    EAS_ENV_FILE_MAX);
+		return;
+	}
+	struct env_apply a = {sp, 0, 0};
+	int rejected = 0;
+	eas_env_parse(buf, len, env_apply_one, &a, &rejected);
+	if (rejected)
+		slurm_error("easlurm: job %u: %d malformed line(s) in %s/%s ignored", job, rejected, dir, name);
+	if (a.failed)
+		slurm_error("easlurm: job %u: %d scheduler setting(s) could not be set", job, a.failed);
+	if (a.set)
+		slurm_info("easlurm: job %u: %d scheduler setting(s) from %s/%s", job, a.set, dir, name);
+}
+
+/* Context: remote (slurmstepd, once per step and node, with the job user's privileges, before the
+ * tasks start; what spank_setenv sets here reaches the tasks). Any job: the daemon also schedules jobs
+ * declared through their Comment, without the option. */
+int slurm_spank_user_init(spank_t sp, int ac, char **av)
+{
+	uint32_t job = 0, step = 0;
+	(void) ac;
+	(void) av;
+	if (spank_context() != S_CTX_REMOTE)
+		return ESPANK_SUCCESS;
+	if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS ||
+	    spank_get_item(sp, S_JOB_STEPID, &step) != ESPANK_SUCCESS)
+		return ESPANK_SUCCESS;
+	if (step == SLURM_EXTERN_CONT || step == SLURM_PENDING_STEP)
+		return ESPANK_SUCCESS;
+	sched_env(sp, job);
 	return ESPANK_SUCCESS;
 }
 

@@ -33,6 +33,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "easlurm.slurm.sacct_cli:sacct_cmd",
         "sacct with per-step GPU/CPU/DRAM energy (--energy-profile jobs).",
     ),
+    "accounting": (
+        "easlurm.slurm.republish_cli:accounting_group",
+        "Admin: republish energy records of cancelled and timed-out jobs into sacct.",
+    ),
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import logging
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,11 +32,11 @@ class Kind(enum.Enum):
     """Closed set of what the daemon ever does to a job, in the order it does it."""
 
     REQUEUE = "requeue"
+    ENV = "env"
     RELEASE = "release"
     PLACE = "place"
     ORDER = "order"
     HOLD = "hold"
-    ENV = "env"
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,10 @@ def plan(
     top_k: int = TOP_K,
     max_holds: int = MAX_HOLDS,
 ) -> list[Action]:
-    """Actions in application order: requeue victims, release holds, place, order, hold, publish env.
+    """Actions in application order: requeue victims, publish env, release holds, place, order, hold.
+
+    The env files come before anything that lets a job start (release, placement, order): Slurm may
+    start a job the moment it becomes eligible, and the SPANK plugin reads the file at task start.
 
     Order: the decision's starts first (in its order), then the policy's `ranking` of the other
     declared jobs, down to `top_k` jobs (a bound on scontrol updates per cycle); others get 0.
@@ -119,6 +123,12 @@ def plan(
             log.info("not preempting job %s again within the cooldown", job_id)
             continue
         actions.append(Action(Kind.REQUEUE, job_id, reason="preempted"))
+    for start in decision.starts:
+        env = {"EASLURM_BATCH_SIZE": str(start.batch), "EASLURM_GPUS": str(start.n_gpus)}
+        env["EASLURM_GPU_TYPE"] = start.gpu_type
+        if start.power_limit_w is not None:
+            env["EASLURM_POWER_LIMIT_W"] = f"{start.power_limit_w:g}"
+        actions.append(Action(Kind.ENV, start.job_id, env, "placement"))
     started = {s.job_id for s in decision.starts}
     to_hold = set(decision.hold)
     if ctx.gate_all:
@@ -174,12 +184,6 @@ def plan(
             actions.append(
                 Action(Kind.HOLD, job_id, holds.hold_fields(job, ctx.now_s, ctx.hold_ttl_s), "power budget")
             )
-    for start in decision.starts:
-        env = {"EASLURM_BATCH_SIZE": str(start.batch), "EASLURM_GPUS": str(start.n_gpus)}
-        env["EASLURM_GPU_TYPE"] = start.gpu_type
-        if start.power_limit_w is not None:
-            env["EASLURM_POWER_LIMIT_W"] = f"{start.power_limit_w:g}"
-        actions.append(Action(Kind.ENV, start.job_id, env, "placement"))
     return actions
 
 
@@ -193,14 +197,46 @@ def release_all(jobs: Iterable[SlurmJob], now_s: float) -> list[Action]:
 
 
 def write_env_file(directory: Path, job_id: str, env: Mapping[str, str]) -> Path:
-    """`job-<id>.env` (KEY=VALUE lines) atomically: the SPANK plugin reads it at task start."""
-    directory.mkdir(parents=True, exist_ok=True)
+    """`job-<id>.env` (KEY=VALUE lines) atomically: the SPANK plugin reads it at task start, and only
+    from a root-owned directory and file that group and others cannot write (mode 0755 / 0644)."""
+    directory.mkdir(mode=0o755, parents=True, exist_ok=True)
     path = directory / f"job-{int(job_id)}.env"
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)
     return path
+
+
+_ENV_FILE = re.compile(r"job-([0-9]{1,10})\.env")
+
+
+def prune_env_files(directory: Path, known_job_ids: Iterable[str]) -> list[str]:
+    """Remove the env files of jobs Slurm no longer knows (in any state). Job ids are reused (a
+    controller reset, wrap-around): a stale file would hand an old decision to a new job. Returns the
+    job ids whose files were removed; errors are logged, never raised."""
+    known = set(known_job_ids)
+    removed: list[str] = []
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return removed
+    except OSError as exc:
+        log.warning("cannot list %s: %s", directory, exc)
+        return removed
+    for name in names:
+        m = _ENV_FILE.fullmatch(name)
+        if m is None or m.group(1) in known:
+            continue
+        try:
+            os.unlink(directory / name)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            log.warning("cannot remove stale %s: %s", directory / name, exc)
+            continue
+        removed.append(m.group(1))
+    return sorted(removed, key=int)
 
 
 @dataclass

@@ -15,8 +15,18 @@ import numpy as np
 
 from easlurm.errors import SlurmError
 from easlurm.priority import holds
-from easlurm.priority.apply import Action, Kind, Outcome, PlanContext, execute, plan, release_all
+from easlurm.priority.apply import (
+    Action,
+    Kind,
+    Outcome,
+    PlanContext,
+    execute,
+    plan,
+    prune_env_files,
+    release_all,
+)
 from easlurm.priority.metrics import Metrics
+from easlurm.priority.policy_call import call_policy
 from easlurm.priority.slurm_snapshot import (
     SnapshotInputs,
     SpecReader,
@@ -138,6 +148,7 @@ class Daemon:
         self._history_at_s: float | None = None
         self._requeued_at: dict[str, float] = {}
         self._failures = 0
+        self._known_ids: frozenset[str] = frozenset()
 
     # -- phases ------------------------------------------------------------------------------
     def _user_history(self, now_s: float) -> dict[str, float]:
@@ -156,6 +167,7 @@ class Daemon:
         nodes = self.client.nodes()
         factors = self.client.site_factors()
         live = [j for j in jobs if j.pending or j.running]
+        self._known_ids = frozenset(j.job_id for j in jobs)
         if self.cfg.nodes is not None:
             nodes = [n for n in nodes if n.name in self.cfg.nodes]
         self.specs.forget(j.job_id for j in live)
@@ -200,7 +212,7 @@ class Daemon:
         self._failures = 0
         t1 = time.perf_counter()
         snap = self.snapshot(inputs)
-        decision = self.policy.decide(snap, self.oracle)
+        decision = call_policy(self.policy, snap, self.oracle)
         ranking = queue_order(self.policy, snap, self.oracle)
         t2 = time.perf_counter()
         ctx = PlanContext(
@@ -217,6 +229,9 @@ class Daemon:
         )
         actions = plan(decision, snap, ctx, ranking)
         outcome = execute(actions, self.client, self.cfg.env_dir, self.cfg.dry_run)
+        if self.cfg.env_dir is not None and not self.cfg.dry_run:
+            # files of jobs Slurm no longer knows (in any state): ids are reused after a reset
+            prune_env_files(self.cfg.env_dir, self._known_ids | {a.job_id for a in actions})
         t3 = time.perf_counter()
         for act in outcome.done:
             if act.kind is Kind.REQUEUE and not self.cfg.dry_run:

@@ -46,7 +46,8 @@ def test_order_follows_decision_and_is_idempotent() -> None:
     assert order == {"2": SITE_BASE, "1": SITE_BASE - SITE_STEP, "3": SITE_BASE - 2 * SITE_STEP}
     capped = plan(d, snap("1", "2", "3"), ctx(jobs, {"1", "2", "3"}), ranking=["3"], top_k=2)
     assert {a.job_id for a in capped if a.kind is Kind.ORDER} == {"1", "2"}
-    assert [a.kind for a in acts if a.job_id == "2"] == [Kind.ORDER, Kind.ENV]
+    # the env file is written before anything lets the job start (the plugin reads it at task start)
+    assert [a.kind for a in acts if a.job_id == "2"] == [Kind.ENV, Kind.ORDER]
     env = next(a for a in acts if a.kind is Kind.ENV and a.job_id == "2").fields
     assert env["EASLURM_BATCH_SIZE"] == "64" and env["EASLURM_GPUS"] == "1"
     done = {"2": (0, SITE_BASE), "1": (0, SITE_BASE - SITE_STEP)}

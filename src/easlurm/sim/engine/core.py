@@ -12,6 +12,7 @@ from typing import Any
 
 import simpy
 
+from easlurm.priority.policy_call import call_policy
 from easlurm.priority.snapshot import ClusterSnapshot, Decision, NodeState, PendingJob, RunningJob, StartJob
 from easlurm.sim.cluster import ClusterSpec
 from easlurm.sim.engine.ledger import PowerLedger
@@ -158,6 +159,12 @@ class Simulator:
             power_budget_w=self.cfg.power_budget_w,
         )
 
+    def decide(self, snap: ClusterSnapshot) -> Decision:
+        """The scheduler's policy call on `snap`: the same function the daemon calls (call_policy), so a
+        snapshot captured on the live cluster decides the same here."""
+        self.decisions += 1
+        return call_policy(self.policy, snap, self.oracle)
+
     def _running_states(self) -> tuple[RunningJob, ...]:
         if self._running_tuple is None:
             self._running_tuple = tuple(r.state for r in self.running.values())
@@ -194,8 +201,7 @@ class Simulator:
             if not self.pending:
                 continue
             snap = self.snapshot()
-            decision = self.policy.decide(snap, self.oracle)
-            self.decisions += 1
+            decision = self.decide(snap)
             changed = self._apply(decision)
             if changed:
                 self._dirty = True
