@@ -32,24 +32,31 @@ def parse_duration_s(text: str | float | int, field: str = "duration", default_u
 
 
 def _parse_clock(s: str, field: str) -> float:
-    """Slurm's [D-]HH:MM:SS, MM:SS (elapsed) notation."""
+    """Slurm's clock notation: [D-]HH:MM:SS, MM:SS, MM:SS.mmm (TotalCPU), D-HH and D-HH:MM (time limits)."""
+    text = s
     days = 0
     if "-" in s:
         d, _, s = s.partition("-")
         if not d.isdigit():
-            raise ConfigError(f"{field}: cannot parse duration {s!r}")
+            raise ConfigError(f"{field}: cannot parse duration {text!r}")
         days = int(d)
     parts = s.split(":")
     try:
         nums = [float(p) for p in parts]
     except ValueError:
-        raise ConfigError(f"{field}: cannot parse duration {s!r}") from None
+        raise ConfigError(f"{field}: cannot parse duration {text!r}") from None
+    if any(n < 0 for n in nums):
+        raise ConfigError(f"{field}: cannot parse duration {text!r}")
     if len(nums) == 3:
         h, m, sec = nums
+    elif len(nums) == 2 and "-" in text:
+        (h, m), sec = nums, 0.0  # D-HH:MM
     elif len(nums) == 2:
         h, (m, sec) = 0.0, nums
+    elif len(nums) == 1 and "-" in text:
+        h, m, sec = nums[0], 0.0, 0.0  # D-HH
     else:
-        raise ConfigError(f"{field}: cannot parse duration {s!r}")
+        raise ConfigError(f"{field}: cannot parse duration {text!r}")
     return days * 86400.0 + h * 3600.0 + m * 60.0 + sec
 
 

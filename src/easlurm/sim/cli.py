@@ -8,9 +8,21 @@ from easlurm.cli import LazyGroup
 
 #: name -> ("module:attribute", one-line help); a command is listed only once it works.
 SIM_COMMANDS: dict[str, tuple[str, str]] = {
+    "campaign": (
+        "easlurm.sim.campaign_cli:campaign_cmd",
+        "Run a YAML campaign plan (in parallel or as a Slurm array).",
+    ),
     "run": (
         "easlurm.sim.run_cli:run_cmd",
         "Simulate one policy on one scenario and seed; print its metrics.",
+    ),
+    "report": (
+        "easlurm.sim.campaign_cli:report_cmd",
+        "Statistics, plots and report.md of a campaign's results.",
+    ),
+    "replay": (
+        "easlurm.sim.replay_cli:replay_cmd",
+        "Replay a sacct/SWF/CSV trace through policies vs. its record.",
     ),
 }
 

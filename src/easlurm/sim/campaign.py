@@ -1,0 +1,365 @@
+"""Campaign plans: a YAML matrix (scenarios x policies x loads x seeds) expanded into reproducible runs."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from easlurm.config import read_yaml_file
+from easlurm.errors import ConfigError
+from easlurm.units import parse_duration_s, parse_power_w
+
+SCHEMA_VERSION = 1
+
+#: Keys a plan may set at the top level and inherit into each experiment (defaults come from `sim.*`).
+_SHARED_KEYS = (
+    "scenarios",
+    "policies",
+    "seeds",
+    "loads_jobs_per_h",
+    "hours",
+    "power_budget_w",
+    "cluster",
+    "noise_sigma",
+    "checkpoint_interval_s",
+)
+_TOP_KEYS = {*_SHARED_KEYS, "name", "description", "experiments", "report"}
+_EXPERIMENT_KEYS = {*_SHARED_KEYS, "name", "description"}
+_POLICY_KEYS = {"policy", "label", "params"}
+_SAFE = re.compile(r"[^A-Za-z0-9_.+-]+")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One simulation to run; the same fields as `easlurm.sim.runner.SimSpec`, so it converts one to one."""
+
+    policy: str
+    scenario: str = "B"
+    seed: int = 0
+    load_jobs_per_h: float | None = None
+    hours: float = 10.0
+    power_budget_w: float | None = None
+    cluster: str | None = None
+    noise_sigma: float = 0.10
+    checkpoint_interval_s: float | None = None
+    policy_params: tuple[tuple[str, Any], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["policy_params"] = {k: v for k, v in self.policy_params}
+        return d
+
+
+@dataclass(frozen=True)
+class PolicyEntry:
+    """A policy as the plan names it: `label` tells apart two settings of the same policy."""
+
+    label: str
+    policy: str
+    params: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One matrix of the plan; every combination of its lists becomes a run."""
+
+    name: str
+    scenarios: tuple[str, ...]
+    policies: tuple[PolicyEntry, ...]
+    seeds: tuple[int, ...]
+    loads_jobs_per_h: tuple[float | None, ...] = (None,)
+    hours: float = 10.0
+    power_budget_w: float | None = None
+    cluster: str | None = None
+    noise_sigma: float = 0.10
+    checkpoint_interval_s: float | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run of the expanded plan: its stable index and id (the result file's name) and its spec."""
+
+    index: int
+    run_id: str
+    experiment: str
+    label: str
+    spec: RunSpec
+
+
+@dataclass(frozen=True)
+class CampaignPlan:
+    """A parsed plan; `report` keeps the plan's free-form report section (titles, reference figures)."""
+
+    name: str
+    experiments: tuple[Experiment, ...]
+    description: str = ""
+    report: Mapping[str, Any] = field(default_factory=dict)
+    source: str = "<plan>"
+
+    def runs(self) -> list[Run]:
+        """Expand every experiment in a fixed order (experiment, scenario, load, policy, seed)."""
+        runs: list[Run] = []
+        seen: set[str] = set()
+        for exp in self.experiments:
+            for scenario in exp.scenarios:
+                for load in exp.loads_jobs_per_h:
+                    for pol in exp.policies:
+                        for seed in exp.seeds:
+                            spec = RunSpec(
+                                policy=pol.policy,
+                                scenario=scenario,
+                                seed=seed,
+                                load_jobs_per_h=load,
+                                hours=exp.hours,
+                                power_budget_w=exp.power_budget_w,
+                                cluster=exp.cluster,
+                                noise_sigma=exp.noise_sigma,
+                                checkpoint_interval_s=exp.checkpoint_interval_s,
+                                policy_params=pol.params,
+                            )
+                            run_id = make_run_id(exp.name, scenario, pol.label, load, seed)
+                            if run_id in seen:
+                                raise ConfigError(f"{self.source}: run {run_id!r} appears twice in the plan")
+                            seen.add(run_id)
+                            runs.append(Run(len(runs), run_id, exp.name, pol.label, spec))
+        return runs
+
+
+def make_run_id(experiment: str, scenario: str, label: str, load: float | None, seed: int) -> str:
+    """A file-name-safe id that stays the same when the plan grows, so finished runs are found again."""
+    load_part = "default" if load is None else f"{load:g}"
+    parts = [experiment, scenario, label, f"load{load_part}", f"s{seed}"]
+    return "__".join(_SAFE.sub("_", p) for p in parts)
+
+
+def load_plan(path: str | Path, defaults: Mapping[str, Any] | None = None) -> CampaignPlan:
+    """Read and validate a plan file; `defaults` (the `sim` config section) fills what the plan leaves out."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: campaign plan not found")
+    return parse_plan(read_yaml_file(p), source=str(p), base_dir=p.parent, defaults=defaults)
+
+
+def parse_plan(
+    doc: Any,
+    source: str = "<plan>",
+    base_dir: Path | None = None,
+    defaults: Mapping[str, Any] | None = None,
+) -> CampaignPlan:
+    """Validate a plan document; every error names the source and the field."""
+    if not isinstance(doc, Mapping):
+        raise ConfigError(f"{source}: a plan must be a mapping, got {type(doc).__name__}")
+    _check_keys(doc, _TOP_KEYS, source, "")
+    base: dict[str, Any] = {
+        "hours": 10.0,
+        "noise_sigma": 0.10,
+        "cluster": None,
+        "checkpoint_interval_s": None,
+        "power_budget_w": None,
+        "loads_jobs_per_h": [None],
+        "seeds": 1,
+    }
+    for key, value in (defaults or {}).items():
+        if key in base and value is not None:
+            base[key] = value
+    base.update({k: doc[k] for k in _SHARED_KEYS if k in doc})
+    raw_exps = doc.get("experiments")
+    if raw_exps is None:
+        raw_exps = [{"name": str(doc.get("name", "main"))}]
+    if not isinstance(raw_exps, list) or not raw_exps:
+        raise ConfigError(f"{source}: experiments: must be a non-empty list")
+    experiments = []
+    names: set[str] = set()
+    for i, raw in enumerate(raw_exps):
+        where = f"experiments[{i}]"
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"{source}: {where}: must be a mapping")
+        _check_keys(raw, _EXPERIMENT_KEYS, source, where + ".")
+        exp = _parse_experiment({**base, **raw}, source, where, base_dir)
+        if exp.name in names:
+            raise ConfigError(f"{source}: {where}.name: experiment {exp.name!r} is defined twice")
+        names.add(exp.name)
+        experiments.append(exp)
+    report = doc.get("report") or {}
+    if not isinstance(report, Mapping):
+        raise ConfigError(f"{source}: report: must be a mapping")
+    return CampaignPlan(
+        name=str(doc.get("name", "campaign")),
+        experiments=tuple(experiments),
+        description=str(doc.get("description", "")),
+        report=report,
+        source=source,
+    )
+
+
+def _check_keys(doc: Mapping[str, Any], known: set[str], source: str, prefix: str) -> None:
+    for key in doc:
+        if key not in known:
+            raise ConfigError(f"{source}: {prefix}{key}: unknown field (known: {', '.join(sorted(known))})")
+
+
+def _parse_experiment(raw: Mapping[str, Any], source: str, where: str, base_dir: Path | None) -> Experiment:
+    def err(key: str, msg: str) -> ConfigError:
+        return ConfigError(f"{source}: {where}.{key}: {msg}")
+
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise err("name", "a non-empty name is required")
+    scenarios = _str_list(raw.get("scenarios"), err, "scenarios")
+    policies = tuple(_parse_policy(p, err, j) for j, p in enumerate(_as_list(raw.get("policies"))))
+    if not policies:
+        raise err("policies", "at least one policy is required")
+    labels = [p.label for p in policies]
+    if len(set(labels)) != len(labels):
+        raise err("policies", f"labels must be unique, got {labels}")
+    loads = tuple(
+        None if x is None else _positive(x, err, "loads_jobs_per_h")
+        for x in _as_list(raw.get("loads_jobs_per_h"))
+    ) or (None,)
+    hours = _positive(raw.get("hours"), err, "hours")
+    budget = raw.get("power_budget_w")
+    budget_w = None if budget is None else parse_power_w(budget, f"{source}: {where}.power_budget_w")
+    ckpt = raw.get("checkpoint_interval_s")
+    ckpt_s = None if ckpt is None else parse_duration_s(ckpt, f"{source}: {where}.checkpoint_interval_s")
+    sigma = raw.get("noise_sigma")
+    if not isinstance(sigma, int | float) or isinstance(sigma, bool) or sigma < 0:
+        raise err("noise_sigma", f"must be a number >= 0, got {sigma!r}")
+    cluster = raw.get("cluster")
+    if cluster is not None:
+        if not isinstance(cluster, str):
+            raise err("cluster", f"must be a YAML path, got {cluster!r}")
+        if base_dir is not None and not Path(cluster).is_absolute() and (base_dir / cluster).is_file():
+            cluster = str((base_dir / cluster).resolve())
+    return Experiment(
+        name=name,
+        scenarios=scenarios,
+        policies=policies,
+        seeds=_parse_seeds(raw.get("seeds"), err),
+        loads_jobs_per_h=loads,
+        hours=hours,
+        power_budget_w=budget_w,
+        cluster=cluster,
+        noise_sigma=float(sigma),
+        checkpoint_interval_s=ckpt_s,
+        description=str(raw.get("description", "")),
+    )
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def _str_list(value: Any, err: Any, key: str) -> tuple[str, ...]:
+    items = _as_list(value)
+    if not items or not all(isinstance(x, str) and x for x in items):
+        raise err(key, f"must be a non-empty list of names, got {value!r}")
+    return tuple(items)
+
+
+def _positive(value: Any, err: Any, key: str) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
+        raise err(key, f"must be a number > 0, got {value!r}")
+    return float(value)
+
+
+def _parse_seeds(value: Any, err: Any) -> tuple[int, ...]:
+    """`10` -> 0..9; a list of ints as given; `{start: 100, count: 10}` -> 100..109."""
+    if isinstance(value, bool):
+        raise err("seeds", f"must be a count, a list of ints or {{start, count}}, got {value!r}")
+    if isinstance(value, int):
+        if value < 1:
+            raise err("seeds", f"a count must be >= 1, got {value}")
+        return tuple(range(value))
+    if isinstance(value, Mapping) and set(value) <= {"start", "count"} and "count" in value:
+        start, count = value.get("start", 0), value["count"]
+        if isinstance(start, int) and isinstance(count, int) and count >= 1:
+            return tuple(range(start, start + count))
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in value)
+    ):
+        if len(set(value)) != len(value):
+            raise err("seeds", f"seeds repeat: {value}")
+        return tuple(value)
+    raise err("seeds", f"must be a count, a list of ints or {{start, count}}, got {value!r}")
+
+
+def _parse_policy(value: Any, err: Any, j: int) -> PolicyEntry:
+    if isinstance(value, str) and value:
+        return PolicyEntry(label=value, policy=value)
+    if isinstance(value, Mapping):
+        unknown = set(value) - _POLICY_KEYS
+        if unknown:
+            raise err(f"policies[{j}]", f"unknown field(s) {sorted(unknown)} (known: {sorted(_POLICY_KEYS)})")
+        policy = value.get("policy")
+        if not isinstance(policy, str) or not policy:
+            raise err(f"policies[{j}].policy", "a policy name is required")
+        label = value.get("label", policy)
+        params = value.get("params") or {}
+        if not isinstance(label, str) or not label:
+            raise err(f"policies[{j}].label", f"must be a non-empty string, got {label!r}")
+        if not isinstance(params, Mapping):
+            raise err(f"policies[{j}].params", "must be a mapping")
+        return PolicyEntry(label=label, policy=policy, params=tuple(sorted(params.items())))
+    raise err(f"policies[{j}]", f"must be a name or {{policy, label, params}}, got {value!r}")
+
+
+def select_runs(runs: Sequence[Run], indices: Iterable[int] | None) -> list[Run]:
+    """The runs with the given plan indices (all when None); an index outside the plan is an error."""
+    if indices is None:
+        return list(runs)
+    wanted = sorted(set(indices))
+    bad = [i for i in wanted if not 0 <= i < len(runs)]
+    if bad:
+        raise ConfigError(f"run index {bad[0]} is outside the plan (0..{len(runs) - 1})")
+    return [runs[i] for i in wanted]
+
+
+def parse_index_list(text: str) -> list[int]:
+    """'0,3,5-9' -> [0, 3, 5, 6, 7, 8, 9] (the `--only-index` syntax, as Slurm's --array)."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        try:
+            if sep:
+                a, b = int(lo), int(hi)
+                if b < a:
+                    raise ValueError
+                out.extend(range(a, b + 1))
+            else:
+                out.append(int(lo))
+        except ValueError:
+            raise ConfigError(f"--only-index: cannot parse {part!r} (use e.g. 0,3,5-9)") from None
+    return out
+
+
+def check_names(plan: CampaignPlan) -> None:
+    """Refuse unknown policy and scenario names before any run starts (skipped where the simulator is absent)."""
+    try:
+        from easlurm.priority.policies import POLICY_NAMES
+        from easlurm.sim.scenarios import SCENARIOS
+    except ImportError:
+        return
+    for i, exp in enumerate(plan.experiments):
+        for j, pol in enumerate(exp.policies):
+            if pol.policy.lower() not in POLICY_NAMES:
+                raise ConfigError(
+                    f"{plan.source}: experiments[{i}].policies[{j}]: unknown policy {pol.policy!r} "
+                    f"(known: {', '.join(POLICY_NAMES)})"
+                )
+        for scenario in exp.scenarios:
+            if scenario.lower() not in {k.lower() for k in SCENARIOS}:
+                raise ConfigError(
+                    f"{plan.source}: experiments[{i}].scenarios: unknown scenario {scenario!r} "
+                    f"(known: {', '.join(SCENARIOS)})"
+                )

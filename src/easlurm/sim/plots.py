@@ -1,0 +1,194 @@
+"""PNG plots of campaign results (matplotlib's Figure API on Agg: no pyplot state, no display)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from easlurm.errors import EaslurmError
+from easlurm.sim.stats import MetricSummary
+
+_DPI = 110
+
+
+def _figure(width: float = 7.0, height: float = 4.5) -> Any:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as exc:  # plots are an optional extra
+        raise EaslurmError("plots need matplotlib: pip install 'easlurm[plots]'") from exc
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def _save(fig: Any, out: Path) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=_DPI)
+    return out
+
+
+def _err(s: MetricSummary) -> tuple[float, float]:
+    """Distances from the mean to the CI bounds (0 when the CI is unknown)."""
+    if s.mean is None or s.ci_low is None or s.ci_high is None:
+        return 0.0, 0.0
+    return max(s.mean - s.ci_low, 0.0), max(s.ci_high - s.mean, 0.0)
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats (higher throughput x and lower energy y), by x."""
+    front = []
+    for i, (x, y) in enumerate(points):
+        dominated = any(
+            (x2 >= x and y2 <= y) and (x2 > x or y2 < y) for j, (x2, y2) in enumerate(points) if j != i
+        )
+        if not dominated:
+            front.append(i)
+    return sorted(front, key=lambda i: points[i][0])
+
+
+def plot_pareto(
+    throughput: Sequence[MetricSummary], energy: Sequence[MetricSummary], out: Path, title: str
+) -> Path | None:
+    """Throughput (jobs/h) against energy (kWh) per policy, 95% CI bars, the Pareto front dashed."""
+    pairs = [(t, e) for t, e in zip(throughput, energy) if t.mean is not None and e.mean is not None]
+    if not pairs:
+        return None
+    fig = _figure()
+    ax = fig.add_subplot()
+    points = [(float(t.mean or 0.0), float(e.mean or 0.0)) for t, e in pairs]
+    for (t, e), (x, y) in zip(pairs, points):
+        xerr, yerr = np.array([_err(t)]).T, np.array([_err(e)]).T
+        ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o", capsize=3, label=str(t.group[-1]))
+        ax.annotate(str(t.group[-1]), (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    front = pareto_front(points)
+    if len(front) > 1:
+        ax.plot(
+            [points[i][0] for i in front], [points[i][1] for i in front], "k--", lw=1, label="Pareto front"
+        )
+    ax.set_xlabel("throughput (jobs/h)")
+    ax.set_ylabel("energy (kWh)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, out)
+
+
+def plot_bars(
+    summaries: Sequence[MetricSummary], out: Path, title: str, ylabel: str, scale: float = 1.0
+) -> Path | None:
+    """One bar per policy label with its 95% CI (deadline misses, Jain's index...)."""
+    present = [s for s in summaries if s.mean is not None]
+    if not present:
+        return None
+    fig = _figure(max(5.0, 0.9 * len(present) + 2.0), 4.0)
+    ax = fig.add_subplot()
+    x = np.arange(len(present))
+    means = np.array([float(s.mean or 0.0) for s in present]) * scale
+    err = np.array([_err(s) for s in present]).T * scale
+    bars = ax.bar(x, means, yerr=err, capsize=4, color="tab:blue", alpha=0.8)
+    ax.bar_label(bars, fmt="%.3g", fontsize=8, padding=2)
+    ax.set_xticks(x, [str(s.group[-1]) for s in present], rotation=30, ha="right")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, out)
+
+
+def plot_vs_load(
+    series: Mapping[str, Sequence[MetricSummary]], out: Path, title: str, ylabel: str, scale: float = 1.0
+) -> Path | None:
+    """A metric against the arrival rate, one line per policy label with its CI band."""
+    fig = _figure()
+    ax = fig.add_subplot()
+    drawn = False
+    for label, summaries in series.items():
+        pts = sorted(
+            (float(s.group[2]), s) for s in summaries if s.mean is not None and s.group[2] is not None
+        )
+        if not pts:
+            continue
+        x = np.array([p[0] for p in pts])
+        y = np.array([float(p[1].mean or 0.0) for p in pts]) * scale
+        lo = np.array([p[1].ci_low if p[1].ci_low is not None else p[1].mean for p in pts], float) * scale
+        hi = np.array([p[1].ci_high if p[1].ci_high is not None else p[1].mean for p in pts], float) * scale
+        ax.plot(x, y, "o-", label=label)
+        ax.fill_between(x, lo, hi, alpha=0.15)
+        drawn = True
+    if not drawn:
+        return None
+    ax.set_xlabel("arrival rate (jobs/h)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, out)
+
+
+def plot_power(
+    series: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    out: Path,
+    title: str,
+    budget_w: float | None = None,
+) -> Path | None:
+    """Cluster power over time (one seed), one panel per policy so the curves stay readable, with the
+    budget as a dotted line and the share of time above it in each panel's title."""
+    drawn = {k: v for k, v in series.items() if len(v[0]) > 0}
+    if not drawn:
+        return None
+    fig = _figure(8.0, 1.0 + 1.35 * len(drawn))
+    axes = fig.subplots(len(drawn), 1, sharex=True, sharey=True, squeeze=False)[:, 0]
+    for ax, (label, (t_s, p_w)) in zip(axes, drawn.items()):
+        t, p = np.asarray(t_s, float), np.asarray(p_w, float)
+        name = label
+        if budget_w is not None:
+            ax.axhline(budget_w, color="k", ls=":", lw=1.5)
+            dt = np.diff(t)
+            over = float(dt[p[:-1] > budget_w + 1e-6].sum() / dt.sum()) if dt.sum() > 0 else 0.0
+            name = f"{label}: {100 * over:.0f}% of the time above {budget_w:.0f} W"
+        t, p = _envelope(t, p)
+        ax.step(t / 3600.0, p, where="post", lw=0.8, color="tab:blue")
+        ax.set_title(name, fontsize=8, loc="left")
+        ax.grid(alpha=0.3)
+        ax.set_ylabel("W", fontsize=8)
+    axes[-1].set_xlabel("simulated time (h)")
+    fig.suptitle(title)
+    return _save(fig, out)
+
+
+def _envelope(t: np.ndarray, p: np.ndarray, max_points: int = 4000) -> tuple[np.ndarray, np.ndarray]:
+    """A long step series reduced to per-bin maxima (peaks stay visible); short ones are left alone."""
+    if t.size <= max_points:
+        return t, p
+    edges = np.linspace(t[0], t[-1], max_points // 2 + 1)
+    idx = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, edges.size - 2)
+    peak = np.full(edges.size - 1, -np.inf)
+    np.maximum.at(peak, idx, p)
+    low = np.full(edges.size - 1, np.inf)
+    np.minimum.at(low, idx, p)
+    keep = np.isfinite(peak)
+    starts, peak, low = edges[:-1][keep], peak[keep], low[keep]
+    half = np.diff(edges)[0] / 2
+    return np.column_stack([starts, starts + half]).ravel(), np.column_stack([peak, low]).ravel()
+
+
+def plot_user_shares(shares: Mapping[str, Mapping[str, float]], out: Path, title: str) -> Path | None:
+    """Per-user share of GPU-seconds, grouped bars per policy label (allocation fairness)."""
+    users = sorted({u for s in shares.values() for u in s})
+    if not users:
+        return None
+    labels = list(shares)
+    fig = _figure(max(6.0, 1.2 * len(labels) + 2.0), 4.0)
+    ax = fig.add_subplot()
+    width = 0.8 / len(users)
+    x = np.arange(len(labels))
+    for k, user in enumerate(users):
+        ax.bar(
+            x + k * width - 0.4 + width / 2, [shares[lab].get(user, 0.0) for lab in labels], width, label=user
+        )
+    ax.set_xticks(x, labels, rotation=30, ha="right")
+    ax.set_ylabel("share of GPU-seconds")
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, ncol=min(len(users), 5))
+    return _save(fig, out)

@@ -1,0 +1,151 @@
+"""`easlurm sim replay TRACE`: replay a recorded trace through policies and report against the recorded schedule."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from easlurm.cli import load_ctx_config
+from easlurm.errors import ConfigError
+
+DEFAULT_POLICIES = "pollux,zeus,hades,aurachronos,charon"
+
+
+@click.command("replay")
+@click.argument("trace", type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--cluster",
+    "cluster_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Cluster YAML (default: sim.cluster setting, else 8x A100 + 8x H100).",
+)
+@click.option("--policies", default=DEFAULT_POLICIES, show_default=True, help="Comma list of policies.")
+@click.option("--power-budget", "power_budget", default=None, help="Cluster power budget, e.g. 4500W.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="Report directory.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", "sacct", "sacct-json", "swf", "csv"]),
+    default="auto",
+    show_default=True,
+    help="Trace format (auto: from suffix and content).",
+)
+@click.option(
+    "--skip-bad", is_flag=True, help="Skip malformed records (counted in the report) instead of stopping."
+)
+@click.option(
+    "--columns", default=None, help="Columns of a sacct -P dump made with --noheader (its --format)."
+)
+@click.option("--procs-per-gpu", type=int, default=1, show_default=True, help="SWF: processors per GPU.")
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="First seed of the policy-side oracle noise."
+)
+@click.option(
+    "--seeds",
+    "n_seeds",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Seeds per policy (seed, seed+1, ...): confidence intervals in the report.",
+)
+@click.option(
+    "--noise-sigma", type=float, default=None, help="Policy-side oracle noise (default: sim.noise_sigma)."
+)
+@click.option(
+    "--deadline-slack",
+    type=float,
+    default=None,
+    help="Give jobs a deadline of submit + SLACK x time limit (off by default).",
+)
+@click.option(
+    "--malleable", is_flag=True, help="Let policies resize jobs (half to double the recorded GPUs)."
+)
+@click.option(
+    "--free-gpu-type", is_flag=True, help="Let policies place jobs on any GPU type, not the one requested."
+)
+@click.option(
+    "--no-calibrate", is_flag=True, help="Do not scale the oracle's power to the trace's measured energy."
+)
+@click.option("--max-jobs", type=int, default=None, help="Replay only the first N usable jobs.")
+@click.option("--no-html", is_flag=True, help="Markdown only.")
+@click.pass_context
+def replay_cmd(
+    ctx: click.Context,
+    trace: str,
+    cluster_path: str | None,
+    policies: str,
+    power_budget: str | None,
+    out_dir: str,
+    fmt: str,
+    skip_bad: bool,
+    columns: str | None,
+    procs_per_gpu: int,
+    seed: int,
+    n_seeds: int,
+    noise_sigma: float | None,
+    deadline_slack: float | None,
+    malleable: bool,
+    free_gpu_type: bool,
+    no_calibrate: bool,
+    max_jobs: int | None,
+    no_html: bool,
+) -> None:
+    """Replay TRACE (sacct -P or --json dump, SWF, CSV) through POLICIES; the trace's own schedule is the baseline."""
+    from easlurm.priority.policies import POLICY_NAMES
+    from easlurm.sim.cluster import ClusterSpec
+    from easlurm.sim.replay import replay, write_replay_report
+    from easlurm.sim.traces.mapping import ReplayOptions
+    from easlurm.units import parse_power_w
+
+    cfg = load_ctx_config(ctx, {"sim": {"cluster": cluster_path, "noise_sigma": noise_sigma}})
+    names = [p.strip().lower() for p in policies.split(",") if p.strip()]
+    unknown = [p for p in names if p not in POLICY_NAMES]
+    if unknown or not names:
+        raise ConfigError(
+            f"--policies: unknown {', '.join(unknown) or '(empty)'} (known: {', '.join(POLICY_NAMES)})"
+        )
+    if n_seeds < 1:
+        raise ConfigError("--seeds must be >= 1")
+    if deadline_slack is not None and deadline_slack <= 0:
+        raise ConfigError("--deadline-slack must be > 0")
+    cluster_file = cfg.get("sim.cluster")
+    cluster = ClusterSpec.from_yaml(cluster_file) if cluster_file else ClusterSpec.default()
+    budget = parse_power_w(power_budget, "--power-budget") if power_budget else None
+    options = ReplayOptions(
+        honor_gpu_type=not free_gpu_type,
+        malleable=malleable,
+        deadline_slack=deadline_slack,
+        max_jobs=max_jobs,
+    )
+    trace_options: dict[str, Any] = {"procs_per_gpu": procs_per_gpu}
+    if columns:
+        trace_options["columns"] = [c.strip() for c in columns.split(",")]
+
+    def progress(line: str) -> None:
+        click.echo(f"replay: {line}", err=True)
+
+    result = replay(
+        trace,
+        cluster,
+        names,
+        fmt=fmt,
+        skip_bad=skip_bad,
+        power_budget_w=budget,
+        seed=seed,
+        seeds=list(range(seed, seed + n_seeds)),
+        noise_sigma=float(cfg.get("sim.noise_sigma")),
+        options=options,
+        calibrate=not no_calibrate,
+        on_progress=progress if sys.stderr.isatty() else None,
+        trace_options=trace_options,
+    )
+    md = write_replay_report(result, out_dir, html_too=not no_html)
+    st = result.trace_stats
+    click.echo(
+        f"{result.mapping.mapped} jobs replayed under {len(names)} policies "
+        f"({st.skipped_bad} malformed skipped, {sum(result.mapping.excluded.values())} not replayable); "
+        f"report: {md}"
+    )

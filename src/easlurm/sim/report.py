@@ -1,0 +1,495 @@
+"""A campaign report: summary tables, significance tests, plots and the reference comparison, as Markdown+HTML."""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from easlurm.sim import plots
+from easlurm.sim.campaign_run import TIMING_METRICS, load_records, metric_columns, row_of
+from easlurm.sim.stats import (
+    GROUP_KEYS,
+    MetricSummary,
+    PairTest,
+    group_rows,
+    mean_of,
+    pairwise_mann_whitney,
+    summarize,
+)
+
+log = logging.getLogger(__name__)
+
+#: (metric, column header, scale) of the main table; a metric absent from every run is left out.
+MAIN_COLUMNS = (
+    ("throughput_jobs_per_h", "Throughput (jobs/h)", 1.0),
+    ("energy_kwh", "Energy (kWh)", 1.0),
+    ("idle_energy_kwh", "Idle energy (kWh)", 1.0),
+    ("energy_per_job_kwh", "Energy/job (kWh)", 1.0),
+    ("mean_jct_s", "Mean JCT (h)", 1 / 3600),
+    ("p95_jct_s", "p95 JCT (h)", 1 / 3600),
+    ("deadline_miss_rate", "Deadline miss (%)", 100.0),
+    ("jain_index", "Jain JCT", 1.0),
+    ("max_power_w", "Max power (W)", 1.0),
+    ("time_over_budget_s", "Over budget (min)", 1 / 60),
+    ("preemptions", "Preemptions", 1.0),
+    ("preempted_energy_kwh", "Preempted (kWh)", 1.0),
+)
+#: Metrics tested pairwise in the report (all metrics are tested in tests.csv).
+TESTED = (
+    "throughput_jobs_per_h",
+    "energy_kwh",
+    "energy_per_job_kwh",
+    "mean_jct_s",
+    "deadline_miss_rate",
+    "jain_index",
+)
+PLOT_KINDS = ("pareto", "power", "deadline", "fairness", "load")
+
+
+@dataclass
+class ReportFiles:
+    """Where the report went; `plots` are relative to the report's directory."""
+
+    markdown: Path
+    html: Path | None
+    plots: list[str] = field(default_factory=list)
+    summary_csv: Path | None = None
+    tests_csv: Path | None = None
+
+
+@dataclass
+class _Doc:
+    """Report blocks rendered twice (Markdown and HTML) so both say the same thing."""
+
+    blocks: list[tuple[str, Any]] = field(default_factory=list)
+
+    def h(self, level: int, text: str) -> None:
+        self.blocks.append(("h", (level, text)))
+
+    def p(self, text: str) -> None:
+        self.blocks.append(("p", text))
+
+    def table(self, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+        if rows:
+            self.blocks.append(("table", (list(header), [list(r) for r in rows])))
+
+    def img(self, rel: str, alt: str) -> None:
+        self.blocks.append(("img", (rel, alt)))
+
+    def markdown(self) -> str:
+        out = []
+        for kind, data in self.blocks:
+            if kind == "h":
+                out.append("#" * data[0] + " " + data[1])
+            elif kind == "p":
+                out.append(data)
+            elif kind == "table":
+                header, rows = data
+                cell = lambda s: str(s).replace("|", "\\|")  # noqa: E731
+                out.append("| " + " | ".join(cell(h) for h in header) + " |")
+                out.append("|" + "---|" * len(header))
+                out.extend("| " + " | ".join(cell(c) for c in r) + " |" for r in rows)
+            elif kind == "img":
+                out.append(f"![{data[1]}]({data[0]})")
+            out.append("")
+        return "\n".join(out)
+
+    def html(self, title: str) -> str:
+        e = html.escape
+        out = [
+            "<!doctype html>",
+            f"<html><head><meta charset='utf-8'><title>{e(title)}</title>",
+            "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
+            "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px}"
+            "img{max-width:100%}</style></head><body>",
+        ]
+        for kind, data in self.blocks:
+            if kind == "h":
+                out.append(f"<h{data[0]}>{e(data[1])}</h{data[0]}>")
+            elif kind == "p":
+                out.append(f"<p>{e(data)}</p>")
+            elif kind == "table":
+                header, rows = data
+                out.append("<table><tr>" + "".join(f"<th>{e(str(h))}</th>" for h in header) + "</tr>")
+                out.extend("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in r) + "</tr>" for r in rows)
+                out.append("</table>")
+            elif kind == "img":
+                out.append(f"<p><a href='{e(data[0])}'><img src='{e(data[0])}' alt='{e(data[1])}'></a></p>")
+        out.append("</body></html>")
+        return "\n".join(out)
+
+
+def fmt(value: float | None, scale: float = 1.0) -> str:
+    """Three significant digits; missing stays blank."""
+    if value is None or not np.isfinite(value):
+        return ""
+    v = value * scale
+    return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+
+
+def fmt_ci(s: MetricSummary | None, scale: float = 1.0) -> str:
+    if s is None or s.mean is None:
+        return ""
+    if s.ci_low is None or s.ci_high is None:
+        return fmt(s.mean, scale)
+    return f"{fmt(s.mean, scale)} [{fmt(s.ci_low, scale)}, {fmt(s.ci_high, scale)}]"
+
+
+def build_report(
+    results_dir: str | Path,
+    *,
+    title: str | None = None,
+    report_cfg: Mapping[str, Any] | None = None,
+    html_too: bool = True,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> ReportFiles:
+    """Report on every run record under `results_dir`; the plan's `report` section is read from plan.yaml."""
+    out = Path(results_dir)
+    records = load_records(out)
+    if report_cfg is None:
+        report_cfg = _plan_report_section(out)
+    return write_report(
+        records,
+        out,
+        title=title or str(report_cfg.get("title") or f"Campaign report: {out.name}"),
+        report_cfg=report_cfg,
+        html_too=html_too,
+        n_boot=n_boot,
+        seed=seed,
+    )
+
+
+def _plan_report_section(out: Path) -> Mapping[str, Any]:
+    plan_file = out / "plan.yaml"
+    if not plan_file.is_file():
+        return {}
+    from easlurm.sim.campaign import load_plan
+
+    plan = load_plan(plan_file)
+    cfg = dict(plan.report)
+    cfg.setdefault("experiments", {e.name: e.description for e in plan.experiments if e.description})
+    return cfg
+
+
+def write_report(
+    records: Sequence[Mapping[str, Any]],
+    out_dir: str | Path,
+    *,
+    title: str,
+    report_cfg: Mapping[str, Any] | None = None,
+    html_too: bool = True,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> ReportFiles:
+    """Write report.md (+ report.html), plots/*.png, summary.csv and tests.csv from run records.
+
+    A record is what the campaign saves per run (index, run_id, experiment, label, spec, result); the
+    trace replay builds the same shape, so both share this report.
+    """
+    cfg = report_cfg or {}
+    out = Path(out_dir)
+    rows = [row_of(r) for r in records]
+    metrics = metric_columns(rows)
+    summaries = summarize(rows, metrics, n_boot=n_boot, seed=seed)
+    tests = pairwise_mann_whitney(rows, [m for m in metrics if m not in TIMING_METRICS])
+    files = ReportFiles(markdown=out / "report.md", html=None)
+    files.summary_csv = _write_csv(out / "summary.csv", [s.as_dict() for s in summaries])
+    files.tests_csv = _write_csv(out / "tests.csv", [t.as_dict() for t in tests])
+    doc = _Doc()
+    doc.h(1, title)
+    if cfg.get("description"):
+        doc.p(str(cfg["description"]).strip())
+    n_seeds = {len(v) for v in group_rows(rows).values()}
+    doc.p(
+        f"{len(rows)} runs, {len(group_rows(rows))} cells, seeds per cell: "
+        f"{', '.join(map(str, sorted(n_seeds))) or '0'}. Cells show the mean over seeds and the seeded "
+        f"bootstrap 95% CI of the mean ({n_boot} resamples). Data: results.csv (one row per run), "
+        "summary.csv (every metric), tests.csv (Mann-Whitney U between every pair of policies)."
+    )
+    reference = cfg.get("reference") or []
+    if reference:
+        _reference_section(doc, reference, summaries)
+    plot_cfg = cfg.get("plots") or {}
+    descriptions = cfg.get("experiments") or {}
+    for experiment, exp_rows in group_rows(rows, ("experiment",)).items():
+        kinds = plot_cfg.get(experiment[0], PLOT_KINDS)
+        doc.h(2, f"Experiment {experiment[0]}")
+        if descriptions.get(experiment[0]):
+            doc.p(str(descriptions[experiment[0]]))
+        _experiment_section(
+            doc, out, str(experiment[0]), exp_rows, records, summaries, tests, kinds, files.plots
+        )
+    files.markdown.write_text(doc.markdown())
+    if html_too:
+        files.html = out / "report.html"
+        files.html.write_text(doc.html(title))
+    log.info("report: %s (%d plots)", files.markdown, len(files.plots))
+    return files
+
+
+def _write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(columns)
+        for r in rows:
+            writer.writerow(["" if r.get(c) is None else r.get(c) for c in columns])
+    return path
+
+
+def _reference_value(ref: Mapping[str, Any], summaries: Sequence[MetricSummary]) -> tuple[float | None, str]:
+    """Ours for one reference row: a mean (with CI) or, with `relative_to`, a ratio of means."""
+    where = {k: ref[k] for k in ("experiment", "scenario", "load_jobs_per_h") if k in ref}
+    metric = str(ref["metric"])
+    s = mean_of(summaries, metric, label=ref["label"], **where)
+    if s is None or s.mean is None:
+        return None, ""
+    if "relative_to" not in ref:
+        return s.mean, fmt_ci(s)
+    base = mean_of(summaries, metric, label=ref["relative_to"], **where)
+    if base is None or not base.mean:
+        return None, ""
+    ratio = s.mean / base.mean
+    return ratio, f"{ratio:.3g} ({fmt(s.mean)} / {fmt(base.mean)})"
+
+
+def _reference_section(
+    doc: _Doc, reference: Sequence[Mapping[str, Any]], summaries: Sequence[MetricSummary]
+) -> None:
+    doc.h(2, "Reference figures side by side")
+    doc.p(
+        "Each row states a reference figure (a value, or a ratio to another policy under the same "
+        "conditions), ours from this campaign, the relative difference, and why they differ."
+    )
+    table = []
+    for ref in reference:
+        ours, text = _reference_value(ref, summaries) if "metric" in ref and "label" in ref else (None, "")
+        thesis = ref.get("thesis")
+        delta = ""
+        if ours is not None and isinstance(thesis, int | float) and thesis:
+            pct = round(100.0 * (ours / thesis - 1.0))
+            delta = f"{pct:+d}%" if pct else "0%"
+        table.append(
+            [
+                str(ref.get("claim", "")),
+                "" if thesis is None else str(thesis),
+                text or "(not run)",
+                delta,
+                str(ref.get("why", "")).strip(),
+            ]
+        )
+    doc.table(["Figure", "Thesis", "Ours (mean [95% CI])", "Δ", "Why they differ"], table)
+
+
+def _experiment_section(
+    doc: _Doc,
+    out: Path,
+    experiment: str,
+    rows: Sequence[Mapping[str, Any]],
+    records: Sequence[Mapping[str, Any]],
+    summaries: Sequence[MetricSummary],
+    tests: Sequence[PairTest],
+    kinds: Sequence[str],
+    plot_list: list[str],
+) -> None:
+    mine = [s for s in summaries if s.group[0] == experiment]
+    present = {s.metric for s in mine if s.mean is not None}
+    cols = [c for c in MAIN_COLUMNS if c[0] in present]
+    table = []
+    for group in dict.fromkeys(s.group for s in mine):
+        by_metric = {s.metric: s for s in mine if s.group == group}
+        load = "default" if group[2] is None else fmt(group[2])
+        table.append([group[1], load, group[3], *(fmt_ci(by_metric.get(m), sc) for m, _, sc in cols)])
+    doc.table(["Scenario", "Load (jobs/h)", "Policy", *(h for _, h, _ in cols)], table)
+    cells = group_rows(rows, ("scenario", "load_jobs_per_h"))
+    multi_load = len({c[1] for c in cells}) > 1
+    plots_dir = out / "plots"
+
+    def add(path: Path | None, alt: str) -> None:
+        if path is not None:
+            rel = str(path.relative_to(out))
+            plot_list.append(rel)
+            doc.img(rel, alt)
+
+    slug = _slug(experiment)
+    if multi_load and "load" in kinds:
+        for scenario in dict.fromkeys(c[0] for c in cells):
+            for metric, ylabel, scale in (
+                ("mean_jct_s", "mean JCT (h)", 1 / 3600),
+                ("throughput_jobs_per_h", "throughput (jobs/h)", 1.0),
+                ("energy_kwh", "energy (kWh)", 1.0),
+            ):
+                series: dict[str, list[MetricSummary]] = {}
+                for s in mine:
+                    if s.metric == metric and s.group[1] == scenario:
+                        series.setdefault(str(s.group[3]), []).append(s)
+                add(
+                    plots.plot_vs_load(
+                        series,
+                        plots_dir / f"{slug}_{_slug(scenario)}_{metric}_vs_load.png",
+                        f"{experiment} / {scenario}: {ylabel} vs load",
+                        ylabel,
+                        scale,
+                    ),
+                    f"{metric} vs load",
+                )
+    for scenario, load in cells:
+        cell_name = f"{_slug(scenario)}" + ("" if load is None else f"_load{load:g}")
+        title = f"{experiment} / {scenario}" + ("" if load is None else f" @ {load:g} jobs/h")
+        cell = [s for s in mine if s.group[1] == scenario and s.group[2] == load]
+        pick = {m: [s for s in cell if s.metric == m] for m in present}
+        if "pareto" in kinds and not multi_load:
+            add(
+                plots.plot_pareto(
+                    pick.get("throughput_jobs_per_h", []),
+                    pick.get("energy_kwh", []),
+                    plots_dir / f"{slug}_{cell_name}_pareto.png",
+                    f"{title}: throughput vs energy",
+                ),
+                "throughput vs energy",
+            )
+        if "deadline" in kinds and not multi_load and any(s.mean for s in pick.get("deadline_miss_rate", [])):
+            add(
+                plots.plot_bars(
+                    pick["deadline_miss_rate"],
+                    plots_dir / f"{slug}_{cell_name}_deadline_miss.png",
+                    f"{title}: deadline miss rate",
+                    "deadline miss rate (%)",
+                    100.0,
+                ),
+                "deadline miss rate",
+            )
+        if "fairness" in kinds and not multi_load and pick.get("jain_index"):
+            add(
+                plots.plot_bars(
+                    pick["jain_index"],
+                    plots_dir / f"{slug}_{cell_name}_jain.png",
+                    f"{title}: Jain's index of per-user mean JCT",
+                    "Jain's index",
+                ),
+                "Jain's index",
+            )
+            shares = _user_shares(records, experiment, scenario, load)
+            add(
+                plots.plot_user_shares(
+                    shares, plots_dir / f"{slug}_{cell_name}_user_share.png", f"{title}: GPU-second shares"
+                ),
+                "per-user GPU-second shares",
+            )
+        if "power" in kinds and not multi_load:
+            series_p, budget = _power_series(records, experiment, scenario, load)
+            add(
+                plots.plot_power(
+                    series_p,
+                    plots_dir / f"{slug}_{cell_name}_power.png",
+                    f"{title}: cluster power (first seed)",
+                    budget,
+                ),
+                "cluster power over time",
+            )
+        _tests_table(doc, [t for t in tests if t.cell == (experiment, scenario, load)], title)
+
+
+def _tests_table(doc: _Doc, tests: Sequence[PairTest], title: str) -> None:
+    by_pair: dict[tuple[str, str], dict[str, PairTest]] = {}
+    for t in tests:
+        if t.metric in TESTED:
+            by_pair.setdefault((t.label_a, t.label_b), {})[t.metric] = t
+    metrics = [m for m in TESTED if any(m in d for d in by_pair.values())]
+    if not by_pair or not metrics:
+        return
+    doc.p(
+        f"{title}: two-sided p-values, Mann-Whitney U / seed-paired Wilcoxon (the same seed gives every "
+        "policy the same job stream, so the paired test sees smaller differences); p < 0.05 marked *."
+    )
+    rows = []
+    for (a, b), d in by_pair.items():
+        cells = []
+        for m in metrics:
+            cells.append(_p_cell(d.get(m)))
+        rows.append([a, b, *cells])
+    doc.table(["Policy A", "Policy B", *metrics], rows)
+
+
+def _p_cell(test: PairTest | None) -> str:
+    if test is None:
+        return ""
+
+    def one(p: float | None) -> str:
+        return "-" if p is None else f"{p:.2g}" + ("*" if p < 0.05 else "")
+
+    return f"{one(test.p_value)} / {one(test.p_paired)}"
+
+
+def _matching(
+    records: Sequence[Mapping[str, Any]], experiment: str, scenario: Any, load: Any
+) -> list[Mapping[str, Any]]:
+    return [
+        r
+        for r in records
+        if r["experiment"] == experiment
+        and r["spec"]["scenario"] == scenario
+        and r["spec"]["load_jobs_per_h"] == load
+    ]
+
+
+def _power_series(
+    records: Sequence[Mapping[str, Any]], experiment: str, scenario: Any, load: Any
+) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], float | None]:
+    """Per label, the power curve of its lowest seed; the budget if the cell has one."""
+    first: dict[str, Mapping[str, Any]] = {}
+    for r in sorted(_matching(records, experiment, scenario, load), key=lambda r: r["spec"]["seed"]):
+        first.setdefault(str(r["label"]), r)
+    series = {}
+    budgets = set()
+    for label, r in first.items():
+        res = r["result"]
+        t, p = res.get("power_times_s"), res.get("power_w")
+        if t and p and len(t) == len(p):
+            series[label] = (np.asarray(t, float), np.asarray(p, float))
+        if r["spec"].get("power_budget_w") is not None:
+            budgets.add(float(r["spec"]["power_budget_w"]))
+    return series, (min(budgets) if budgets else None)
+
+
+def _user_shares(
+    records: Sequence[Mapping[str, Any]], experiment: str, scenario: Any, load: Any
+) -> dict[str, dict[str, float]]:
+    """Per label, each user's GPU-second share averaged over seeds."""
+    acc: dict[str, dict[str, list[float]]] = {}
+    for r in _matching(records, experiment, scenario, load):
+        shares = r["result"].get("user_gpu_share") or {}
+        for user, share in shares.items():
+            if share is not None:
+                acc.setdefault(str(r["label"]), {}).setdefault(str(user), []).append(float(share))
+    return {lab: {u: float(np.mean(v)) for u, v in d.items()} for lab, d in acc.items()}
+
+
+def _slug(text: Any) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in str(text))
+
+
+def stats_document(rows: Sequence[Mapping[str, Any]], n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """Summaries and tests as one JSON-safe document (for `easlurm sim report --json`)."""
+    metrics = metric_columns(rows)
+    return {
+        "schema_version": 1,
+        "group_keys": list(GROUP_KEYS),
+        "summaries": [s.as_dict() for s in summarize(rows, metrics, n_boot=n_boot, seed=seed)],
+        "tests": [
+            t.as_dict() for t in pairwise_mann_whitney(rows, [m for m in metrics if m not in TIMING_METRICS])
+        ],
+    }
+
+
+def dumps(doc: Mapping[str, Any]) -> str:
+    return json.dumps(doc, indent=1, allow_nan=False)

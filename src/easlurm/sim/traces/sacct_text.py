@@ -1,0 +1,362 @@
+"""Streaming reader for `sacct -P` / `sacct -p` dumps: any columns in any order, quirks included.
+
+Handled: header names matched case-insensitively (100+ columns fine), `--noheader` dumps with the
+columns given, trailing `|` of `-p`, repeated headers of concatenated dumps, multi-line fields (sacct
+does not escape newlines: a short line is joined with the next ones), a `|` inside SubmitLine (extra
+fields folded back into the free-text column), step rows (`123.batch`, `123.0`, `123.extern`) folded
+into their job, arrays (`123_4`; pending ranges `123_[1-9%2]` expanded, one job per task),
+heterogeneous components (`123+0`, `123+1`) merged into one job, `CANCELLED by N`, `Unknown`/`None`
+times, `D-HH:MM:SS` elapsed, TRES strings, and easlurm energy records in AdminComment.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from easlurm.errors import TraceError
+from easlurm.sim.traces.energy_hook import decode_energy
+from easlurm.sim.traces.record import TraceJob, TraceStats
+from easlurm.sim.traces.slurmtime import parse_elapsed_s, parse_timelimit_s, parse_timestamp_s
+from easlurm.sim.traces.source import open_text
+from easlurm.sim.traces.tres import gpus_from_gres, gpus_from_tres, parse_tres
+
+log = logging.getLogger(__name__)
+
+JOBID = re.compile(
+    r"^(?P<base>\d+)(?:_(?P<task>\d+|\[[^\]]*\]))?(?:\+(?P<het>\d+))?(?:\.(?P<step>[A-Za-z0-9_+-]+))?$"
+)
+#: Columns whose text is free (may hold `|` or newlines), in the order a stray `|` is given back to.
+FREE_TEXT = ("submitline", "comment", "admincomment", "systemcomment", "jobname", "workdir", "constraints")
+#: Continuation lines accepted for one record before it is declared malformed.
+MAX_CONTINUATION = 200
+
+
+def _records(
+    lines: Iterator[str],
+    ncols: int,
+    free_idx: int | None,
+    job_i: int,
+    last_free: bool,
+    where: str,
+    stats: TraceStats,
+    skip_bad: bool,
+    lineno: int = 0,
+) -> Iterator[tuple[int, list[str]]]:
+    """(first line number, fields) per logical record, joining split lines and folding stray `|`.
+
+    A physical line starts a record when it has all the columns, or when the record before it is
+    complete and its JobID field is a job id (or the header's name); otherwise it continues the record before it (a newline inside a
+    field, which sacct does not escape). A complete record takes continuation lines only when its
+    last column is free text (SubmitLine last, as `--format` usually puts it); else the line is bad.
+    `lineno` is the number of lines already consumed (the header).
+    """
+    jobcol_names = {"jobid", "jobidraw"}
+    first = 0
+    buf: list[str] | None = None
+    continued = 0
+
+    def starts_record(fields: list[str]) -> bool:
+        if len(fields) <= job_i:
+            return False
+        value = fields[job_i].strip()
+        return JOBID.match(value) is not None or value.lower() in jobcol_names
+
+    def finish(at: int, fields: list[str]) -> Iterator[tuple[int, list[str]]]:
+        if len(fields) > ncols and free_idx is not None:
+            extra = len(fields) - ncols
+            fields = [
+                *fields[:free_idx],
+                "|".join(fields[free_idx : free_idx + extra + 1]),
+                *fields[free_idx + extra + 1 :],
+            ]
+        if len(fields) != ncols:
+            stats.rows += 1
+            stats.bad(f"{where}:{at}: has {len(fields)} fields, header has {ncols}", skip_bad)
+            return
+        yield at, fields
+
+    for raw in lines:
+        lineno += 1
+        text = raw.rstrip("\r\n")
+        fields = text.split("|")
+        if buf is None:
+            if text.strip():
+                first, buf, continued = lineno, fields, 0
+            continue
+        complete = len(buf) >= ncols
+        if len(fields) >= ncols or (complete and starts_record(fields)):
+            yield from finish(first, buf)
+            first, buf, continued = lineno, fields, 0
+        elif (not complete or last_free) and continued < MAX_CONTINUATION:
+            buf = [*buf[:-1], buf[-1] + "\n" + fields[0], *fields[1:]]
+            continued += 1
+        elif text.strip():
+            yield from finish(first, buf)
+            buf = None
+            stats.rows += 1
+            stats.bad(f"{where}:{lineno}: has {len(fields)} fields, header has {ncols}", skip_bad)
+    if buf is not None:
+        yield from finish(first, buf)
+
+
+def _array_tasks(spec: str) -> list[int]:
+    """'[1-3,7,9-11%2]' -> [1, 2, 3, 7, 9, 10, 11] (the %N throttle is dropped)."""
+    body = spec.strip("[]").split("%")[0]
+    tasks: list[int] = []
+    for part in body.split(","):
+        lo, sep, hi = part.partition("-")
+        step = 1
+        if ":" in hi:
+            hi, _, st = hi.partition(":")
+            step = int(st)
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise TraceError(f"field JobID: bad array range {spec!r}")
+        tasks.extend(range(int(lo), int(hi if sep else lo) + 1, step))
+    return tasks
+
+
+class SacctTextReader:
+    """Iterate the jobs of a `sacct -P` dump; one instance per file, single use."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        skip_bad: bool = False,
+        stats: TraceStats | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> None:
+        self.path = str(path)
+        self.skip_bad = skip_bad
+        self.stats = stats if stats is not None else TraceStats()
+        self.stats.path = self.path
+        self.columns = [c.strip().lower() for c in columns] if columns else None
+        self._given = [c.strip() for c in columns] if columns else []
+        self._names: dict[str, str] = {}
+
+    def __iter__(self) -> Iterator[TraceJob]:
+        with open_text(self.path) as fh:
+            yield from self._jobs(iter(fh))
+
+    def _jobs(self, lines: Iterator[str]) -> Iterator[TraceJob]:
+        header_line = 0
+        header_text = ""
+        if self.columns is None:
+            for raw in lines:
+                header_line += 1
+                if raw.strip():
+                    header_text = raw.rstrip("\r\n")
+                    break
+            else:
+                raise TraceError(f"{self.path}: empty trace")
+            cols = [c.strip().lower() for c in header_text.split("|")]
+        else:
+            cols = list(self.columns)
+            first = None
+            for raw in lines:
+                if raw.strip():
+                    first = raw
+                    break
+                header_line += 1  # blank lines before the first record still count for line numbers
+            if first is None:
+                raise TraceError(f"{self.path}: empty trace")
+            if first.rstrip("\r\n").endswith("|") and len(first.split("|")) == len(cols) + 1:
+                cols.append("")  # `sacct -p --noheader`: the trailing '|' of every line
+            lines = itertools.chain([first], lines)
+        if cols and cols[-1] == "":
+            cols = cols[:-1]  # `sacct -p` ends every line with '|'
+            trailing = True
+        else:
+            trailing = False
+        idx = {name: i for i, name in reversed(list(enumerate(cols)))}
+        if self.columns is None:
+            self._names = {c.strip().lower(): c.strip() for c in header_text.split("|")}
+        else:
+            self._names = {c.lower(): c for c in self._given}
+        jobcol = "jobid" if "jobid" in idx else "jobidraw" if "jobidraw" in idx else None
+        if jobcol is None or "submit" not in idx:
+            need = [n for n in ("JobID", "Submit") if n.lower() not in idx and not (n == "JobID" and jobcol)]
+            raise TraceError(
+                f"{self.path}:{header_line or 1}: header lacks {', '.join(need)} "
+                f"(not a sacct -P dump with a header? pass the --format columns)"
+            )
+        missing = {"start", "end", "alloctres", "reqtres", "user", "partition", "state", "timelimit"}
+        self.stats.missing_fields.update(m for m in missing if m not in idx)
+        free_idx = next((idx[c] for c in FREE_TEXT if c in idx), None)
+        ncols = len(cols) + (1 if trailing else 0)
+        group: list[TraceJob] = []
+        group_key: str | None = None
+        job_i = idx[jobcol]
+        last_free = cols[-1] in FREE_TEXT
+        records = _records(
+            lines, ncols, free_idx, job_i, last_free, self.path, self.stats, self.skip_bad, header_line
+        )
+        for lineno, fields in records:
+            self.stats.rows += 1
+            if trailing:
+                fields = fields[:-1]
+            raw_id = fields[job_i].strip()
+            m = JOBID.match(raw_id)
+            if m is None:
+                if raw_id.lower() == jobcol and [f.strip().lower() for f in fields] == cols:
+                    self.stats.exclude("repeated_header")
+                    continue
+                self.stats.bad(f"{self.path}:{lineno}: field JobID: cannot parse {raw_id!r}", self.skip_bad)
+                continue
+            if m.group("step") is not None:
+                self.stats.steps_folded += 1
+                continue
+            row = {name: fields[i] for name, i in idx.items()}
+            where = f"{self.path}:{lineno}"
+            try:
+                jobs = self._parse_row(row, m, where)
+            except TraceError as exc:
+                self.stats.bad(f"{where}: {exc}", self.skip_bad)
+                continue
+            het = m.group("het")
+            key = m.group("base") if het is not None else None
+            if group and key != group_key:
+                yield from self._emit(_merge_het(group))
+                group = []
+            if het is not None:
+                group.extend(jobs)
+                group_key = key
+            else:
+                group_key = None
+                yield from self._emit(jobs)
+        if group:
+            yield from self._emit(_merge_het(group))
+
+    def _emit(self, jobs: list[TraceJob]) -> Iterator[TraceJob]:
+        for job in jobs:
+            self.stats.jobs += 1
+            yield job
+
+    def _parse_row(self, row: dict[str, str], m: re.Match[str], where: str) -> list[TraceJob]:
+        def get(name: str) -> str | None:
+            value = row.get(name)
+            return value if value is None else value.strip()
+
+        def field(name: str, fn, *args):  # type: ignore[no-untyped-def]
+            try:
+                return fn(get(name), *args)
+            except (TraceError, ValueError) as exc:
+                raise TraceError(f"field {self._names.get(name, name)}: {exc}") from None
+
+        submit_s = field("submit", parse_timestamp_s)
+        if submit_s is None:
+            raise TraceError(f"field {self._names.get('submit', 'Submit')}: missing ({get('submit')!r})")
+        start_s = field("start", parse_timestamp_s)
+        end_s = field("end", parse_timestamp_s)
+        if "elapsedraw" in row and get("elapsedraw"):
+            runtime_s = field("elapsedraw", lambda v: float(v))
+        else:
+            runtime_s = field("elapsed", parse_elapsed_s)
+        if "timelimitraw" in row:
+            timelimit_s = field("timelimitraw", parse_timelimit_s, True)
+        else:
+            timelimit_s = field("timelimit", parse_timelimit_s)
+        n_gpus, gpu_type = 0, None
+        for col in ("alloctres", "reqtres"):
+            if get(col):
+                n_gpus, gpu_type = field(col, lambda v: gpus_from_tres(parse_tres(v)))
+                if n_gpus:
+                    break
+        if not n_gpus:
+            for col in ("allocgres", "reqgres", "trespernode", "tresperjob"):
+                if get(col):
+                    n_gpus, gpu_type = field(col, gpus_from_gres)
+                    if n_gpus:
+                        break
+        state_text = get("state") or ""
+        state_word, _, by = state_text.partition(" by ")
+        state = state_word.strip().upper().rstrip("+") or None
+        exit_code = None
+        if get("exitcode"):
+            code = (get("exitcode") or "").split(":")[0]
+            if not code.lstrip("-").isdigit():
+                raise TraceError(f"field ExitCode: cannot parse {get('exitcode')!r}")
+            exit_code = int(code)
+        # ConsumedEnergy is per node and misses NVIDIA GPUs on 22.05: only easlurm records count.
+        energy = decode_energy(get("admincomment"))
+        partition = (get("partition") or "").split(",")[0] or None
+        user = get("user") or get("uid") or None
+        nnodes = field("nnodes", lambda v: int(v) if v else None)
+        ncpus = field("ncpus", lambda v: int(v) if v else None) if "ncpus" in row else None
+        if ncpus is None and "alloccpus" in row:
+            ncpus = field("alloccpus", lambda v: int(v) if v else None)
+        base = TraceJob(
+            job_id=m.group("base"),
+            submit_s=submit_s,
+            user=user,
+            partition=partition,
+            start_s=start_s,
+            end_s=end_s,
+            runtime_s=runtime_s if (start_s is not None and end_s is not None) else None,
+            timelimit_s=timelimit_s,
+            n_gpus=n_gpus,
+            gpu_type=gpu_type,
+            n_nodes=nnodes,
+            n_cpus=ncpus,
+            state=state,
+            exit_code=exit_code,
+            cancelled_by=by.strip() or None,
+            name=get("jobname") or None,
+            qos=get("qos") or None,
+            model=energy.model if energy else None,
+            total_steps=energy.steps if energy else None,
+            measured_energy_j=energy.energy_j if energy else None,
+            measured_gpu_energy_j=energy.gpu_energy_j if energy else None,
+            source=where,
+        )
+        task = m.group("task")
+        if task is None:
+            return [base]
+        if task.startswith("["):
+            tasks = _array_tasks(task)
+            return [
+                replace(base, job_id=f"{base.job_id}_{t}", array_job_id=base.job_id, array_task_id=t)
+                for t in tasks
+            ]
+        return [
+            replace(base, job_id=f"{base.job_id}_{task}", array_job_id=base.job_id, array_task_id=int(task))
+        ]
+
+
+def _merge_het(components: list[TraceJob]) -> list[TraceJob]:
+    """Heterogeneous components start together: one job with the GPUs summed, the largest part's type."""
+    if len(components) == 1:
+        return components
+    first = components[0]
+    main = max(components, key=lambda c: c.n_gpus)
+    starts = [c.start_s for c in components if c.start_s is not None]
+    ends = [c.end_s for c in components if c.end_s is not None]
+    start_s = min(starts) if len(starts) == len(components) else None
+    end_s = max(ends) if len(ends) == len(components) else None
+    return [
+        replace(
+            first,
+            submit_s=min(c.submit_s for c in components),
+            start_s=start_s,
+            end_s=end_s,
+            runtime_s=(end_s - start_s) if start_s is not None and end_s is not None else None,
+            n_gpus=sum(c.n_gpus for c in components),
+            gpu_type=main.gpu_type,
+            partition=main.partition or first.partition,
+            n_nodes=sum(c.n_nodes or 0 for c in components) or None,
+            n_cpus=sum(c.n_cpus or 0 for c in components) or None,
+            measured_energy_j=_sum_known([c.measured_energy_j for c in components]),
+            measured_gpu_energy_j=_sum_known([c.measured_gpu_energy_j for c in components]),
+            het_components=len(components),
+        )
+    ]
+
+
+def _sum_known(values: list[float | None]) -> float | None:
+    """Sum when every part is known (a partial sum would understate the job)."""
+    return None if any(v is None for v in values) else sum(v for v in values if v is not None)

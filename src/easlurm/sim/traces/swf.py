@@ -1,0 +1,116 @@
+"""Streaming reader for the Standard Workload Format (Parallel Workloads Archive), header comments included.
+
+SWF counts processors, not GPUs: a job's GPUs are ceil(processors / procs_per_gpu) (allocated
+processors, else requested), procs_per_gpu=1 by default. Times are seconds from the log start;
+the `; UnixStartTime:` header, when present, makes them absolute. -1 means unknown.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+from easlurm.sim.traces.record import TraceJob, TraceStats
+from easlurm.sim.traces.source import open_text
+
+FIELDS = (
+    "job_number",
+    "submit_time",
+    "wait_time",
+    "run_time",
+    "allocated_processors",
+    "average_cpu_time",
+    "used_memory",
+    "requested_processors",
+    "requested_time",
+    "requested_memory",
+    "status",
+    "user_id",
+    "group_id",
+    "executable_number",
+    "queue_number",
+    "partition_number",
+    "preceding_job_number",
+    "think_time",
+)
+_STATUS = {1: "COMPLETED", 0: "FAILED", 5: "CANCELLED", 2: "PARTIAL", 3: "PARTIAL", 4: "PARTIAL"}
+
+
+class SwfReader:
+    """Iterate the jobs of an SWF file; `header` holds the `; Key: value` comments read so far."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        skip_bad: bool = False,
+        stats: TraceStats | None = None,
+        procs_per_gpu: int = 1,
+    ) -> None:
+        self.path = str(path)
+        self.skip_bad = skip_bad
+        self.stats = stats if stats is not None else TraceStats()
+        self.stats.path = self.path
+        self.procs_per_gpu = max(1, int(procs_per_gpu))
+        self.header: dict[str, str] = {}
+
+    def __iter__(self) -> Iterator[TraceJob]:
+        with open_text(self.path) as fh:
+            for lineno, raw in enumerate(fh, start=1):
+                line = raw.strip()
+                if not line:
+                    continue
+                if line.startswith(";"):
+                    key, sep, value = line[1:].partition(":")
+                    if sep and key.strip() and " " not in key.strip():
+                        self.header.setdefault(key.strip(), value.strip())
+                    continue
+                self.stats.rows += 1
+                where = f"{self.path}:{lineno}"
+                job = self._parse(line.split(), where)
+                if job is not None:
+                    self.stats.jobs += 1
+                    yield job
+
+    def _parse(self, parts: list[str], where: str) -> TraceJob | None:
+        if len(parts) != len(FIELDS):
+            self.stats.bad(f"{where}: has {len(parts)} fields, SWF has {len(FIELDS)}", self.skip_bad)
+            return None
+        values: dict[str, float] = {}
+        for name, text in zip(FIELDS, parts):
+            try:
+                values[name] = float(text)
+            except ValueError:
+                self.stats.bad(f"{where}: field {name}: {text!r} is not a number", self.skip_bad)
+                return None
+        if values["submit_time"] < 0:
+            self.stats.bad(f"{where}: field submit_time: unknown (-1)", self.skip_bad)
+            return None
+        origin = float(self.header.get("UnixStartTime", "0") or 0)
+
+        def known(name: str) -> float | None:
+            return values[name] if values[name] >= 0 else None
+
+        submit_s = origin + values["submit_time"]
+        wait, run = known("wait_time"), known("run_time")
+        start_s = submit_s + wait if wait is not None else None
+        end_s = start_s + run if start_s is not None and run is not None else None
+        procs = known("allocated_processors") or known("requested_processors") or 0
+        status = known("status")
+        user = known("user_id")
+        partition = known("partition_number")
+        return TraceJob(
+            job_id=str(int(values["job_number"])),
+            submit_s=submit_s,
+            user=str(int(user)) if user is not None else None,
+            partition=str(int(partition)) if partition is not None else None,
+            start_s=start_s,
+            end_s=end_s,
+            runtime_s=run if end_s is not None else None,
+            timelimit_s=known("requested_time"),
+            n_gpus=math.ceil(procs / self.procs_per_gpu),
+            n_cpus=int(procs) or None,
+            state=_STATUS.get(int(status)) if status is not None else None,
+            source=where,
+        )
