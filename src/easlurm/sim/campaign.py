@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from easlurm.config import read_yaml_file
 from easlurm.errors import ConfigError
+from easlurm.sim.spec import SimSpec
 from easlurm.units import parse_duration_s, parse_power_w
 
 SCHEMA_VERSION = 1
@@ -30,27 +31,6 @@ _TOP_KEYS = {*_SHARED_KEYS, "name", "description", "experiments", "report"}
 _EXPERIMENT_KEYS = {*_SHARED_KEYS, "name", "description"}
 _POLICY_KEYS = {"policy", "label", "params"}
 _SAFE = re.compile(r"[^A-Za-z0-9_.+-]+")
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """One simulation to run; the same fields as `easlurm.sim.runner.SimSpec`, so it converts one to one."""
-
-    policy: str
-    scenario: str = "B"
-    seed: int = 0
-    load_jobs_per_h: float | None = None
-    hours: float = 10.0
-    power_budget_w: float | None = None
-    cluster: str | None = None
-    noise_sigma: float = 0.10
-    checkpoint_interval_s: float | None = None
-    policy_params: tuple[tuple[str, Any], ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["policy_params"] = {k: v for k, v in self.policy_params}
-        return d
 
 
 @dataclass(frozen=True)
@@ -87,7 +67,7 @@ class Run:
     run_id: str
     experiment: str
     label: str
-    spec: RunSpec
+    spec: SimSpec
 
 
 @dataclass(frozen=True)
@@ -109,7 +89,7 @@ class CampaignPlan:
                 for load in exp.loads_jobs_per_h:
                     for pol in exp.policies:
                         for seed in exp.seeds:
-                            spec = RunSpec(
+                            spec = SimSpec(
                                 policy=pol.policy,
                                 scenario=scenario,
                                 seed=seed,

@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from easlurm.errors import EaslurmError
-from easlurm.sim.campaign import SCHEMA_VERSION, CampaignPlan, Run, RunSpec, select_runs
+from easlurm.sim.campaign import SCHEMA_VERSION, CampaignPlan, Run, select_runs
+from easlurm.sim.spec import SimSpec
 
 log = logging.getLogger(__name__)
 
 #: A runner turns a spec into a JSON-safe result dict holding at least a flat "metrics" mapping.
-RunFn = Callable[[RunSpec], Mapping[str, Any]]
+RunFn = Callable[[SimSpec], Mapping[str, Any]]
 
 RUNS_DIR = "runs"
 #: Metrics that measure the machine, not the simulated cluster: they differ between identical runs.
@@ -40,12 +41,11 @@ ID_COLUMNS = (
 )
 
 
-def simulate_spec(spec: RunSpec) -> dict[str, Any]:
+def simulate_spec(spec: SimSpec) -> dict[str, Any]:
     """The default runner: the SimPy simulator, imported here so that plans load without it."""
-    from easlurm.sim.runner import SimSpec, run_simulation
+    from easlurm.sim.runner import run_simulation
 
-    fields = dict(spec.__dict__)
-    result = run_simulation(SimSpec(**fields))
+    result = run_simulation(spec)
     out: dict[str, Any] = result.to_dict()
     return out
 
@@ -65,7 +65,7 @@ def record_path(out_dir: Path, run: Run) -> Path:
     return out_dir / RUNS_DIR / f"{run.run_id}.json"
 
 
-def _normal_spec(spec: RunSpec) -> Any:
+def _normal_spec(spec: SimSpec) -> Any:
     return json.loads(json.dumps(spec.to_dict()))
 
 

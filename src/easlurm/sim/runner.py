@@ -15,29 +15,9 @@ import numpy as np
 from easlurm.errors import ConfigError
 from easlurm.sim.cluster import ClusterSpec
 from easlurm.sim.job import JobSpec
+from easlurm.sim.spec import SimSpec
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SimSpec:
-    """Everything that determines one run; equal specs give equal results."""
-
-    policy: str
-    scenario: str = "B"
-    seed: int = 0
-    load_jobs_per_h: float | None = None
-    hours: float = 10.0
-    power_budget_w: float | None = None
-    cluster: str | None = None
-    noise_sigma: float = 0.10
-    checkpoint_interval_s: float | None = None
-    policy_params: tuple[tuple[str, Any], ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["policy_params"] = dict(self.policy_params)
-        return d
 
 
 @dataclass

@@ -7,13 +7,13 @@ from typing import Any
 
 import numpy as np
 
-from easlurm.sim.campaign import RunSpec
+from easlurm.sim.spec import SimSpec
 
 #: Mean energy per policy (kWh): the fake makes "zeus" cheaper than "pollux" by construction.
 ENERGY_KWH = {"pollux": 57.0, "zeus": 51.0, "themis": 55.0}
 
 
-def fake_runner(spec: RunSpec) -> dict[str, Any]:
+def fake_runner(spec: SimSpec) -> dict[str, Any]:
     """Metrics drawn from a generator seeded by the spec alone, as the real simulator must be."""
     key = [spec.seed, zlib.crc32(spec.policy.encode()), zlib.crc32(spec.scenario.encode())]
     rng = np.random.default_rng(key)
@@ -43,7 +43,7 @@ def fake_runner(spec: RunSpec) -> dict[str, Any]:
     }
 
 
-def failing_runner(spec: RunSpec) -> dict[str, Any]:
+def failing_runner(spec: SimSpec) -> dict[str, Any]:
     """Fails for policy 'broken' only, to check that one bad run does not stop a campaign."""
     if spec.policy == "broken":
         raise RuntimeError("simulated crash")
