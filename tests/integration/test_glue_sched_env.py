@@ -66,7 +66,8 @@ def seen(out: Path) -> dict[str, dict[str, str]]:
         where, _, kv = line.partition(":")
         if where in got and "=" in kv:
             k, _, v = kv.partition("=")
-            got[where][k] = v
+            if "__" not in k:  # EASLURM_<SECTION>__<KEY> are configuration, inherited from the submitter
+                got[where][k] = v
     return got
 
 
