@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import math
 import shlex
-import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -102,15 +101,10 @@ def submit_array(
             runner_ref=runner_ref,
         )
     )
-    argv = [*sbatch, "--parsable", *(["--wait"] if wait else []), str(script)]
-    log.info("submitting %d runs as %d array tasks: %s", n_runs, n_tasks, " ".join(argv))
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    except OSError as exc:
-        raise SlurmError(f"{argv[0]}: cannot run ({exc.strerror}); is Slurm installed?") from exc
-    job_id = proc.stdout.strip().split(";")[0].splitlines()[0] if proc.stdout.strip() else ""
-    if not job_id:
-        raise SlurmError(f"{' '.join(argv)} failed (exit {proc.returncode}): {proc.stderr.strip()}")
-    if proc.returncode != 0:
-        log.warning("job array %s ended with exit %d: %s", job_id, proc.returncode, proc.stderr.strip())
+    from easlurm.slurm.client import CliSlurmClient
+
+    log.info("submitting %d runs as %d array tasks: %s", n_runs, n_tasks, script)
+    job_id, status, err = CliSlurmClient().submit_batch(str(script), wait=wait, sbatch=sbatch)
+    if status != 0:
+        log.warning("job array %s ended with exit %d: %s", job_id, status, err)
     return ArraySubmission(job_id=job_id, n_tasks=n_tasks, script=script)

@@ -137,6 +137,40 @@ class CliSlurmClient(SlurmClient):
             raise SlurmError(f"{argv[0]} failed: {err}")
         raise AssertionError("unreachable")
 
+    def submit_batch(
+        self, script: str, args: Sequence[str] = (), wait: bool = False, sbatch: Sequence[str] = ("sbatch",)
+    ) -> tuple[str, int, str]:
+        """sbatch a script: (job id, exit status, stderr). With `wait` (sbatch --wait) it returns once the job
+        or array has ended, and a non-zero status only says a task failed: the id stays valid. SlurmError
+        when Slurm accepted nothing."""
+        argv = [*sbatch, "--parsable", *(["--wait"] if wait else []), *args, script]
+        if self.debug:
+            self.echo(f"$ {shlex.join(argv)}")
+        try:
+            res = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                env=self.env,
+                timeout=None if wait else self.timeout_s,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
+        except OSError as exc:
+            raise SlurmError(f"{argv[0]}: cannot run ({exc.strerror}); is Slurm installed?") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise SlurmError(f"{shlex.join(argv)}: no answer within {self.timeout_s:g} s") from exc
+        if self.debug:
+            self.echo(
+                res.stdout.rstrip() + (f"\n[stderr] {res.stderr.rstrip()}" if res.stderr.strip() else "")
+            )
+        out = res.stdout.strip()
+        job_id = out.split(";")[0].splitlines()[0] if out else ""
+        if not job_id:
+            err = res.stderr.strip().replace("\n", "; ") or f"exit status {res.returncode}"
+            raise SlurmError(f"{argv[0]} failed: {err}")
+        return job_id, res.returncode, res.stderr.strip()
+
     def sacct(self, selection: Sequence[str], fields: Sequence[str]) -> list[dict[str, str]]:
         argv = [
             "sacct",
