@@ -5,72 +5,24 @@ which waits until a database write is safe, verifies it, and changes nothing whe
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import subprocess
-import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from spank_support import GPU_W, plugin_with_fake_sensors, run_easlurm
 
 from easlurm.energy.step_record import decode_admin_comment, encode_admin_comment
 from easlurm.slurm.client import CliSlurmClient
 
 pytestmark = pytest.mark.slurm
 
-REPO = Path(__file__).resolve().parents[2]
-GPU_W = 250.0
-
-
-@contextlib.contextmanager
-def fake_sensors(box: Any) -> Iterator[Path]:
-    """The installed plugin with the fake NVML (GPU_W per GPU); the previous plugstack line is restored."""
-    subprocess.run(
-        [str(REPO / "spank" / "install-box"), str(box.dir), sys.executable], check=True, capture_output=True
-    )
-    conf = Path(box.dir) / "etc" / "plugstack.d" / "easlurm.conf"
-    original = conf.read_text()
-    spool = Path(box.dir) / "spool" / "easlurm"
-    args = [
-        f"agent={sys.executable}",
-        f"spool={spool}",
-        "timeout_ms=2000",
-        f"env=SLURM_CONF={box.env['SLURM_CONF']}",
-        f"env=PYTHONPATH={REPO / 'src'}:{REPO / 'tests' / 'fakes'}",
-        "env=EASLURM_PROFILER__NVML_MODULE=easlurm_fakes.fake_nvml",
-        "env=EASLURM_FAKE_NVML_COUNT=8",
-        f"env=EASLURM_FAKE_NVML_POWER_W={GPU_W:g}",
-    ]
-    tmp = conf.with_name(".easlurm.conf.glue")
-    tmp.write_text(f"optional {box.dir}/lib/easlurm_spank.so {' '.join(args)}\n")
-    os.replace(tmp, conf)
-    try:
-        yield spool
-    finally:
-        tmp.write_text(original)
-        os.replace(tmp, conf)
-
-
-def easlurm(box: Any, *args: str, timeout: float = 200) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, **box.env, "PYTHONPATH": str(REPO / "src")}
-    return subprocess.run(
-        [sys.executable, "-m", "easlurm.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        check=False,
-    )
-
 
 def sacct_steps(box: Any, job: str) -> dict[str, dict[str, Any]]:
     """Step rows of `easlurm sacct` from AdminComment only (no spool fallback)."""
-    res = easlurm(box, "sacct", "-j", job, "--json", "--no-spool")
+    res = run_easlurm(box, "sacct", "-j", job, "--json", "--no-spool")
     assert res.returncode == 0, res.stderr
     rows = json.loads(res.stdout)["rows"]
     return {r["job_id"].split(".", 1)[1]: r for r in rows if "." in r["job_id"]}
@@ -85,15 +37,6 @@ def wait_for(pred: Any, timeout_s: float, what: str) -> None:
     raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
 
 
-def wait_gone(box: Any, job: str, timeout_s: float = 60.0) -> str:
-    wait_for(
-        lambda: not box.run(["squeue", "-h", "-j", job, "-o", "%T"], check=False).stdout.strip(),
-        timeout_s,
-        f"job {job} to leave squeue",
-    )
-    return str(box.wait_job(job, timeout_s=30))
-
-
 def test_glue_cancelled_jobs_energy_reaches_sacct_after_republish(slurm_box: Any, tmp_path: Path) -> None:
     """Two profiled jobs cancelled in their long step: `early` had published a step through scontrol
     first (slurmctld holds a copy: a database write must wait until slurmctld forgets the job), `lone`
@@ -104,7 +47,7 @@ def test_glue_cancelled_jobs_energy_reaches_sacct_after_republish(slurm_box: Any
         "lone": "#!/bin/sh\nsrun --gres=gpu:a100:1 sleep 300\n",
     }
     long_step = {"early": "1", "lone": "0"}
-    with fake_sensors(slurm_box) as spool:
+    with plugin_with_fake_sensors(slurm_box) as spool:
         jobs: dict[str, str] = {}
         for name, text in scripts.items():
             script = tmp_path / f"{name}.sh"
@@ -128,7 +71,7 @@ def test_glue_cancelled_jobs_energy_reaches_sacct_after_republish(slurm_box: Any
             time.sleep(1.5)  # the long steps have measured something
             slurm_box.run(["scancel", *jobs.values()])
             for job in jobs.values():
-                assert wait_gone(slurm_box, job) == "CANCELLED"
+                assert slurm_box.wait_job(job, timeout_s=90) == "CANCELLED"
         finally:
             slurm_box.run(["scancel", *jobs.values()], check=False)
         # the step records are in the spool (the agents ran), whatever reached the database
@@ -149,14 +92,14 @@ def test_glue_cancelled_jobs_energy_reaches_sacct_after_republish(slurm_box: Any
         assert not any(r.get("energy_record") for r in before["lone"].values())
         ids = ",".join(jobs.values())
         common = ["accounting", "republish", "-j", ids, "--spool", str(spool), "--json"]
-        first = easlurm(slurm_box, *common)
+        first = run_easlurm(slurm_box, *common)
         assert first.returncode == 0, first.stdout + first.stderr
         status = {r["job_id"]: r for r in json.loads(first.stdout)["jobs"]}
         # slurmctld still knows both jobs (MinJobAge=30 on the box): `lone` is safe to write now, `early`
         # must wait (a write now could be overwritten by slurmctld's copy again)
         assert status[jobs["lone"]]["status"] == "republished", status
         assert status[jobs["early"]]["status"] == "deferred", status
-        res = easlurm(slurm_box, *common, "--wait", "150s")
+        res = run_easlurm(slurm_box, *common, "--wait", "150s")
         assert res.returncode == 0, res.stdout + res.stderr
         results = {r["job_id"]: r for r in json.loads(res.stdout)["jobs"]}
         assert results[jobs["early"]]["status"] == "republished", results
@@ -172,6 +115,6 @@ def test_glue_cancelled_jobs_energy_reaches_sacct_after_republish(slurm_box: Any
             gpu = [d for d in node["devices"] if d["kind"] == "gpu"]
             assert len(gpu) == 1 and gpu[0]["duration_s"] > 0.5
             assert gpu[0]["energy_j"] == pytest.approx(GPU_W * gpu[0]["duration_s"], rel=0.01)
-        again = easlurm(slurm_box, *common)
+        again = run_easlurm(slurm_box, *common)
         assert again.returncode == 0, again.stderr
         assert {r["status"] for r in json.loads(again.stdout)["jobs"]} == {"up-to-date"}

@@ -329,6 +329,7 @@ def test_schedd_order_zeus_and_pollux_differ(slurm_box: Any, tmp_path: Path) -> 
                 env_dir=tmp_path / "env",
                 name_prefix=f"schedd-it-order-{policy}",
                 nodes=(NODE,),
+                aging_weight=0.0,  # the submit gap between the two jobs must not decide the order
             )
             _, stop, t = start_daemon(slurm_box, cfg)
             wait_for(
@@ -337,7 +338,9 @@ def test_schedd_order_zeus_and_pollux_differ(slurm_box: Any, tmp_path: Path) -> 
                 "the daemon to order both jobs",
             )
             entry = [json.loads(x) for x in log.read_text().splitlines() if '"snapshot"' in x][-1]
-            expected = queue_order(get_policy(policy), ClusterSnapshot.from_dict(entry["snapshot"]), Oracle())
+            expected = queue_order(
+                get_policy(policy, aging_weight=0.0), ClusterSnapshot.from_dict(entry["snapshot"]), Oracle()
+            )
             cancel(slurm_box, [block])
             for i in ids:
                 slurm_box.wait_job(i, 120)

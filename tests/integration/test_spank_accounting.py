@@ -4,80 +4,24 @@ burst of 200 profiled steps in one job keeps every record (one writer at a time 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from spank_support import GPU_W, REPO, plugin_with_fake_sensors, run_easlurm
 
 pytestmark = pytest.mark.slurm
 
-REPO = Path(__file__).resolve().parents[2]
-GPU_W = 250.0
 CPU_W = 80.0
 
 
-@contextlib.contextmanager
-def plugstack(
-    box: Any, *extra: str, agent: str | None = None, spool: str | None = None, timeout_ms: int = 2000
-) -> Iterator[Path]:
-    """Point the installed plugin at the fake sensors (and any extra key=value args), restore after."""
-    subprocess.run(
-        [str(REPO / "spank" / "install-box"), str(box.dir), sys.executable], check=True, capture_output=True
-    )
-    conf = Path(box.dir) / "etc" / "plugstack.d" / "easlurm.conf"
-    original = conf.read_text()
-    spool_dir = Path(spool) if spool else Path(box.dir) / "spool" / "easlurm"
-    args = [
-        f"agent={agent or sys.executable}",
-        f"spool={spool_dir}",
-        f"timeout_ms={timeout_ms}",
-        f"env=SLURM_CONF={box.env['SLURM_CONF']}",
-        f"env=PYTHONPATH={REPO / 'src'}:{REPO / 'tests' / 'fakes'}",
-        "env=EASLURM_PROFILER__NVML_MODULE=easlurm_fakes.fake_nvml",
-        "env=EASLURM_FAKE_NVML_COUNT=8",
-        f"env=EASLURM_FAKE_NVML_POWER_W={GPU_W:g}",
-        *extra,
-    ]
-    tmp = conf.with_name(".easlurm.conf.test")
-    tmp.write_text(f"optional {box.dir}/lib/easlurm_spank.so {' '.join(args)}\n")
-    os.replace(tmp, conf)
-    try:
-        yield spool_dir
-    finally:
-        tmp.write_text(original)
-        os.replace(tmp, conf)
-
-
-def wait_done(box: Any, job: str, timeout_s: float = 120.0) -> str:
-    """Final state of our job: first gone from slurmctld, then from sacct (the box's database may hold an
-    older job with the same id from an earlier cluster life, which sacct shows until ours is recorded)."""
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        res = box.run(["squeue", "-h", "-j", job, "-o", "%T"], check=False)
-        if res.returncode != 0 or not res.stdout.strip():
-            break
-        time.sleep(0.3)
-    return str(box.wait_job(job, timeout_s=max(10.0, end - time.monotonic())))
-
-
 def easlurm_sacct(box: Any, *args: str) -> dict[str, Any]:
-    env = {**os.environ, **box.env, "PYTHONPATH": str(REPO / "src")}
-    res = subprocess.run(
-        [sys.executable, "-m", "easlurm.cli", "sacct", *args, "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    res = run_easlurm(box, "sacct", *args, "--json", timeout=60)
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)
 
@@ -116,7 +60,7 @@ def test_multi_node_steps_are_accounted_per_node_and_device(
         srun -N2 --gres=gpu:a100:4 sleep 3
         """)
     )
-    with plugstack(slurm_box, f"env=EASLURM_PROFILER__POWERCAP_ROOT={fake_powercap}"):
+    with plugin_with_fake_sensors(slurm_box, f"env=EASLURM_PROFILER__POWERCAP_ROOT={fake_powercap}"):
         job = slurm_box.sbatch(
             "-p",
             "a100",
@@ -128,7 +72,7 @@ def test_multi_node_steps_are_accounted_per_node_and_device(
             str(tmp_path / "out"),
             str(script),
         )
-        assert wait_done(slurm_box, job) == "COMPLETED"
+        assert slurm_box.wait_job(job) == "COMPLETED"
     steps = step_rows(easlurm_sacct(slurm_box, "-j", job))
     assert set(steps) >= {"batch", "0", "1", "2"}
     expected_gpus = {"batch": 8, "0": 8, "1": 2, "2": 4}
@@ -169,11 +113,11 @@ def test_multi_node_steps_are_accounted_per_node_and_device(
 
 
 def test_job_without_the_option_has_no_record(slurm_box: Any, tmp_path: Path) -> None:
-    with plugstack(slurm_box):
+    with plugin_with_fake_sensors(slurm_box):
         job = slurm_box.sbatch(
             "-p", "a100", "-N1", "--gres=gpu:a100:1", "-o", str(tmp_path / "out"), "--wrap", "srun sleep 1"
         )
-        assert wait_done(slurm_box, job) == "COMPLETED"
+        assert slurm_box.wait_job(job) == "COMPLETED"
     doc = easlurm_sacct(slurm_box, "-j", job)
     assert doc["rows"] and all(r["total_energy_j"] is None and "energy_record" not in r for r in doc["rows"])
     assert not (Path(slurm_box.dir) / "spool" / "easlurm" / job).exists()
@@ -191,7 +135,7 @@ def test_burst_of_200_profiled_steps_keeps_every_record(slurm_box: Any, tmp_path
         wait
         """)
     )
-    with plugstack(slurm_box):
+    with plugin_with_fake_sensors(slurm_box):
         job = slurm_box.sbatch(
             "-p",
             "h100",
@@ -202,7 +146,7 @@ def test_burst_of_200_profiled_steps_keeps_every_record(slurm_box: Any, tmp_path
             str(tmp_path / "out"),
             str(script),
         )
-        assert wait_done(slurm_box, job, timeout_s=400) == "COMPLETED"
+        assert slurm_box.wait_job(job, timeout_s=400) == "COMPLETED"
     steps = step_rows(easlurm_sacct(slurm_box, "-j", job))
     srun_steps = {k: v for k, v in steps.items() if k.isdigit()}
     assert len(srun_steps) == 200, (tmp_path / "out").read_text()[-2000:]

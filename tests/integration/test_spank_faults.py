@@ -4,78 +4,24 @@ A bad SPEC is refused at submission. Records are root-owned: the job's user read
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import pwd
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from spank_support import plugin_with_fake_sensors, run_easlurm
 
 pytestmark = pytest.mark.slurm
 
-REPO = Path(__file__).resolve().parents[2]
 TEST_USER = "easlurm-spank"
 
 
-@contextlib.contextmanager
-def plugstack(
-    box: Any, *extra: str, agent: str | None = None, spool: str | None = None, timeout_ms: int = 2000
-) -> Iterator[None]:
-    """Rewrite the plugin's plugstack line (fake NVML at 250 W, then `extra`), restore it afterwards."""
-    subprocess.run(
-        [str(REPO / "spank" / "install-box"), str(box.dir), sys.executable], check=True, capture_output=True
-    )
-    conf = Path(box.dir) / "etc" / "plugstack.d" / "easlurm.conf"
-    original = conf.read_text()
-    args = [
-        f"agent={agent or sys.executable}",
-        f"spool={spool or Path(box.dir) / 'spool' / 'easlurm'}",
-        f"timeout_ms={timeout_ms}",
-        f"env=SLURM_CONF={box.env['SLURM_CONF']}",
-        f"env=PYTHONPATH={REPO / 'src'}:{REPO / 'tests' / 'fakes'}",
-        "env=EASLURM_PROFILER__NVML_MODULE=easlurm_fakes.fake_nvml",
-        "env=EASLURM_FAKE_NVML_COUNT=8",
-        "env=EASLURM_FAKE_NVML_POWER_W=250",
-        *extra,
-    ]
-    tmp = conf.with_name(".easlurm.conf.test")
-    tmp.write_text(f"optional {box.dir}/lib/easlurm_spank.so {' '.join(args)}\n")
-    os.replace(tmp, conf)
-    try:
-        yield
-    finally:
-        tmp.write_text(original)
-        os.replace(tmp, conf)
-
-
-def wait_done(box: Any, job: str, timeout_s: float = 120.0) -> str:
-    """Final state of our job: first gone from slurmctld, then from sacct (the box's database may hold an
-    older job with the same id from an earlier cluster life, which sacct shows until ours is recorded)."""
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        res = box.run(["squeue", "-h", "-j", job, "-o", "%T"], check=False)
-        if res.returncode != 0 or not res.stdout.strip():
-            break
-        time.sleep(0.3)
-    return str(box.wait_job(job, timeout_s=max(10.0, end - time.monotonic())))
-
-
 def records(box: Any, job: str) -> dict[str, dict[str, Any]]:
-    env = {**os.environ, **box.env, "PYTHONPATH": str(REPO / "src")}
-    res = subprocess.run(
-        [sys.executable, "-m", "easlurm.cli", "sacct", "-j", job, "--json", "--no-spool"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    res = run_easlurm(box, "sacct", "-j", job, "--json", "--no-spool", timeout=60)
     assert res.returncode == 0, res.stderr
     rows = json.loads(res.stdout)["rows"]
     return {r["job_id"].split(".", 1)[1]: r for r in rows if "." in r["job_id"] and r.get("energy_record")}
@@ -107,7 +53,7 @@ def run_job(box: Any, tmp_path: Path, *sbatch: str, script: str = "srun sleep 1"
         "--wrap",
         script,
     )
-    assert wait_done(box, job) == "COMPLETED"
+    assert box.wait_job(job) == "COMPLETED"
     return job
 
 
@@ -119,7 +65,7 @@ def test_agent_missing_or_crashing_leaves_no_record(slurm_box: Any, tmp_path: Pa
         Path(agent).write_text("#!/bin/sh\necho 'Traceback: simulated crash' >&2\nexit 1\n")
         Path(agent).chmod(0o755)
         os.chmod(tmp_path, 0o755)
-    with plugstack(slurm_box, agent=agent):
+    with plugin_with_fake_sensors(slurm_box, agent=agent):
         job = run_job(slurm_box, tmp_path)
     assert records(slurm_box, job) == {}
     log = slurmd_log(slurm_box, job)
@@ -133,7 +79,7 @@ def test_hanging_agent_is_killed_within_the_bound(slurm_box: Any, tmp_path: Path
     agent.chmod(0o755)
     os.chmod(tmp_path, 0o755)
     script = 't0=$(date +%s.%N); srun sleep 1; t1=$(date +%s.%N); echo step_s=$(echo "$t1 - $t0" | bc)'
-    with plugstack(slurm_box, agent=str(agent), timeout_ms=500):
+    with plugin_with_fake_sensors(slurm_box, agent=str(agent), timeout_ms=500):
         job = run_job(slurm_box, tmp_path, script=script)
     step_s = float((tmp_path / "out").read_text().split("step_s=")[1].split()[0])
     assert step_s < 1.0 + 0.5 + 0.2 + 1.5  # sleep + timeout + kill grace + srun overhead
@@ -160,7 +106,7 @@ def test_bad_spec_is_refused_at_submission(slurm_box: Any, tmp_path: Path, comma
 def test_unusable_spool_still_ends_completed_and_flags_the_record(slurm_box: Any, tmp_path: Path) -> None:
     bad_spool = tmp_path / "not-a-dir"
     bad_spool.write_text("")
-    with plugstack(slurm_box, spool=str(bad_spool)):
+    with plugin_with_fake_sensors(slurm_box, spool=str(bad_spool)):
         job = run_job(slurm_box, tmp_path, "-N2", "--ntasks-per-node=1", script="srun sleep 1")
     recs = records(slurm_box, job)
     step0 = recs["0"]["energy_record"]
@@ -171,7 +117,7 @@ def test_unusable_spool_still_ends_completed_and_flags_the_record(slurm_box: Any
 
 
 def test_lost_gpu_is_flagged(slurm_box: Any, tmp_path: Path) -> None:
-    with plugstack(slurm_box, "env=EASLURM_FAKE_NVML_LOST=1:0.3"):
+    with plugin_with_fake_sensors(slurm_box, "env=EASLURM_FAKE_NVML_LOST=1:0.3"):
         job = run_job(slurm_box, tmp_path, script="srun sleep 2")
     row = records(slurm_box, job)["0"]
     assert "degraded:gpu1" in row["energy_flags"]
@@ -192,7 +138,7 @@ def test_records_are_readable_by_the_user_and_writable_by_nobody_else(
     slurm_box: Any, tmp_path: Path, test_user: pwd.struct_passwd
 ) -> None:
     os.chmod(tmp_path, 0o777)
-    with plugstack(slurm_box):
+    with plugin_with_fake_sensors(slurm_box):
         res = subprocess.run(
             [
                 "runuser",
@@ -218,7 +164,7 @@ def test_records_are_readable_by_the_user_and_writable_by_nobody_else(
             check=True,
         )
         job = res.stdout.strip().split(";")[0]
-        assert wait_done(slurm_box, job) == "COMPLETED"
+        assert slurm_box.wait_job(job) == "COMPLETED"
     job_dir = Path(slurm_box.dir) / "spool" / "easlurm" / job
     step_file = job_dir / "step-0.json"
     st = step_file.stat()
@@ -244,7 +190,7 @@ def test_records_are_readable_by_the_user_and_writable_by_nobody_else(
 
 def test_cancelled_job_energy_comes_from_the_spool(slurm_box: Any, tmp_path: Path) -> None:
     """scancel: every hook sees COMPLETING (no scontrol path); the step files still hold the records."""
-    with plugstack(slurm_box):
+    with plugin_with_fake_sensors(slurm_box):
         job = slurm_box.sbatch(
             "-p",
             "a100",
@@ -261,17 +207,10 @@ def test_cancelled_job_energy_comes_from_the_spool(slurm_box: Any, tmp_path: Pat
             time.sleep(0.3)
         time.sleep(3.0)  # the srun step and its agents are up
         slurm_box.run(["scancel", job])
-        assert wait_done(slurm_box, job).startswith("CANCELLED")
-    env = {**os.environ, **slurm_box.env, "PYTHONPATH": str(REPO / "src")}
+        assert slurm_box.wait_job(job).startswith("CANCELLED")
     spool = Path(slurm_box.dir) / "spool" / "easlurm"
-    res = subprocess.run(
-        [sys.executable, "-m", "easlurm.cli", "sacct", "-j", job, "--json", "--spool", str(spool)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=True,
-    )
+    res = run_easlurm(slurm_box, "sacct", "-j", job, "--json", "--spool", str(spool), timeout=60)
+    assert res.returncode == 0, res.stderr
     rows = {r["job_id"].split(".", 1)[1]: r for r in json.loads(res.stdout)["rows"] if "." in r["job_id"]}
     # from the spool files, or (when sacctmgr could still set it) from AdminComment
     assert rows["0"]["gpu_energy_j"] > 0, rows["0"]
