@@ -66,9 +66,14 @@ PARTITIONS: dict[str, tuple[str, ...]] = {
 
 
 def default_box_dir() -> Path:
-    """Inside the checkout when run from one (so a test session and its logs stay together), else /tmp."""
+    """Inside the checkout when run from one (so a test session and its logs stay together), else /tmp.
+
+    The checkout is used only if every user can traverse to it: jobs run as other users read their
+    records under the box's spool.
+    """
     repo = Path(__file__).resolve().parents[3]
-    if (repo / "pyproject.toml").is_file() and os.access(repo, os.W_OK):
+    traversable = all(p.stat().st_mode & 0o001 for p in (repo, *repo.parents))
+    if (repo / "pyproject.toml").is_file() and os.access(repo, os.W_OK) and traversable:
         return repo / ".slurm-box"
     return Path("/tmp/easlurm-box")
 
