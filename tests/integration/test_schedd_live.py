@@ -55,19 +55,26 @@ def cancel(box: Any, ids: list[str]) -> None:
         box.run(["scancel", *ids], check=False)
 
 
+def submit_blocker(box: Any) -> str:
+    """A job holding all 8 GPUs of h100-2, so that the test's jobs wait there until the test cancels it."""
+    return str(
+        box.sbatch(
+            "-J",
+            "schedd-it-block",
+            "-p",
+            "h100",
+            f"--nodelist={NODE}",
+            "--gres=gpu:h100:8",
+            "--wrap",
+            "sleep 300",
+        )
+    )
+
+
 @pytest.fixture
 def blocker(slurm_box: Any) -> Iterator[str]:
-    """All 8 GPUs of h100-2, so that the test's jobs wait there until the test cancels it."""
-    jid = slurm_box.sbatch(
-        "-J",
-        "schedd-it-block",
-        "-p",
-        "h100",
-        f"--nodelist={NODE}",
-        "--gres=gpu:h100:8",
-        "--wrap",
-        "sleep 300",
-    )
+    """All 8 GPUs of h100-2 (see submit_blocker), cancelled after the test."""
+    jid = submit_blocker(slurm_box)
     try:
         wait_for(lambda: mine(slurm_box, [jid])[jid].running, 120, "the blocker to run")
         yield jid
@@ -292,16 +299,7 @@ def test_schedd_order_zeus_and_pollux_differ(slurm_box: Any, tmp_path: Path) -> 
     }
     firsts = {}
     for policy in ("zeus", "pollux"):
-        block = slurm_box.sbatch(
-            "-J",
-            "schedd-it-block",
-            "-p",
-            "h100",
-            f"--nodelist={NODE}",
-            "--gres=gpu:h100:8",
-            "--wrap",
-            "sleep 300",
-        )
+        block = submit_blocker(slurm_box)
         ids: list[str] = []
         stop: threading.Event | None = None
         try:

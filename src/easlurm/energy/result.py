@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -61,11 +62,11 @@ class RegionEnergy:
 
     @property
     def total_energy_j(self) -> float | None:
-        values = [v for v in self.energy_j.values() if v is not None]
-        return sum(values) if values else None
+        return sum_known(self.energy_j.values())
 
 
-def _sum(values: list[float | None]) -> float | None:
+def sum_known(values: Iterable[float | None]) -> float | None:
+    """Sum of the known values; None when none is known (a missing value never counts as 0)."""
     known = [v for v in values if v is not None]
     return sum(known) if known else None
 
@@ -85,7 +86,7 @@ class ProfileResult:
 
     def _kind_total(self, kind: DeviceKind | None) -> float | None:
         chosen = [d for d in self.devices if d.in_total and (kind is None or d.kind == kind.value)]
-        return _sum([d.energy_j for d in chosen])
+        return sum_known(d.energy_j for d in chosen)
 
     @property
     def total_energy_j(self) -> float | None:

@@ -12,10 +12,11 @@ import json
 import logging
 import re
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from easlurm.energy.result import sum_known
 from easlurm.errors import ConfigError, TraceError
 from easlurm.units import parse_duration_s
 
@@ -149,11 +150,6 @@ def parse_spec(text: str | None) -> ProfileSpec:
 # ------------------------------------------------------------------------------------------- records
 
 
-def _sum(values: Iterable[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
-
-
 @dataclass
 class DeviceRecord:
     """Energy of one device on one node over the step; `None` where the sensor could not tell."""
@@ -192,7 +188,7 @@ class NodeRecord:
     error: str | None = None
 
     def kind_energy_j(self, kind: str | None) -> float | None:
-        return _sum(d.energy_j for d in self.devices if d.in_total and (kind is None or d.kind == kind))
+        return sum_known(d.energy_j for d in self.devices if d.in_total and (kind is None or d.kind == kind))
 
     @property
     def total_energy_j(self) -> float | None:
@@ -263,7 +259,7 @@ class StepRecord:
         return f"{self.job_id}.{self.step}"
 
     def kind_energy_j(self, kind: str | None) -> float | None:
-        return _sum(n.kind_energy_j(kind) for n in self.nodes)
+        return sum_known(n.kind_energy_j(kind) for n in self.nodes)
 
     @property
     def gpu_energy_j(self) -> float | None:
@@ -378,13 +374,13 @@ def _per_kind(node: NodeRecord) -> NodeRecord:
         chosen = [d for d in node.devices if d.kind == kind and d.in_total]
         if not chosen:
             continue
-        energy = _sum(d.energy_j for d in chosen)
+        energy = sum_known(d.energy_j for d in chosen)
         devices.append(
             DeviceRecord(
                 name=kind,
                 kind=kind,
                 energy_j=energy,
-                mean_power_w=_sum(d.mean_power_w for d in chosen),
+                mean_power_w=sum_known(d.mean_power_w for d in chosen),
                 samples=sum(d.samples for d in chosen),
                 modelled=any(d.modelled for d in chosen),
                 source="+".join(sorted({d.source for d in chosen})),
