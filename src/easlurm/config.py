@@ -27,6 +27,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "spank": {
         "spool": "/var/spool/easlurm",
         "timeout_ms": 2000,
+        "late_limit_s": 120.0,
     },
     "box": {
         "dir": None,

@@ -63,3 +63,11 @@ def run_easlurm(box: Any, *args: str, timeout: float = 200) -> subprocess.Comple
         timeout=timeout,
         check=False,
     )
+
+
+def slurmd_log(box: Any, job: str) -> str:
+    """The slurmd log lines (all nodes) of `job`'s steps: where the plugin reports on its agents."""
+    text = ""
+    for log in sorted((Path(box.dir) / "log").glob("slurmd-*.log")):
+        text += "".join(ln for ln in log.read_text(errors="replace").splitlines(True) if f"[{job}." in ln)
+    return text

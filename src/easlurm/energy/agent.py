@@ -11,8 +11,14 @@ user can write it; nothing in it is named after user input):
     SPOOL/<job>/<step>/node-<id>/          the profiler's run directory (samples) for that node
     SPOOL/<job>/step-<step>.json           the step record (what AdminComment carries)
     SPOOL/<job>/.publish.lock              serialises the job's AdminComment writers
+    SPOOL/<job>/.published.json            digest of each step file the last publication carried
 Node records meet in SPOOL: it must be shared between nodes for multi-node steps; when it is not,
-node 0 publishes a `partial` record naming the missing nodes.
+node 0 publishes a `partial` record naming the missing nodes. A node whose record comes after node 0
+gave up waiting fills itself into the step record and republishes it.
+
+The plugin waits for the agent at most `timeout_ms` at step end; an agent still busy then (an
+overloaded node) is left to finish in the background, never killed, so its record arrives late rather
+than never. The agent bounds itself: `spank.late_limit_s` after the stop, SIGALRM ends it.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import hashlib
 import json
 import logging
 import math
@@ -51,6 +58,9 @@ log = logging.getLogger(__name__)
 #: Share of the plugin's timeout that node 0 may spend waiting for other nodes (the rest publishes).
 GATHER_SHARE = 0.5
 POLL_S = 0.02
+#: Longest wait for one Slurm command while publishing.
+SLURM_CMD_TIMEOUT_S = 30.0
+PUBLISHED_MANIFEST = ".published.json"
 
 
 @dataclass
@@ -71,6 +81,8 @@ class StepContext:
     gpus: list[str] | None = None
     #: Slurm's name for this node (virtual nodes share one hostname); the hostname when None.
     node_name: str | None = None
+    #: How long the agent may go on after the step's stop (spank.late_limit_s).
+    late_limit_s: float = 120.0
 
     def __post_init__(self) -> None:
         if not (self.step == "batch" or self.step.isdigit()):
@@ -155,7 +167,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
 @contextlib.contextmanager
 def job_lock(job_dir: Path, timeout_s: float) -> Iterator[bool]:
     """Exclusive lock on the job's publication (one writer at a time owns the AdminComment document).
-    Yields False when the lock could not be had in time (publication goes ahead, with a warning)."""
+    Yields False when the lock could not be had in time."""
     try:
         fd = os.open(job_dir / ".publish.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as exc:
@@ -177,11 +189,6 @@ def job_lock(job_dir: Path, timeout_s: float) -> Iterator[bool]:
         yield locked
     finally:
         os.close(fd)
-
-
-@contextlib.contextmanager
-def _no_lock() -> Iterator[bool]:
-    yield False
 
 
 # ---------------------------------------------------------------------------------------- records
@@ -225,11 +232,16 @@ def node_record_from_profile(
 
 
 def gather_step(
-    ctx: StepContext, own: NodeRecord, deadline: float, clock: Callable[[], float] = time.monotonic
+    ctx: StepContext,
+    own: NodeRecord,
+    deadline: float,
+    clock: Callable[[], float] = time.monotonic,
+    known: dict[int, NodeRecord] | None = None,
 ) -> StepRecord:
-    """Node 0: collect every node's record until `deadline` (monotonic s); missing ones make it partial."""
-    nodes: dict[int, NodeRecord] = {own.node_id: own}
-    waiting = set(range(ctx.nnodes)) - {own.node_id}
+    """Node 0: collect every node's record until `deadline` (monotonic s; a past deadline scans once);
+    missing ones make it partial. `known` are records already collected (kept, not read again)."""
+    nodes: dict[int, NodeRecord] = {**(known or {}), own.node_id: own}
+    waiting = set(range(ctx.nnodes)) - set(nodes)
     while True:
         for node_id in sorted(waiting):
             doc = read_json(ctx.node_file(node_id))
@@ -245,13 +257,6 @@ def gather_step(
         if not waiting or clock() >= deadline:
             break
         time.sleep(POLL_S)
-    if waiting:
-        log.warning(
-            "step %d.%s: no record from node(s) %s within the bound; step record is partial",
-            ctx.job_id,
-            ctx.step,
-            ",".join(map(str, sorted(waiting))),
-        )
     return StepRecord(
         job_id=ctx.job_id,
         step=ctx.step,
@@ -262,24 +267,38 @@ def gather_step(
     )
 
 
-def job_step_records(ctx: StepContext, current: StepRecord) -> list[StepRecord]:
-    """Every step record of the job found in the spool, with `current` replacing its own file."""
-    out = [current]
+def _warn_partial(ctx: StepContext, step: StepRecord) -> None:
+    if step.missing_nodes:
+        log.warning(
+            "step %d.%s: no record from node(s) %s yet; step record is partial until they arrive",
+            ctx.job_id,
+            ctx.step,
+            ",".join(map(str, step.missing_nodes)),
+        )
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_step_files(job_dir: Path) -> dict[str, tuple[str, StepRecord]]:
+    """{file name: (content digest, record)} for every readable step record of the job in the spool."""
+    out: dict[str, tuple[str, StepRecord]] = {}
     try:
-        names = sorted(os.listdir(ctx.job_dir))
+        names = sorted(os.listdir(job_dir))
     except OSError as exc:
-        log.warning("%s: %s", ctx.job_dir, exc)
-        names = []
+        log.warning("%s: %s", job_dir, exc)
+        return out
     for name in names:
-        if not (name.startswith("step-") and name.endswith(".json")) or name == ctx.step_file.name:
-            continue
-        doc = read_json(ctx.job_dir / name)
-        if doc is None:
+        if not (name.startswith("step-") and name.endswith(".json")):
             continue
         try:
-            out.append(StepRecord.from_dict(doc))
-        except EaslurmError as exc:
-            log.warning("%s: %s", name, exc)
+            data = (job_dir / name).read_bytes()
+            out[name] = (_digest(data), StepRecord.from_dict(json.loads(data)))
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError, EaslurmError) as exc:
+            log.warning("%s: unreadable step record (%s)", job_dir / name, exc)
     return out
 
 
@@ -296,33 +315,47 @@ def published_steps(ctx: StepContext, record: StepRecord, client: Any) -> list[S
     return [record, *(s for s in current if s.step != record.step)]
 
 
-def publish(
-    ctx: StepContext, record: StepRecord, client: Any, deadline: float, use_spool: bool = True
-) -> bool:
-    """Rebuild the job's AdminComment from all its step records, under the job lock, and set it.
-    Without a usable spool, merge into what slurmctld holds instead."""
-    client.timeout_s = max(0.3, deadline - time.monotonic())
-    lock = job_lock(ctx.job_dir, max(0.0, deadline - time.monotonic()) / 2) if use_spool else _no_lock()
-    with lock as locked:
-        if use_spool and not locked:
-            log.warning("job %d: publishing without the job lock", ctx.job_id)
-        steps = job_step_records(ctx, record) if use_spool else published_steps(ctx, record, client)
-        text = encode_admin_comment(steps)
-        client.timeout_s = max(0.3, deadline - time.monotonic())
-        try:
-            client.set_admin_comment(ctx.job_id, text)
-            return True
-        except SlurmError as exc:
-            if "finished" not in str(exc).lower():
-                log.error("job %d: cannot publish AdminComment: %s", ctx.job_id, exc)
-                return False
-            log.warning("job %d already finished; writing AdminComment to the database instead", ctx.job_id)
-        try:
-            client.set_admin_comment_db(ctx.job_id, text)
-            return True
-        except SlurmError as exc:
-            log.error("job %d: cannot publish AdminComment: %s", ctx.job_id, exc)
+def set_admin_comment(job_id: int, text: str, client: Any) -> bool:
+    """slurmctld's copy while the job runs; the database's once slurmctld says it has finished."""
+    try:
+        client.set_admin_comment(job_id, text)
+        return True
+    except SlurmError as exc:
+        if "finished" not in str(exc).lower():
+            log.error("job %d: cannot publish AdminComment: %s", job_id, exc)
             return False
+        log.warning("job %d already finished; writing AdminComment to the database instead", job_id)
+    try:
+        client.set_admin_comment_db(job_id, text)
+        return True
+    except SlurmError as exc:
+        log.error("job %d: cannot publish AdminComment: %s", job_id, exc)
+        return False
+
+
+def publish_from_spool(ctx: StepContext, client: Any, own: StepRecord | None = None) -> bool:
+    """Call with the job lock held. Rebuild the job's AdminComment from every step file and set it,
+    unless the last publication already carried this step's file as it is now (a burst of steps ending
+    together then costs one publication, not one each). `own` stands in for this step's file when that
+    could not be written. Records which file contents the publication carried."""
+    files = read_step_files(ctx.job_dir)
+    manifest = read_json(ctx.job_dir / PUBLISHED_MANIFEST) or {}
+    mine = files.get(ctx.step_file.name)
+    if own is None and mine is not None and manifest.get(ctx.step_file.name) == mine[0]:
+        return True
+    steps = [rec for name, (_, rec) in files.items() if own is None or name != ctx.step_file.name]
+    if own is not None:
+        steps.append(own)
+    if not set_admin_comment(ctx.job_id, encode_admin_comment(steps), client):
+        return False
+    carried = {
+        name: digest for name, (digest, _) in files.items() if own is None or name != ctx.step_file.name
+    }
+    try:
+        write_record(ctx.job_dir / PUBLISHED_MANIFEST, carried, ctx.gid)
+    except OSError as exc:  # only costs a redundant publication later
+        log.warning("%s: %s", ctx.job_dir / PUBLISHED_MANIFEST, exc)
+    return True
 
 
 # ------------------------------------------------------------------------------------------ agent
@@ -419,38 +452,79 @@ class NodeAgent:
         )
 
     def finish(self) -> StepRecord | None:
-        """After the stop: write this node's record; node 0 gathers, writes the step record, publishes."""
+        """After the stop: write this node's record; node 0 gathers, writes the step record and
+        publishes; another node whose record came after node 0 stopped waiting fills itself in."""
         t0 = time.monotonic()
+        hard = t0 + self.ctx.late_limit_s * 0.8  # publication must be over before the SIGALRM bound
         rec = self.node_record()
-        if self.spool_ok:
-            try:
-                write_record(self.ctx.node_file(self.ctx.node_id), rec.to_dict(), self.ctx.gid)
-            except OSError as exc:
-                log.error("cannot write node record %s: %s", self.ctx.node_file(self.ctx.node_id), exc)
+        wrote = self.spool_ok and self._write(self.ctx.node_file(self.ctx.node_id), rec.to_dict())
         if self.ctx.node_id != 0:
+            if wrote:
+                self._fill_in_late_node(rec, hard)
             return None
-        budget = self.ctx.timeout_s * 0.9
-        if self.spool_ok:
-            step = gather_step(self.ctx, rec, t0 + budget * GATHER_SHARE)
-            try:
-                write_record(self.ctx.step_file, step.to_dict(), self.ctx.gid)
-            except OSError as exc:
-                log.error("cannot write step record %s: %s", self.ctx.step_file, exc)
-        else:  # no spool: this node's record alone, flagged when other nodes exist
-            step = StepRecord(
-                self.ctx.job_id,
-                self.ctx.step,
-                self.ctx.nnodes,
-                [rec],
-                self.ctx.spec,
-                [n for n in range(self.ctx.nnodes) if n != rec.node_id],
-            )
-        if self.client is not None:
-            publish(self.ctx, step, self.client, t0 + budget, use_spool=self.spool_ok)
+        if not self.spool_ok:  # this node's record alone, flagged when other nodes exist
+            others = [n for n in range(self.ctx.nnodes) if n != rec.node_id]
+            step = StepRecord(self.ctx.job_id, self.ctx.step, self.ctx.nnodes, [rec], self.ctx.spec, others)
+            if self.client is not None:
+                self._bound_client(hard)
+                text = encode_admin_comment(published_steps(self.ctx, step, self.client))
+                set_admin_comment(self.ctx.job_id, text, self.client)
+            return step
+        step = gather_step(self.ctx, rec, t0 + self.ctx.timeout_s * 0.9 * GATHER_SHARE)
+        with job_lock(self.ctx.job_dir, max(0.0, hard - time.monotonic())) as locked:
+            if locked and step.missing_nodes:  # one last look, under the lock late nodes take too
+                step = gather_step(self.ctx, rec, 0.0, known={n.node_id: n for n in step.nodes})
+            _warn_partial(self.ctx, step)
+            wrote = self._write(self.ctx.step_file, step.to_dict())
+            if not locked:
+                log.error(
+                    "job %d: publication lock still held after %.0f s; step %s kept in %s, not published"
+                    " (easlurm accounting republish publishes it)",
+                    self.ctx.job_id,
+                    time.monotonic() - t0,
+                    self.ctx.step,
+                    self.ctx.step_file,
+                )
+            elif self.client is not None:
+                self._bound_client(hard)
+                publish_from_spool(self.ctx, self.client, None if wrote else step)
         return step
 
+    def _fill_in_late_node(self, rec: NodeRecord, hard: float) -> None:
+        """This node's record came after node 0 wrote a partial step record: add it and republish.
+        Under the job lock, so node 0 either saw this node's file or wrote its record before."""
+        with job_lock(self.ctx.job_dir, max(0.0, hard - time.monotonic())) as locked:
+            doc = read_json(self.ctx.step_file) if locked else None
+            if doc is None:  # node 0 has not written the step record yet: it reads this node's file
+                return
+            try:
+                step = StepRecord.from_dict(doc)
+            except EaslurmError as exc:
+                log.warning("%s: %s", self.ctx.step_file, exc)
+                return
+            if self.ctx.node_id not in step.missing_nodes:
+                return
+            step = gather_step(self.ctx, rec, 0.0, known={n.node_id: n for n in step.nodes})
+            log.warning(
+                "step %d.%s: node %d record arrived late; added", self.ctx.job_id, self.ctx.step, rec.node_id
+            )
+            if self._write(self.ctx.step_file, step.to_dict()) and self.client is not None:
+                self._bound_client(hard)
+                publish_from_spool(self.ctx, self.client)
 
-def watch_stop(stream: IO[bytes], agent: NodeAgent) -> None:
+    def _write(self, path: Path, doc: dict[str, Any]) -> bool:
+        try:
+            write_record(path, doc, self.ctx.gid)
+            return True
+        except OSError as exc:
+            log.error("cannot write record %s: %s", path, exc)
+            return False
+
+    def _bound_client(self, hard: float) -> None:
+        self.client.timeout_s = min(SLURM_CMD_TIMEOUT_S, max(1.0, hard - time.monotonic()))
+
+
+def watch_stop(stream: IO[bytes], agent: NodeAgent, on_stop: Callable[[], None] | None = None) -> None:
     """Read the plugin's socket: `stop <unix time>` then EOF. EOF alone (plugin gone) also stops."""
     stop_time = None
     try:
@@ -461,6 +535,8 @@ def watch_stop(stream: IO[bytes], agent: NodeAgent) -> None:
                     stop_time = float(parts[1])
     except OSError:
         pass
+    if on_stop is not None:
+        on_stop()
     agent.request_stop(stop_time)
 
 
@@ -550,15 +626,30 @@ def main(argv: list[str] | None = None, stdin: IO[bytes] | None = None) -> int:
 
         cfg = load_config(os.environ.get("EASLURM_AGENT_CONFIG") or None)
         settings = cfg.section("profiler")
+        ctx.late_limit_s = float(cfg.get("spank.late_limit_s"))
+        if not ctx.late_limit_s > 0:
+            raise EaslurmError(f"spank.late_limit_s: must be > 0, got {ctx.late_limit_s}")
     except (EaslurmError, SystemExit) as exc:
         log.error("bad agent invocation: %s", exc)
         return 2
     from easlurm.slurm.client import CliSlurmClient
 
     agent = NodeAgent(ctx, client=CliSlurmClient(retries=1), profiler_settings=settings)
-    signal.signal(signal.SIGTERM, lambda *_: agent.request_stop())
+
+    def bound_the_rest() -> None:
+        """From the stop on, the kernel ends this process after late_limit_s (SIGALRM's default action
+        needs no Python code to run, so it works even if a sensor call hangs holding the GIL)."""
+        signal.alarm(max(1, math.ceil(ctx.late_limit_s)))
+
+    def on_sigterm(*_: Any) -> None:
+        bound_the_rest()
+        agent.request_stop()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     stream = stdin if stdin is not None else sys.stdin.buffer
-    threading.Thread(target=watch_stop, args=(stream, agent), name="easlurm-stop", daemon=True).start()
+    threading.Thread(
+        target=watch_stop, args=(stream, agent, bound_the_rest), name="easlurm-stop", daemon=True
+    ).start()
     agent.start()
     agent.wait()
     try:

@@ -10,6 +10,8 @@ so a test can compare measured energy with power x duration. Settings are read a
   EASLURM_FAKE_NVML_UNKNOWN_EVERY=5    every 5th reading raises NVML_ERROR_UNKNOWN (transient)
   EASLURM_FAKE_NVML_INIT_ERROR=12      nvmlInit raises that code (12 = LIBRARY_NOT_FOUND)
   EASLURM_FAKE_NVML_MIG=2              each GPU exposes that many MIG instances
+  EASLURM_FAKE_NVML_HANG_SHUTDOWN=1    nvmlShutdown never returns (a wedged driver; like ctypes, the GIL
+                                       is released while it waits)
 """
 
 from __future__ import annotations
@@ -177,6 +179,8 @@ def nvmlInitWithFlags(flags: int) -> None:
 
 def nvmlShutdown() -> None:
     global _state, _init_count
+    if os.environ.get("EASLURM_FAKE_NVML_HANG_SHUTDOWN", "") not in ("", "0"):
+        threading.Event().wait()
     with _lock:
         if _state is None:
             raise NVMLError(NVML_ERROR_UNINITIALIZED)

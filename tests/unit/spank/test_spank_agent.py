@@ -18,7 +18,9 @@ from easlurm.energy.agent import (
     NodeAgent,
     StepContext,
     expand_hostlist,
+    job_lock,
     node_name_from_list,
+    publish_from_spool,
     watch_stop,
 )
 from easlurm.energy.result import DeviceEnergy, ProfileResult
@@ -151,6 +153,67 @@ def test_finished_job_goes_to_the_database(spool: Path) -> None:
     assert [p[0] for p in client.published] == ["sacctmgr"]
 
 
+def test_a_late_node_fills_itself_into_the_partial_step_record(spool: Path) -> None:
+    """Node 0 gave up waiting for node 1 (overloaded); node 1's record, when it comes, is added and
+    republished, so the step ends up complete instead of partial for good."""
+    client = FakeClient()
+    early = run_node(ctx(spool, node_id=0, timeout_s=0.2), client)
+    assert early is not None and early.missing_nodes == [1]
+    assert run_node(ctx(spool, node_id=1, timeout_s=0.2), client) is None
+    on_disk = StepRecord.from_dict(json.loads((spool / "42" / "step-0.json").read_text()))
+    assert not on_disk.partial and [n.node_id for n in on_disk.nodes] == [0, 1]
+    (last,) = decode_admin_comment(client.published[-1][2])
+    assert not last.partial and last.gpu_energy_j == pytest.approx(2 * 2 * 600.0)
+    assert len(client.published) == 2
+
+
+def test_a_node_on_time_publishes_nothing_itself(spool: Path) -> None:
+    client = FakeClient()
+    run_node(ctx(spool, node_id=1), client)
+    run_node(ctx(spool, node_id=0), client)
+    run_node(ctx(spool, node_id=1), client)  # record again after node 0 had it: nothing to add
+    assert len(client.published) == 1
+
+
+def test_steps_ending_together_share_one_publication(spool: Path) -> None:
+    """Step files written while another agent held the lock: the first publisher carries them all, and
+    the others find their file already published instead of calling scontrol once each."""
+    for step in "01234":
+        run_node(ctx(spool, nnodes=1, step=step))  # records written, nothing published yet
+    client = FakeClient()
+    for step in "01234":
+        assert publish_from_spool(ctx(spool, nnodes=1, step=step), client)
+    assert len(client.published) == 1
+    assert sorted(s.step for s in decode_admin_comment(client.published[0][2])) == list("01234")
+    run_node(ctx(spool, nnodes=1, step="2"), client)  # a changed file is published again
+    assert len(client.published) == 2
+
+
+def test_a_failed_publication_is_retried_by_the_next_agent(spool: Path) -> None:
+    run_node(ctx(spool, nnodes=1, step="0"))
+    broken = FakeClient()
+    broken.set_admin_comment = lambda *_: (_ for _ in ()).throw(SlurmError("slurmctld unreachable"))  # type: ignore[method-assign]
+    assert not publish_from_spool(ctx(spool, nnodes=1, step="0"), broken)
+    client = FakeClient()
+    assert publish_from_spool(ctx(spool, nnodes=1, step="0"), client)
+    assert len(client.published) == 1
+
+
+def test_a_held_lock_keeps_the_record_and_never_publishes_unlocked(spool: Path) -> None:
+    """Publishing without the lock could overwrite a newer document with an older one: the agent keeps
+    its step file for `easlurm accounting republish` instead."""
+    client = FakeClient()
+    (spool / "42").mkdir(mode=0o750)
+    with job_lock(spool / "42", 1.0) as locked:
+        assert locked
+        step = run_node(ctx(spool, nnodes=1, late_limit_s=0.3), client)
+    assert step is not None and client.published == []
+    assert (
+        StepRecord.from_dict(json.loads((spool / "42" / "step-0.json").read_text())).to_dict()
+        == step.to_dict()
+    )
+
+
 def test_unsafe_spool_is_not_used_but_records_are_still_published(spool: Path) -> None:
     """Without a spool, each step merges into what slurmctld already holds for the job."""
     spool.chmod(0o777)
@@ -215,7 +278,8 @@ def test_agent_process_end_to_end_with_fake_nvml(spool: Path) -> None:
         "EASLURM_PROFILER__POWERCAP_ROOT": str(spool / "no-powercap"),
         "EASLURM_FAKE_NVML_COUNT": "4",
         "EASLURM_FAKE_NVML_POWER_W": "250",
-        "SLURM_CONF": "/nonexistent/slurm.conf",
+        "SLURM_CONF": "/nonexistent/slurm.conf",  # scontrol then takes ~60 s to fail
+        "EASLURM_SPANK__LATE_LIMIT_S": "4",  # so this bounds the publication attempt
         "HOME": str(spool),
     }
     argv = [
