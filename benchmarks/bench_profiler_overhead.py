@@ -1,9 +1,10 @@
 """Overhead of the energy profiler on a CPU-bound Python workload, its own CPU time, its top sampling rate.
 
 All sensors on: 4 GPUs (fake NVML), 2 RAPL packages + 2 core zones (fake powercap tree, real file reads)
-and the DRAM model (process tree walk), i.e. 9 sampler threads. The workload runs in the profiled
-process itself (the worst case: the samplers compete for the GIL). Unprofiled and profiled runs are
-interleaved and the median ratio is reported, because the machine is shared.
+and the DRAM model (process tree walk): 9 sensors, read by 3 sampler threads (one per backend). The
+workload runs in the profiled process itself (the worst case: the samplers compete for the GIL).
+Unprofiled and profiled runs are interleaved and the median ratio is reported, because the machine is
+shared.
 
     python benchmarks/bench_profiler_overhead.py [--repeats 24] [--work-s 0.25]
 """

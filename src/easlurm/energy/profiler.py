@@ -18,7 +18,7 @@ from easlurm.energy import rundir
 from easlurm.energy.discovery import Discovery, discover, parse_devices
 from easlurm.energy.gpus import parse_gpu_ref
 from easlurm.energy.result import DeviceEnergy, ProfileResult, RegionEnergy
-from easlurm.energy.sampler import SampleLog, SensorSampler
+from easlurm.energy.sampler import SampleLog, SamplingThread, SensorSampler, sampling_threads
 from easlurm.errors import ConfigError, SensorError
 
 log = logging.getLogger(__name__)
@@ -78,6 +78,7 @@ class EnergyProfiler:
         self.cluster: Any = None  # ClusterResult on MPI rank 0
         self._discovery: Discovery | None = None
         self._samplers: list[SensorSampler] = []
+        self._threads: list[SamplingThread] = []
         self._log: SampleLog | None = None
         self._t0 = 0.0
         self._start_time = 0.0
@@ -111,11 +112,10 @@ class EnergyProfiler:
         self._t0 = time.monotonic()
         if self.out_dir is not None:
             self._open_run_dir()
-        self._samplers = [
-            SensorSampler(s, self.interval_s, self._log, phase_t0=self._t0) for s in self._discovery.sensors
-        ]
-        for sampler in self._samplers:
-            sampler.start()
+        self._samplers = [SensorSampler(s, self._log) for s in self._discovery.sensors]
+        self._threads = sampling_threads(self._samplers, self.interval_s, phase_t0=self._t0)
+        for thread in self._threads:
+            thread.start()
 
     def _open_run_dir(self) -> None:
         assert self.out_dir is not None and self._discovery is not None
@@ -147,10 +147,10 @@ class EnergyProfiler:
         if self.mpi is not None:
             self.mpi.barrier()
         t_stop = time.monotonic()
-        for sampler in self._samplers:
-            sampler.request_stop()
-        for sampler in self._samplers:
-            sampler.stop()
+        for thread in self._threads:
+            thread.request_stop()
+        for thread in self._threads:
+            thread.stop()
         self._discovery.close()
         if self._log is not None:
             self._log.close()
@@ -223,7 +223,7 @@ class EnergyProfiler:
             regions=regions,
             marks=marks,
             interval_s=self.interval_s,
-            sampler_cpu_s=sum(sp.cpu_s for sp in self._samplers),
+            sampler_cpu_s=sum(th.cpu_s for th in self._threads),
         )
 
     def track_pid(self, pid: int) -> None:

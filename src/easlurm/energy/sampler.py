@@ -1,4 +1,5 @@
-"""One named daemon thread per sensor: periodic reads, streaming integration, an optional sample log."""
+"""Periodic sensor reads on a shared tick grid: one daemon thread per sensor backend, streaming
+integration per sensor, an optional sample log."""
 
 from __future__ import annotations
 
@@ -48,31 +49,16 @@ class SampleLog:
 
 
 class SensorSampler:
-    """Samples one sensor every interval_s on absolute deadlines (no drift); degrades on SensorError."""
+    """One sensor's readings: streaming integration, degradation on SensorError, the sample log.
+    Driven by a SamplingThread (or by hand: `sample()`)."""
 
-    def __init__(
-        self,
-        sensor: Sensor,
-        interval_s: float,
-        sample_log: SampleLog | None = None,
-        phase_t0: float | None = None,
-    ) -> None:
+    def __init__(self, sensor: Sensor, sample_log: SampleLog | None = None) -> None:
         self.sensor = sensor
-        self.interval_s = interval_s
-        #: Samplers sharing a phase wake together: the profiled thread loses the GIL once per tick,
-        #: not once per sensor.
-        self.phase_t0 = phase_t0
         self.integrator = StreamIntegrator(sensor.mode, peak_window_s=2 * sensor.update_period_s)
         self.sample_log = sample_log
         self.error: str | None = None
         self.transient = 0
         self._last_ok: float | None = None
-        self.cpu_s = 0.0
-        # A held lock that stop() releases: acquire(timeout) is one C call, cheaper than Event.wait.
-        self._stop = threading.Lock()
-        self._stop.acquire()
-        self._stopping = False
-        self._thread = threading.Thread(target=self._run, name=f"easlurm-sampler-{sensor.name}", daemon=True)
 
     def sample(self) -> None:
         """Take one reading now; errors degrade this sensor, never the caller."""
@@ -83,17 +69,17 @@ class SensorSampler:
             value = self.sensor.read()
             t = 0.5 * (t0 + time.monotonic())
         except SensorError as exc:
-            self._degrade(str(exc))
+            self.degrade(str(exc))
             return
         except Exception as exc:  # a sensor bug must not take the profiled run down
-            self._degrade(f"{type(exc).__name__}: {exc}")
+            self.degrade(f"{type(exc).__name__}: {exc}")
             return
         if value is None:
             self.transient += 1
             if self._last_ok is None:
                 self._last_ok = t
             if self.transient >= MAX_TRANSIENT_FAILURES and t - self._last_ok >= MAX_UNKNOWN_S:
-                self._degrade(f"{self.transient} consecutive unknown values over {t - self._last_ok:.1f} s")
+                self.degrade(f"{self.transient} consecutive unknown values over {t - self._last_ok:.1f} s")
             return
         self.transient = 0
         self._last_ok = t
@@ -101,28 +87,54 @@ class SensorSampler:
         if self.sample_log is not None:
             self.sample_log.write(t, self.sensor, energy_j, power_w)
 
-    def _degrade(self, why: str) -> None:
+    def degrade(self, why: str) -> None:
         log.warning("sensor %s degraded: %s", self.sensor.name, why)
         self.error = why
 
+
+class SamplingThread:
+    """One daemon thread that reads a group of sensors every interval_s on absolute deadlines (no drift).
+
+    Sensors of one backend share a thread: they share a driver (a stalled NVML stalls every GPU's read
+    anyway), and the profiled program loses the GIL once per backend and tick, not once per device.
+    Threads sharing `phase_t0` wake on the same grid."""
+
+    def __init__(
+        self, samplers: list[SensorSampler], interval_s: float, phase_t0: float | None = None, name: str = ""
+    ) -> None:
+        self.samplers = samplers
+        self.interval_s = interval_s
+        self.phase_t0 = phase_t0
+        self.cpu_s = 0.0
+        # A held lock that stop() releases: acquire(timeout) is one C call, cheaper than Event.wait.
+        self._stop = threading.Lock()
+        self._stop.acquire()
+        self._stopping = False
+        label = name or ",".join(sp.sensor.name for sp in samplers)
+        self._thread = threading.Thread(target=self._run, name=f"easlurm-sampler-{label}", daemon=True)
+
+    def _sample_all(self) -> None:
+        for sp in self.samplers:
+            sp.sample()
+
     def start(self) -> None:
         """First reading synchronously (so every sensor starts together), then the thread."""
-        self.sample()
+        self._sample_all()
         self._thread.start()
 
     def _run(self) -> None:
         cpu0 = time.thread_time()
         base = self.phase_t0 if self.phase_t0 is not None else time.monotonic()
         tick = 0
-        while self.error is None:
+        while not all(sp.error is not None for sp in self.samplers):
             now = time.monotonic()
             # Next tick of the shared grid; ticks missed by an overrun are skipped, not burst.
             tick = max(tick + 1, int((now - base) / self.interval_s) + 1)
             deadline = base + tick * self.interval_s
             if self._stop.acquire(timeout=max(deadline - now, 0.0)):
                 break
-            self.sample()
-        self.sample()  # the closing reading, taken after stop was asked
+            self._sample_all()
+        self._sample_all()  # the closing reading, taken after stop was asked
         self.cpu_s = time.thread_time() - cpu0
 
     def request_stop(self) -> None:
@@ -136,5 +148,20 @@ class SensorSampler:
         if self._thread.is_alive():
             self._thread.join(timeout=timeout_s)
             if self._thread.is_alive():
-                self._degrade(f"sampler did not stop within {timeout_s} s")
-        self.integrator.finish()
+                for sp in self.samplers:
+                    sp.degrade(f"sampler did not stop within {timeout_s} s")
+        for sp in self.samplers:
+            sp.integrator.finish()
+
+
+def sampling_threads(
+    samplers: list[SensorSampler], interval_s: float, phase_t0: float | None = None
+) -> list[SamplingThread]:
+    """One SamplingThread per sensor backend (the module that reads it)."""
+    groups: dict[str, list[SensorSampler]] = {}
+    for sp in samplers:
+        groups.setdefault(type(sp.sensor).__module__, []).append(sp)
+    return [
+        SamplingThread(group, interval_s, phase_t0, name=backend.rsplit(".", 1)[-1])
+        for backend, group in groups.items()
+    ]

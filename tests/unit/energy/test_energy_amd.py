@@ -9,7 +9,7 @@ import types
 import pytest
 
 from easlurm.energy.amd import discover_amdsmi
-from easlurm.energy.sampler import SensorSampler
+from easlurm.energy.sampler import SamplingThread, SensorSampler
 
 
 def _stub(power_w: float, energy: bool = True) -> types.ModuleType:
@@ -41,10 +41,11 @@ def test_amd_energy_matches_power_times_duration(monkeypatch: pytest.MonkeyPatch
     assert [s.name for s in sensors] == ["gpu0", "gpu1"] and statuses == []
     sensors[0].open()
     assert sensors[0].mode.value == ("energy" if energy else "power")
-    sp = SensorSampler(sensors[0], 0.02)
-    sp.start()
+    sp = SensorSampler(sensors[0])
+    thread = SamplingThread([sp], 0.02)
+    thread.start()
     time.sleep(0.4)
-    sp.stop()
+    thread.stop()
     d = sp.integrator.duration_s
     assert sp.error is None and d is not None
     assert sp.integrator.energy_j == pytest.approx(420.0 * d, rel=0.01)

@@ -87,7 +87,7 @@ def test_a_sensor_that_never_answers_degrades_after_count_and_time(monkeypatch: 
             return None
 
     monkeypatch.setattr(sampler_mod, "MAX_UNKNOWN_S", 0.05)
-    sp = sampler_mod.SensorSampler(Silent(), 0.001)
+    sp = sampler_mod.SensorSampler(Silent())
     for _ in range(sampler_mod.MAX_TRANSIENT_FAILURES - 1):
         sp.sample()
     assert sp.error is None  # many unknowns, but not for long enough yet... or not enough of them

@@ -30,7 +30,7 @@ def test_smi_fallback_integrates_power(monkeypatch: pytest.MonkeyPatch) -> None:
     import time
     from pathlib import Path
 
-    from easlurm.energy.sampler import SensorSampler
+    from easlurm.energy.sampler import SamplingThread, SensorSampler
     from easlurm.energy.smi import discover_smi
 
     fake_bin = Path(__file__).resolve().parents[2] / "fakes" / "bin"
@@ -43,12 +43,11 @@ def test_smi_fallback_integrates_power(monkeypatch: pytest.MonkeyPatch) -> None:
     for s in sensors:
         s.open()
     time.sleep(0.5)  # let the stream deliver its first lines
-    samplers = [SensorSampler(s, 0.02) for s in sensors]
-    for sp in samplers:
-        sp.start()
+    samplers = [SensorSampler(s) for s in sensors]
+    thread = SamplingThread(samplers, 0.02)  # one backend: one thread reads both GPUs
+    thread.start()
     time.sleep(0.5)
-    for sp in samplers:
-        sp.stop()
+    thread.stop()
     for s in sensors:
         s.close()
     for sp in samplers:

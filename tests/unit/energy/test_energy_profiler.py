@@ -121,3 +121,28 @@ def test_all_sensors_failing_still_gives_a_result(nvml_env: pytest.MonkeyPatch) 
     with EnergyProfiler(devices="gpu,cpu", nvml_module=FAKE_NVML, powercap_root="/nonexistent") as prof:
         pass
     assert prof.result is not None and prof.result.total_energy_j is None
+
+
+def test_one_sampling_thread_per_backend_not_per_device(
+    nvml_env: pytest.MonkeyPatch, powercap: FakePowercap
+) -> None:
+    """4 GPUs and 2 sockets' RAPL zones (package, core, dram): two sampler threads (nvml, rapl), so the
+    profiled program loses the GIL twice per tick instead of once per device."""
+    import threading
+
+    nvml_env.setenv("EASLURM_FAKE_NVML_COUNT", "4")
+    prof = EnergyProfiler(
+        devices="gpu,cpu,dram",
+        interval_s=0.02,
+        nvml_module=FAKE_NVML,
+        powercap_root=powercap.root,
+        sample_log=False,
+    )
+    with prof:
+        time.sleep(0.2)
+        names = sorted(t.name for t in threading.enumerate() if t.name.startswith("easlurm-sampler-"))
+    assert names == ["easlurm-sampler-nvml", "easlurm-sampler-rapl"], names
+    assert prof.result is not None
+    gpus = [d for d in prof.result.devices if d.kind == "gpu"]
+    assert len(gpus) == 4 and len(prof.result.devices) >= 8
+    assert all(d.samples > 5 and d.error is None for d in prof.result.devices), prof.result.devices
