@@ -9,6 +9,7 @@ Spool layout (root-owned; a job's directory is root:<job gid> 0750, so the user 
 user can write it; nothing in it is named after user input):
     SPOOL/<job>/<step>/node-<id>.json      one node's record
     SPOOL/<job>/<step>/node-<id>/          the profiler's run directory (samples) for that node
+    SPOOL/<job>/<step>/node-<id>.log       the agent's warnings and errors (also on its stderr)
     SPOOL/<job>/step-<step>.json           the step record (what AdminComment carries)
     SPOOL/<job>/.publish.lock              serialises the job's AdminComment writers
     SPOOL/<job>/.published.json            digest of each step file the last publication carried
@@ -597,6 +598,18 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def keep_log_in_spool(ctx: StepContext) -> None:
+    """Also log to SPOOL/<job>/<step>/node-<id>.log: once the plugin stops waiting (timeout_ms), the
+    agent's stderr goes nowhere, and a late agent's messages must still reach the admin."""
+    try:
+        handler = logging.FileHandler(ctx.step_dir / f"node-{ctx.node_id}.log", delay=True)
+    except OSError as exc:
+        log.warning("agent log in the spool: %s", exc)
+        return
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.getLogger().addHandler(handler)
+
+
 def main(argv: list[str] | None = None, stdin: IO[bytes] | None = None) -> int:
     """Entry point for the plugin. Exit status: 0 ok, 2 bad arguments, 1 record not (fully) produced."""
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
@@ -651,6 +664,8 @@ def main(argv: list[str] | None = None, stdin: IO[bytes] | None = None) -> int:
         target=watch_stop, args=(stream, agent, bound_the_rest), name="easlurm-stop", daemon=True
     ).start()
     agent.start()
+    if agent.spool_ok:
+        keep_log_in_spool(ctx)
     agent.wait()
     try:
         step = agent.finish()
