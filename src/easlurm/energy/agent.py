@@ -598,6 +598,31 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def leave_step_cgroup(
+    job_id: int, proc_cgroup: Path = Path("/proc/self/cgroup"), cgroup_root: Path = Path("/sys/fs/cgroup")
+) -> Path | None:
+    """Under cgroup v2 with proctrack/cgroup, slurmstepd SIGKILLs every process in the step's cgroup
+    (`.../job_<id>/step_<s>/...`, which the agent inherits) once the tasks end: an agent left to finish
+    in the background would die with its record. Move this process to the `system` leaf beside the job
+    cgroups in slurmstepd's scope, where slurmstepd itself waits before a step starts. Returns the new
+    cgroup, None when there is nothing to leave (cgroup v1, linuxproc) or it cannot be left (logged)."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return None
+    unified = next((ln[3:] for ln in lines if ln.startswith("0::")), None)
+    m = re.fullmatch(rf"(/.*?)/job_{job_id}/step_[^/]+(?:/.*)?", unified or "")
+    if m is None:
+        return None
+    target = cgroup_root / m.group(1).lstrip("/") / "system"
+    try:
+        (target / "cgroup.procs").write_text(f"{os.getpid()}\n")
+    except OSError as exc:
+        log.warning("cannot leave the step's cgroup for %s (%s): a late agent may be killed", target, exc)
+        return None
+    return target
+
+
 def keep_log_in_spool(ctx: StepContext) -> None:
     """Also log to SPOOL/<job>/<step>/node-<id>.log: once the plugin stops waiting (timeout_ms), the
     agent's stderr goes nowhere, and a late agent's messages must still reach the admin."""
@@ -647,6 +672,7 @@ def main(argv: list[str] | None = None, stdin: IO[bytes] | None = None) -> int:
         return 2
     from easlurm.slurm.client import CliSlurmClient
 
+    leave_step_cgroup(ctx.job_id)
     agent = NodeAgent(ctx, client=CliSlurmClient(retries=1), profiler_settings=settings)
 
     def bound_the_rest() -> None:

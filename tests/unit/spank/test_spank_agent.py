@@ -19,6 +19,7 @@ from easlurm.energy.agent import (
     StepContext,
     expand_hostlist,
     job_lock,
+    leave_step_cgroup,
     node_name_from_list,
     publish_from_spool,
     watch_stop,
@@ -328,3 +329,23 @@ def test_agent_process_end_to_end_with_fake_nvml(spool: Path) -> None:
         2 * 250.0 * node.duration_s, rel=0.02
     )
     assert b"cannot publish AdminComment" in err  # no Slurm here: logged on stderr for the plugin
+
+
+def test_agent_leaves_the_step_cgroup_v2_that_proctrack_kills(tmp_path: Path) -> None:
+    """cgroup v2 + proctrack/cgroup: the agent moves itself to slurmstepd's `system` leaf (a fake
+    cgroupfs here: the same paths, cgroup.procs takes a pid)."""
+    scope = "/system.slice/slurmstepd.scope"
+    root = tmp_path / "cgroup"
+    (root / scope.lstrip("/") / "system").mkdir(parents=True)
+    (root / scope.lstrip("/") / "system" / "cgroup.procs").write_text("")
+    proc = tmp_path / "proc-cgroup"
+    proc.write_text(f"0::{scope}/job_42/step_0/slurm\n")
+    moved = leave_step_cgroup(42, proc, root)
+    assert moved == root / scope.lstrip("/") / "system"
+    assert (moved / "cgroup.procs").read_text().strip() == str(os.getpid())
+    proc.write_text(f"0::{scope}/job_7/step_batch/slurm\n")  # another job's cgroup is never touched
+    assert leave_step_cgroup(42, proc, root) is None
+    proc.write_text("12:freezer:/slurm/uid_0/job_42/step_0\n0::/\n")  # v1: proctrack spares the agent
+    assert leave_step_cgroup(42, proc, root) is None
+    proc.write_text(f"0::{scope}/job_42/step_0/slurm\n")
+    assert leave_step_cgroup(42, proc, tmp_path / "nowhere") is None  # cannot move: stays, logged
