@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
-import hashlib
 import json
 import logging
 import math
@@ -51,6 +50,7 @@ from easlurm.energy.step_record import (
     decode_admin_comment,
     encode_admin_comment,
     parse_spec,
+    read_step_files,
 )
 from easlurm.errors import EaslurmError, SlurmError
 
@@ -278,31 +278,6 @@ def _warn_partial(ctx: StepContext, step: StepRecord) -> None:
         )
 
 
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def read_step_files(job_dir: Path) -> dict[str, tuple[str, StepRecord]]:
-    """{file name: (content digest, record)} for every readable step record of the job in the spool."""
-    out: dict[str, tuple[str, StepRecord]] = {}
-    try:
-        names = sorted(os.listdir(job_dir))
-    except OSError as exc:
-        log.warning("%s: %s", job_dir, exc)
-        return out
-    for name in names:
-        if not (name.startswith("step-") and name.endswith(".json")):
-            continue
-        try:
-            data = (job_dir / name).read_bytes()
-            out[name] = (_digest(data), StepRecord.from_dict(json.loads(data)))
-        except FileNotFoundError:
-            continue
-        except (OSError, ValueError, EaslurmError) as exc:
-            log.warning("%s: unreadable step record (%s)", job_dir / name, exc)
-    return out
-
-
 def published_steps(ctx: StepContext, record: StepRecord, client: Any) -> list[StepRecord]:
     """Without a spool: the steps slurmctld already holds for the job, with `record` replacing its own
     (read-modify-write; only safe because steps of one job rarely end at the same instant)."""
@@ -340,18 +315,19 @@ def publish_from_spool(ctx: StepContext, client: Any, own: StepRecord | None = N
     together then costs one publication, not one each). `own` stands in for this step's file when that
     could not be written. Records which file contents the publication carried."""
     files = read_step_files(ctx.job_dir)
-    manifest = read_json(ctx.job_dir / PUBLISHED_MANIFEST) or {}
-    mine = files.get(ctx.step_file.name)
-    if own is None and mine is not None and manifest.get(ctx.step_file.name) == mine[0]:
-        return True
-    steps = [rec for name, (_, rec) in files.items() if own is None or name != ctx.step_file.name]
+    if own is not None:
+        files.pop(ctx.step_file.name, None)  # stale or absent: `own` stands in for it
+    else:
+        mine = files.get(ctx.step_file.name)
+        manifest = read_json(ctx.job_dir / PUBLISHED_MANIFEST) or {}
+        if mine is not None and manifest.get(ctx.step_file.name) == mine[0]:
+            return True
+    steps = [rec for _, rec in files.values()]
     if own is not None:
         steps.append(own)
     if not set_admin_comment(ctx.job_id, encode_admin_comment(steps), client):
         return False
-    carried = {
-        name: digest for name, (digest, _) in files.items() if own is None or name != ctx.step_file.name
-    }
+    carried = {name: digest for name, (digest, _) in files.items()}
     try:
         write_record(ctx.job_dir / PUBLISHED_MANIFEST, carried, ctx.gid)
     except OSError as exc:  # only costs a redundant publication later

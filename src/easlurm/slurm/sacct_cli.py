@@ -10,7 +10,13 @@ from typing import Any
 
 import click
 
-from easlurm.energy.step_record import DeviceRecord, NodeRecord, StepRecord, decode_admin_comment
+from easlurm.energy.step_record import (
+    DeviceRecord,
+    NodeRecord,
+    StepRecord,
+    decode_admin_comment,
+    read_step_files,
+)
 from easlurm.errors import ConfigError, EaslurmError
 from easlurm.table import render_table, select_columns
 from easlurm.units import format_energy, format_power
@@ -139,21 +145,9 @@ def split_job_id(raw: str) -> tuple[str, str | None]:
 def spool_records(spool: Path, job: str) -> dict[str, StepRecord]:
     """Step records kept in the spool files: the fallback for jobs whose AdminComment could not be set
     (cancelled or timed-out jobs end COMPLETING, when slurmctld refuses updates)."""
-    out: dict[str, StepRecord] = {}
     if not job.isdigit():
-        return out
-    try:
-        paths = sorted((spool / job).glob("step-*.json"))
-    except OSError:
-        return out
-    for path in paths:
-        try:
-            rec = StepRecord.from_dict(json.loads(path.read_text()))
-        except (OSError, ValueError, EaslurmError) as exc:
-            log.debug("%s: %s", path, exc)
-            continue
-        out[rec.step] = rec
-    return out
+        return {}
+    return {rec.step: rec for _, rec in read_step_files(spool / job, logging.DEBUG).values()}
 
 
 def build_rows(
