@@ -65,17 +65,9 @@ class BoxHandle:
 
     def wait_job(self, job_id: str, timeout_s: float = 60.0) -> str:
         """Wait until the job's allocation row in sacct has a final state; return that state."""
-        final = (
-            "COMPLETED",
-            "FAILED",
-            "CANCELLED",
-            "TIMEOUT",
-            "NODE_FAIL",
-            "OUT_OF_MEMORY",
-            "PREEMPTED",
-            "BOOT_FAIL",
-            "DEADLINE",
-        )
+        from easlurm.slurm.states import FINAL_JOB_STATES
+
+        final = tuple(FINAL_JOB_STATES)
         end = time.monotonic() + timeout_s
         state = ""
         # Leave squeue first: after a box reset sacct may still hold an older job with the same id.

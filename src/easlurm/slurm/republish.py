@@ -24,23 +24,10 @@ from typing import Any
 from easlurm.energy.step_record import StepRecord, decode_admin_comment, encode_admin_comment
 from easlurm.errors import EaslurmError, SlurmError
 from easlurm.slurm.client import SlurmClient
+from easlurm.slurm.states import FINAL_JOB_STATES
 
 log = logging.getLogger(__name__)
 
-#: States after which no hook of the job runs any more (COMPLETING is not one: agents still publish).
-FINAL_STATES = frozenset(
-    {
-        "COMPLETED",
-        "CANCELLED",
-        "FAILED",
-        "TIMEOUT",
-        "NODE_FAIL",
-        "PREEMPTED",
-        "OUT_OF_MEMORY",
-        "BOOT_FAIL",
-        "DEADLINE",
-    }
-)
 #: A step record belongs to the job only if it started within the job's run, give or take this (s):
 #: job ids are reused after a controller reset, and the spool may still hold an older job's files.
 IDENTITY_SLACK_S = 300.0
@@ -232,7 +219,7 @@ class Republisher:
             return JobResult(job_id, Status.FAILED, steps, missing, str(exc))
         if ctld is not None:
             state = ctld.get("JobState", "")
-            if state not in FINAL_STATES:
+            if state not in FINAL_JOB_STATES:
                 return JobResult(job_id, Status.ACTIVE, steps, missing, f"{state}: its agents publish")
             held = ctld.get("AdminComment", "")
             if held and held != "(null)":

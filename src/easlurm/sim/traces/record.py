@@ -8,25 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from easlurm.errors import TraceError
+from easlurm.slurm.states import FINAL_JOB_STATES
 
 log = logging.getLogger(__name__)
 
 #: Slurm states whose job actually ran to an end (recorded start and end are both known).
-ENDED_STATES = frozenset(
-    {
-        "COMPLETED",
-        "FAILED",
-        "CANCELLED",
-        "TIMEOUT",
-        "NODE_FAIL",
-        "OUT_OF_MEMORY",
-        "PREEMPTED",
-        "BOOT_FAIL",
-        "DEADLINE",
-        "REQUEUED",
-        "REVOKED",
-    }
-)
+ENDED_STATES = FINAL_JOB_STATES | {"REQUEUED", "REVOKED"}
 
 
 @dataclass(frozen=True)
