@@ -37,17 +37,7 @@ COLUMNS = [
     "Modelled",
     "Error",
 ]
-DEFAULT_COLUMNS = [
-    "Device",
-    "Kind",
-    "Source",
-    "Energy",
-    "MeanPower",
-    "PeakPower",
-    "Samples",
-    "Modelled",
-    "Error",
-]
+DEFAULT_COLUMNS = [c for c in COLUMNS if c != "Duration"]  # per-device durations differ only on request
 SENSOR_COLUMNS = ["Sensor", "Kind", "Source", "Status", "Detail"]
 
 
