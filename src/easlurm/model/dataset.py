@@ -28,6 +28,7 @@ COLUMNS = (
     "power_limit_w",
     "step_time_s",
     "avg_power_w",
+    "peak_mem_gib",
     "source",
 )
 
@@ -49,6 +50,7 @@ class Measurement:
     image_size: int | None = None
     optimizer: str = "adamw"
     source: str = ""
+    peak_mem_gib: float | None = None  # peak GPU memory allocated on one GPU (torch max_memory_allocated), GiB
 
     def workload(self) -> Workload:
         return get_workload(
@@ -112,6 +114,7 @@ def read_measurements(path: str | Path) -> list[Measurement]:
                 image_size=_opt_number(rec.get("image_size"), "image_size", where, True),  # type: ignore[arg-type]
                 optimizer=(rec.get("optimizer") or "").strip() or "adamw",
                 source=(rec.get("source") or "").strip(),
+                peak_mem_gib=_opt_number(rec.get("peak_mem_gib"), "peak_mem_gib", where),
             )
             try:
                 m.workload()
