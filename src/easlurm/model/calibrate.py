@@ -23,6 +23,10 @@ log = logging.getLogger(__name__)
 
 W_TIME = 0.6
 W_POWER = 0.4
+#: prior width of a free parameter around its starting value: a factor of 2 (log10 0.3) for parameters
+#: searched on a log scale, a quarter of the range otherwise; one prior width costs 1 point of loss (MAPE %).
+PRIOR_SIGMA_LOG10 = 0.3
+PRIOR_SIGMA_RANGE = 0.25
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,7 @@ class FitReport:
     mape_power: float | None
     n_rows: int
     n_power_rows: int
+    mape_mem: float | None = None  # peak memory, on rows with peak_mem_gib
 
 
 @dataclass(frozen=True)
@@ -73,9 +78,11 @@ class _Problem:
         names = set(base.scalars) | {n for n in self.free if n not in PARAM_SPECS}
         self.masks = {n: np.array([n.split(".")[0] in g for g in groups]) for n in names}
         self.log_scale = [
-            n in PARAM_SPECS and bounds(n)[0] > 0 and bounds(n)[1] / bounds(n)[0] >= 50 for n in self.free
+            n not in PARAM_SPECS or (bounds(n)[0] > 0 and bounds(n)[1] / bounds(n)[0] >= 50)
+            for n in self.free
         ]
         self.nfev = 0
+        self.prior_weight = 1.0
 
     def bounds(self) -> list[tuple[float, float]]:
         out = []
@@ -116,7 +123,18 @@ class _Problem:
         self.nfev += max(x.shape[1], 1)
         return np.atleast_2d(res.step_time_s), np.atleast_2d(res.power_w)
 
+    def prior(self, x: np.ndarray) -> np.ndarray:
+        """Penalty of encoded vectors x (n_free, S) for leaving the base values (a Gaussian prior)."""
+        x = np.asarray(x, dtype=np.float64).reshape(len(self.free), -1)
+        x0 = self.encode(self.base).reshape(-1, 1)
+        lo, hi = np.array(self.bounds()).T
+        sigma = np.where(self.log_scale, PRIOR_SIGMA_LOG10, PRIOR_SIGMA_RANGE * (hi - lo)).reshape(-1, 1)
+        return np.sum(((x - x0) / sigma) ** 2, axis=0) * self.prior_weight
+
     def losses(self, x: np.ndarray) -> np.ndarray:
+        return self.data_losses(x) + (self.prior(x) if self.free else 0.0)
+
+    def data_losses(self, x: np.ndarray) -> np.ndarray:
         t, p = self.predict(x)
         mt = np.mean(np.abs(t - self.t) / self.t, axis=1) * 100.0
         loss = mt
@@ -127,7 +145,7 @@ class _Problem:
 
 
 def score(params: OracleParams, rows: Sequence[Measurement], catalogue: Catalogue | None = None) -> FitReport:
-    """MAPE of time and power, and the combined loss (0.6/0.4, or time alone without power data)."""
+    """MAPE of time, power and peak memory, and the combined loss (0.6/0.4, or time alone without power)."""
     prob = _Problem(rows, params, [], catalogue or load_catalogue())
     t, p = prob.predict(np.zeros((0, 1)))
     mt = float(np.mean(np.abs(t[0] - prob.t) / prob.t) * 100.0)
@@ -136,7 +154,46 @@ def score(params: OracleParams, rows: Sequence[Measurement], catalogue: Catalogu
     if prob.has_p.any():
         mp = float(np.mean(np.abs(p[0, prob.has_p] - prob.p[prob.has_p]) / prob.p[prob.has_p]) * 100.0)
         loss = W_TIME * mt + W_POWER * mp
-    return FitReport(loss, mt, mp, len(rows), int(prob.has_p.sum()))
+    mm = None
+    measured = np.array([math.nan if m.peak_mem_gib is None else m.peak_mem_gib for m in rows])
+    has_m = ~np.isnan(measured)
+    if has_m.any():
+        pred = _peak_mem_gib(params, rows, catalogue)
+        mm = float(np.mean(np.abs(pred[has_m] - measured[has_m]) / measured[has_m]) * 100.0)
+    return FitReport(loss, mt, mp, len(rows), int(prob.has_p.sum()), mm)
+
+
+def _peak_mem_gib(
+    params: OracleParams, rows: Sequence[Measurement], catalogue: Catalogue | None
+) -> np.ndarray:
+    from easlurm.model.oracle import Oracle
+
+    oracle = Oracle(params, catalogue or load_catalogue(), cache_size=0)
+    pred = oracle.predict_rows([m.workload() for m in rows], placements_of(rows))
+    assert pred.peak_mem_gib is not None
+    return np.asarray(pred.peak_mem_gib, dtype=np.float64)
+
+
+def fit_memory(
+    params: OracleParams, rows: Sequence[Measurement], catalogue: Catalogue | None = None
+) -> OracleParams:
+    """Least-squares `mem_act_scale` on the rows' measured peak memory (closed form: memory is linear in it).
+
+    Rows without `peak_mem_gib` are ignored; without any, the parameters come back unchanged.
+    """
+    measured = np.array([math.nan if m.peak_mem_gib is None else m.peak_mem_gib for m in rows])
+    has_m = ~np.isnan(measured)
+    if not has_m.any():
+        return params
+    one = _peak_mem_gib(params.replace(["mem_act_scale"], [1.0]), rows, catalogue)[has_m]
+    two = _peak_mem_gib(params.replace(["mem_act_scale"], [2.0]), rows, catalogue)[has_m]
+    act = two - one
+    base = one - act
+    # relative least squares: each row weighs by its own size, as the MAPE does
+    weight = 1.0 / measured[has_m] ** 2
+    k = float(np.sum(weight * act * (measured[has_m] - base)) / max(np.sum(weight * act * act), 1e-30))
+    lo, hi = bounds("mem_act_scale")
+    return params.replace(["mem_act_scale"], [min(max(k, lo), hi)])
 
 
 def targeted_scalars(rows: Sequence[Measurement]) -> list[str]:
@@ -158,22 +215,32 @@ def targeted_scalars(rows: Sequence[Measurement]) -> list[str]:
 
 
 def default_free(rows: Sequence[Measurement]) -> list[str]:
-    """Parameters the data can inform: GEMM/conv terms only with such work, power terms only with power data."""
+    """Parameters the data can inform: GEMM/conv terms only with such work, power terms only with power data.
+
+    Each has a prior (its default, `PRIOR_SIGMA`): parameters the rows barely inform stay near it instead of
+    wandering to a bound, which is what lets a fit on a few models hold on others.
+    """
     wls = [m.workload() for m in rows]
-    free = ["c_alu", "c_mem", "lambda_miss", "t_fixed_s", "t_kern_s"]
+    free = ["c_mem", "t_kern_s", "t_host_op_s", "t_fixed_s"]
     if any(w.flops_gemm > 0.3 * w.flops_total for w in wls):
-        free += ["beta_gemm", "r_gemm_m"]
+        free += ["beta_gemm"]
+    if any(w.flops_attn > 0.02 * w.flops_total for w in wls):
+        free += ["beta_attn"]
     if any(w.flops_conv > 0.3 * w.flops_total for w in wls):
-        free += ["beta_conv", "r_conv_spatial"]
+        free += ["beta_conv", "k_layout"]
     if any(m.n_gpus > 1 for m in rows):
         free += ["t_sync_s"]
         if any(m.n_gpus > 8 for m in rows):
             free += ["bw_eff_frac"]
     if any(m.avg_power_w is not None for m in rows):
-        free += ["c_p", "u_comp", "u_mem", "u_comm"]
+        free += ["c_p", "u_comp", "u_mem", "u_idle"]
+        if any(m.precision.lower() == "fp32" for m in rows):
+            free += ["u_simt"]
         if any(m.power_limit_w is not None for m in rows):
             free += ["cap_alpha", "p_floor_frac", "mem_clock_knee"]
-    return free + targeted_scalars(rows)
+    precs = {m.precision.lower() for m in rows}
+    free += [f"c_{prec}" for prec in ("fp32", "tf32") if prec in precs and len(precs) > 1]
+    return free + [n for n in targeted_scalars(rows) if n.split(".")[0] not in precs]
 
 
 def calibrate(
@@ -208,7 +275,8 @@ def calibrate(
         )
     start = time.perf_counter()
     if not free:
-        return CalibrationResult(base, score(base, rows, catalogue), (), 0, 0.0)
+        fitted = fit_memory(base, rows, catalogue)
+        return CalibrationResult(fitted, score(fitted, rows, catalogue), (), 0, 0.0)
 
     def cb(intermediate_result: object) -> None:
         if progress is not None:
@@ -239,6 +307,7 @@ def calibrate(
         if res.fun <= de.fun:
             x = res.x
     params = base.replace(free, [float(v) for v in prob.decode(x.reshape(-1, 1))[:, 0]])
+    params = fit_memory(params, rows, catalogue)
     wall = time.perf_counter() - start
     fit = score(params, rows, catalogue)
     log.info("calibrated %d parameters on %d rows: loss %.3f in %.1f s", len(free), len(rows), fit.loss, wall)

@@ -23,8 +23,19 @@ PREDICT_COLUMNS = (
     "EnergyStep",
     "EDP",
     "SamplesPerSec",
+    "PeakMem",
 )
-PREDICT_DEFAULT = ("GPUType", "GPUs", "Batch", "PowerLimit", "StepTime", "Power", "EnergyStep", "EDP")
+PREDICT_DEFAULT = (
+    "GPUType",
+    "GPUs",
+    "Batch",
+    "PowerLimit",
+    "StepTime",
+    "Power",
+    "EnergyStep",
+    "EDP",
+    "PeakMem",
+)
 
 
 def _int_list(text: str, option: str) -> list[int]:
@@ -155,6 +166,8 @@ def predict_cmd(
                 "energy_per_step_j": float(pred.energy_j[i]) if ok else None,
                 "edp_js": float(pred.edp[i]) if ok else None,
                 "samples_per_s": float(pred.samples_per_s[i]) if ok else None,
+                # an infeasible row shows what one sample alone would need: the GPU is too small for it
+                "peak_mem_gib": None if pred.peak_mem_gib is None else round(float(pred.peak_mem_gib[i]), 3),
                 "best_edp": i == best,
             }
         )
@@ -182,6 +195,7 @@ def predict_cmd(
                 "EnergyStep": format_energy(r["energy_per_step_j"]),
                 "EDP": None if r["edp_js"] is None else f"{r['edp_js']:.4g}",
                 "SamplesPerSec": None if r["samples_per_s"] is None else f"{r['samples_per_s']:.1f}",
+                "PeakMem": None if r["peak_mem_gib"] is None else f"{r['peak_mem_gib']:.1f}GiB",
             }
         )
     marks = ["*" if r["best_edp"] else "" for r in records]

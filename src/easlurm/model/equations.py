@@ -43,6 +43,11 @@ class WorkloadArrays:
     s_conv: np.ndarray
     s_alu: np.ndarray
     s_mem: np.ndarray
+    attn: np.ndarray
+    conv_io: np.ndarray
+    host_ops: np.ndarray
+    opt_ops: np.ndarray
+    opt_temp: np.ndarray
 
     @staticmethod
     def row(w: Workload, params: OracleParams) -> tuple[float, ...]:
@@ -70,6 +75,11 @@ class WorkloadArrays:
             w.grad_bytes,
             float(code),
             *(params.scalar(w.family, prec, op) for op in ("gemm", "conv", "alu", "mem")),
+            w.flops_attn,
+            w.conv_io_bytes,
+            w.host_ops if w.host_ops > 0 else w.kernels / 3.0,
+            w.opt_ops,
+            w.opt_temp_bytes,
         )
 
     @classmethod
@@ -142,11 +152,18 @@ class StepResult:
     t_pass_s: np.ndarray
     t_comm_s: np.ndarray
     clock_scale: np.ndarray
+    peak_mem_bytes: np.ndarray  # one GPU's peak allocated memory at the micro-batch used
 
 
 def _sat(x: np.ndarray) -> np.ndarray:
     """Sigmoid saturation (eq. 4.12)."""
     return 1.0 / (1.0 + np.exp(-x))
+
+
+def peak_memory(w: WorkloadArrays, micro: np.ndarray, p: Mapping[str, float]) -> np.ndarray:
+    """Peak memory of one GPU: FP32 weights, gradients and optimizer state, the optimizer's temporaries, and the
+    activations kept for the backward pass of one micro-batch."""
+    return w.static_mem + w.opt_temp + p["mem_act_scale"] * w.act_mem * micro
 
 
 def evaluate(
@@ -159,21 +176,31 @@ def evaluate(
 ) -> StepResult:
     """Step time (eq. 4.7) and mean power (eq. 4.14-4.15) for every row, under each row's power limit.
 
+    A micro-batch pass takes the longer of the GPU's work and the host's dispatch of it: GEMMs, convolutions
+    and fused attention at per-class efficiencies of their peak, element-wise work at HBM bandwidth, a
+    per-kernel gap; the host spends a fixed time per dispatched operation (small batches are launch-bound).
+    Power follows the busy fractions of tensor/SM compute and HBM over the step (EnergAIzer-style).
     All inputs broadcast: workload features of shape (J, 1) against placement/hardware arrays of shape
     (1, P) give (J, P) results, and workload-only terms are computed J times, not J*P times.
     """
     n = n_gpus.astype(np.float64)
     b = batch.astype(np.float64)
     per_gpu = np.ceil(b / n)
-    free = hw.mem_bytes * USABLE_MEMORY_FRACTION - RESERVED_BYTES - w.static_mem
-    mb_max = np.floor(free / w.act_mem)
+    act_per_sample = p["mem_act_scale"] * w.act_mem
+    free = hw.mem_bytes * USABLE_MEMORY_FRACTION - RESERVED_BYTES - w.static_mem - w.opt_temp
+    mb_max = np.floor(free / act_per_sample)
     feasible = (b >= n) & (mb_max >= 1.0)
     g_acc = np.ceil(per_gpu / np.maximum(mb_max, 1.0))
     micro = per_gpu / g_acc
 
-    peak = np.choose(w.prec_code.astype(np.intp), (hw.peak_fp32, hw.peak_tf32, hw.peak_bf16))
+    code = w.prec_code.astype(np.intp)
+    peak = np.choose(code, (hw.peak_fp32, hw.peak_tf32, hw.peak_bf16))
+    # fused SDPA kernels: FP32 math on the CUDA cores, TF32 or 16-bit on tensor cores like the GEMMs
+    peak_attn = peak
+    # cuDNN runs 16-bit tensor-core convolutions in NHWC: NCHW models pay layout transforms around each
+    mixed = code == 2
 
-    # eq. 4.9-4.12: T_op = F / (P * beta * prod S_sat(D/R)) * C
+    # eq. 4.9-4.12: T_op = F / (P * beta * prod S_sat(D/R)) * C, per operation class
     e_gemm = (
         p["beta_gemm"]
         * _sat(w.gemm_m * micro / p["r_gemm_m"])
@@ -183,45 +210,61 @@ def evaluate(
     e_conv = (
         p["beta_conv"] * _sat(w.conv_c / p["r_conv_c"]) * _sat(w.conv_spatial * micro / p["r_conv_spatial"])
     )
-    t_comp = micro * (
-        w.gemm / (peak * e_gemm) * (p["c_gemm"] * w.s_gemm)
-        + w.conv / (peak * e_conv) * (p["c_conv"] * w.s_conv)
-        + w.alu / (hw.peak_fp32 * p["beta_alu"]) * (p["c_alu"] * w.s_alu)
+    c_prec = np.choose(code, (p["c_fp32"], p["c_tf32"], 1.0))  # one efficiency per precision, GEMM and conv
+    t_tc = micro * (
+        c_prec * w.gemm / (peak * e_gemm) * (p["c_gemm"] * w.s_gemm)
+        + c_prec * w.conv / (peak * e_conv) * (p["c_conv"] * w.s_conv)
+        + w.attn / (peak_attn * p["beta_attn"])
     )
-    # eq. 4.13: HBM time with the L2 factor
+    t_alu = micro * w.alu / (hw.peak_fp32 * p["beta_alu"]) * (p["c_alu"] * w.s_alu)
+    # eq. 4.13: HBM time with the L2 factor; tensor-core convolutions of NCHW tensors add layout transforms
     f_l2 = np.clip((w.ws * micro + w.ws_fixed) / hw.l2_bytes, p["lambda_miss"], 1.0)
     c_mem = p["c_mem"] * w.s_mem
-    t_mem = (w.act_bytes * micro + w.weight_bytes) / hw.hbm_bw * f_l2 * c_mem
-    t_opt = np.maximum(w.opt_flops / (hw.peak_fp32 * p["beta_alu"]), w.opt_bytes / hw.hbm_bw) * c_mem
+    hbm_bytes = w.act_bytes * micro + w.weight_bytes + np.where(mixed, p["k_layout"], 0.0) * w.conv_io * micro
+    t_mem = hbm_bytes / hw.hbm_bw * f_l2 * c_mem
+    t_kern = w.kernels * p["t_kern_s"]
+    t_host = w.host_ops * p["t_host_op_s"]
+    t_opt = np.maximum(
+        np.maximum(w.opt_flops / (hw.peak_fp32 * p["beta_alu"]), w.opt_bytes / hw.hbm_bw * c_mem),
+        w.opt_ops * p["t_host_op_s"],
+    )
     # eq. 4.8: ring all-reduce, NVLink/PCIe inside a node, the network across nodes
     multi_node = n > hw.gpus_per_node
     bw = np.where(multi_node, np.minimum(hw.link_bw, hw.net_bw), hw.link_bw) * p["bw_eff_frac"]
     t_comm = 2.0 * (n - 1.0) * p["l_hop_s"] + 2.0 * (n - 1.0) / n * w.grad_bytes / bw
-    t_over = w.kernels * g_acc * p["t_kern_s"] + p["t_fixed_s"] + p["t_sync_s"] * np.log2(n)
+    t_over = p["t_fixed_s"] + p["t_sync_s"] * np.log2(n)
 
-    # eq. 4.14: phase power between idle and TDP by utilisation
+    def step_of(clock: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(step time, compute-busy time, memory-busy time) at an SM clock fraction."""
+        t_c = t_tc / clock
+        t_m = np.maximum(t_mem * np.maximum(1.0, p["mem_clock_knee"] / clock), t_alu / clock)
+        t_gpu = t_c + t_m + t_kern
+        t_pass = np.maximum(t_gpu, t_host) * g_acc
+        return t_pass + t_opt + t_comm + t_over, t_c * g_acc, t_m * g_acc + t_opt
+
+    # eq. 4.14-4.15, by busy fractions: the active floor while the GPU holds work, compute and HBM on top
     dyn = (hw.tdp_w - hw.idle_w) * p["c_p"]
-    t_fb = np.maximum(t_comp, t_mem)
-    u_pass = np.minimum((p["u_comp"] * t_comp + p["u_mem"] * t_mem) / t_fb, 1.0)
-    p_pass = np.minimum(hw.idle_w + u_pass * dyn, hw.tdp_w)
 
-    # power limit: the SM clock drops until the pass fits under the limit. Only the part of the power above a
+    def power_of(step: np.ndarray, busy_c: np.ndarray, busy_m: np.ndarray) -> np.ndarray:
+        u_c = np.where(code > 0, p["u_comp"], p["u_simt"])  # tensor cores, or FP32 on the CUDA cores
+        dynamic = p["u_idle"] * step + u_c * busy_c + p["u_mem"] * busy_m + p["u_comm"] * t_comm
+        return hw.idle_w + dyn * dynamic / step
+
+    ones = np.ones_like(t_tc)
+    step, busy_c, busy_m = step_of(ones)
+    p_full = power_of(step, busy_c, busy_m)
+    # power limit: the SM clock drops until the step fits under the limit. Only the part of the power above a
     # floor (HBM, leakage) scales, as clock^alpha. Compute time follows the clock; memory time does not until
     # the clock falls below a knee, so memory-bound work keeps its speed at lower limits (thesis 6.3.3).
     limit = np.where(np.isnan(power_limit_w), hw.tdp_w, power_limit_w)
     floor = hw.idle_w + p["p_floor_frac"] * (hw.tdp_w - hw.idle_w)
-    over = p_pass > limit
-    ratio = np.where(over, (limit - floor) / np.maximum(p_pass - floor, 1e-9), 1.0)
+    over = p_full > limit
+    ratio = np.where(over, (limit - floor) / np.maximum(p_full - floor, 1e-9), 1.0)
     clock = np.clip(ratio, 1e-3, 1.0) ** (1.0 / p["cap_alpha"])
-    t_pass = np.maximum(t_comp / clock, t_mem * np.maximum(1.0, p["mem_clock_knee"] / clock)) * g_acc
-    p_pass = np.minimum(p_pass, limit)
-    p_opt = np.minimum(hw.idle_w + p["u_mem"] * dyn, limit)
-    p_comm = np.minimum(hw.idle_w + p["u_comm"] * dyn, limit)
-    p_over = np.minimum(hw.idle_w + p["u_idle"] * dyn, limit)
-
-    step = t_pass + t_opt + t_comm + t_over  # eq. 4.7
-    energy_gpu = p_pass * t_pass + p_opt * t_opt + p_comm * t_comm + p_over * t_over  # eq. 4.15 numerator
-    power = n * energy_gpu / step
+    if np.any(over):
+        step, busy_c, busy_m = step_of(clock * ones)
+    power = n * np.minimum(p_full, limit)
+    mem = peak_memory(w, micro, p)
     step = np.where(feasible, step, np.inf)
     power = np.where(feasible, power, np.nan)
-    return StepResult(step, power, feasible, g_acc, t_pass, t_comm, clock)
+    return StepResult(step, power, feasible, g_acc, t_tc * g_acc, t_comm * ones, clock * ones, mem * ones)

@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 from easlurm.errors import ModelError
 from easlurm.model.workload import Optimizer, Precision, Workload
 
+#: reduction depth (C_in*k*k/groups) under which a grouped convolution is bandwidth-bound (no tensor cores)
+DENSE_CONV_MIN_DEPTH = 64.0
+
 #: ALU FLOPs per element of an activation function (forward; backward costs about the same).
 ACT_FLOPS = {"relu": 1.0, "gelu": 14.0, "silu": 5.0, "tanh": 5.0, "sigmoid": 4.0, "identity": 0.0}
 
@@ -43,6 +46,10 @@ class WorkloadBuilder:
             "cs",
             "ws",
             "wsf",
+            "attn_f",
+            "attn_b",
+            "conv_io",
+            "host_ops",
         ]:
             self._t[key] = 0.0
 
@@ -68,6 +75,15 @@ class WorkloadBuilder:
         t["act_bytes"] += repeat * (fwd_elems + bwd_elems) * self._s
         t["act_mem"] += repeat * out_elems * self._s
         t["ws"] = max(t["ws"], ws_elems * self._s)
+
+    def _ops(self, kernels: float, host_ops: float, repeat: int) -> None:
+        """GPU kernels of forward + backward, and forward operations dispatched by the host (Python + ATen)."""
+        self._t["kernels"] += repeat * kernels
+        self._t["host_ops"] += repeat * host_ops
+
+    def python_ops(self, n: float, repeat: int = 1) -> None:
+        """Host-only operations (view, transpose, reshape, split, mask handling): no GPU work, host time only."""
+        self._t["host_ops"] += repeat * n
 
     def _check(self, **dims: float) -> None:
         for name, value in dims.items():
@@ -111,7 +127,9 @@ class WorkloadBuilder:
             tokens * (d_in + d_out),
             repeat,
         )
-        t["kernels"] += repeat * (4.0 + (2.0 if self.precision.mixed else 0.0))
+        self._ops(
+            4.0 + (2.0 if self.precision.mixed else 0.0), 1.0 + (1.0 if self.precision.mixed else 0.0), repeat
+        )
 
     def conv2d(
         self,
@@ -133,44 +151,70 @@ class WorkloadBuilder:
         pixels = float(h_out * w_out)
         f = 2.0 * depth * c_out * pixels
         t = self._t
-        t["conv_f"] += repeat * f
-        t["conv_b"] += repeat * 2.0 * f
+        in_elems = c_in * (h_out * stride) * (w_out * stride)
+        out_elems = c_out * pixels
+        if groups > 1 and depth < DENSE_CONV_MIN_DEPTH:
+            # depthwise / thin grouped convolution: too little reuse for tensor cores, bound by HBM traffic
+            t["alu_f"] += repeat * f
+            t["alu_b"] += repeat * 2.0 * f
+            t["elem"] += repeat * out_elems
+        else:
+            t["conv_f"] += repeat * f
+            t["conv_b"] += repeat * 2.0 * f
+            w = repeat * f
+            t["cc"] += w * depth
+            t["cs"] += w * pixels
+            t["conv_io"] += repeat * 3.0 * (in_elems + out_elems) * self._s
         if bias:
             t["alu_f"] += repeat * c_out * pixels
             t["alu_b"] += repeat * c_out * pixels
-        w = repeat * f
-        t["cc"] += w * depth
-        t["cs"] += w * pixels
         self._weights(depth * c_out + (c_out if bias else 0), repeat, False)
-        in_elems = c_in * (h_out * stride) * (w_out * stride)
-        out_elems = c_out * pixels
         self._acts(in_elems + out_elems, 2 * in_elems + out_elems, in_elems, in_elems + out_elems, repeat)
-        t["kernels"] += repeat * (3.0 + (2.0 if self.precision.mixed else 0.0))
+        self._ops(
+            3.0 + (2.0 if self.precision.mixed else 0.0), 1.0 + (1.0 if self.precision.mixed else 0.0), repeat
+        )
 
-    def attention(self, seq: int, heads: int, head_dim: int, flash: bool = False, repeat: int = 1) -> None:
-        """Scaled dot-product attention core (QK^T, softmax, AV), without the projections."""
+    def attention(
+        self,
+        seq: int,
+        heads: int,
+        head_dim: int,
+        flash: bool = True,
+        repeat: int = 1,
+        causal: bool = False,
+        dropout: bool = False,
+    ) -> None:
+        """Scaled dot-product attention core (QK^T, softmax, AV), without the projections.
+
+        `flash=True` is a fused kernel (torch SDPA's flash / memory-efficient backends, the default of
+        torch >= 2.0 models): scores never reach HBM, backward recomputes them, causal masks skip half the
+        blocks. Its FLOPs are kept apart (`attn`): the fused kernels use tensor cores only in 16-bit precision.
+        `flash=False` is eager attention that writes the scores, softmax and dropout mask to HBM.
+        """
         self._check(seq=seq, heads=heads, head_dim=head_dim)
         s, h, d = float(seq), float(heads), float(head_dim)
-        f = 4.0 * s * s * h * d
+        f = 4.0 * s * s * h * d * (0.5 if causal and flash else 1.0)
         t = self._t
-        t["gemm_f"] += repeat * f
-        t["gemm_b"] += repeat * (2.5 if flash else 2.0) * f  # flash recomputes QK^T in backward
         t["alu_f"] += repeat * 5.0 * h * s * s
         t["alu_b"] += repeat * 4.0 * h * s * s
-        w = repeat * f
-        t["gm"] += w * s * h
-        t["gk"] += w * (d + s) / 2.0
-        t["gn"] += w * (s + d) / 2.0
         qkvo = 4.0 * s * h * d
         if flash:
+            t["attn_f"] += repeat * f
+            t["attn_b"] += repeat * 2.5 * f  # backward recomputes QK^T
             self._acts(qkvo, 2.0 * qkvo, qkvo, qkvo, repeat)
-            t["kernels"] += repeat * 3.0
+            self._ops(3.0, 1.0, repeat)
         else:
-            scores = h * s * s
+            t["gemm_f"] += repeat * f
+            t["gemm_b"] += repeat * 2.0 * f
+            w = repeat * f
+            t["gm"] += w * s * h
+            t["gk"] += w * (d + s) / 2.0
+            t["gn"] += w * (s + d) / 2.0
+            scores = h * s * s * (2.0 if dropout else 1.0)
             self._acts(
                 qkvo + 4.0 * scores, 2.0 * qkvo + 6.0 * scores, qkvo + 2.0 * scores, qkvo + scores, repeat
             )
-            t["kernels"] += repeat * 12.0
+            self._ops(12.0, 5.0, repeat)
         t["elem"] += repeat * h * s * s
 
     def norm(self, elems: float, channels: int, kind: str = "layernorm", repeat: int = 1) -> None:
@@ -185,19 +229,58 @@ class WorkloadBuilder:
         t["elem"] += repeat * elems
         self._weights(channels * (1 if kind == "rmsnorm" else 2), repeat, False)
         self._acts(2 * elems, 3 * elems, elems, 2 * elems, repeat)
-        t["kernels"] += repeat * 3.0
+        if self.precision.mixed and kind != "batchnorm":
+            # autocast runs layer norms in FP32: a cast in, an FP32 output, a cast back at the next GEMM
+            t["act_bytes"] += repeat * elems * (2.0 + 4.0 + 4.0 + 2.0) * 2.0
+            self._ops(5.0, 3.0, repeat)
+        else:
+            self._ops(3.0, 1.0, repeat)
+
+    def rmsnorm_eager(self, elems: float, channels: int, repeat: int = 1) -> None:
+        """RMSNorm written as Python tensor operations (cast to FP32, pow, mean, rsqrt, mul, cast, mul):
+        seven kernels forward and about twelve backward, each a full pass over FP32 activations."""
+        self._check(elems=elems, channels=channels)
+        t = self._t
+        t["alu_f"] += repeat * 5.0 * elems
+        t["alu_b"] += repeat * 10.0 * elems
+        t["elem"] += repeat * elems
+        self._weights(channels, repeat, False)
+        t["act_bytes"] += repeat * elems * 4.0 * (7 * 2.5 + 12 * 3.0)
+        t["act_mem"] += repeat * elems * 4.0 * 4.0
+        t["ws"] = max(t["ws"], 2 * elems * 4.0)
+        self._ops(19.0, 7.0, repeat)
 
     def activation(self, elems: float, kind: str = "relu", repeat: int = 1) -> None:
-        """Pointwise activation function."""
+        """Pointwise activation function; `gelu_tanh` is GPT-2's `gelu_new`, written as eight Python tensor
+        operations (pow, mul, add, mul, tanh, add, mul, mul) that each make a pass over the activations."""
         self._check(elems=elems)
-        if kind not in ACT_FLOPS:
-            raise ModelError(f"unknown activation {kind!r} (known: {', '.join(ACT_FLOPS)})")
+        if kind not in ACT_FLOPS and kind != "gelu_tanh":
+            raise ModelError(f"unknown activation {kind!r} (known: {', '.join([*ACT_FLOPS, 'gelu_tanh'])})")
         t = self._t
+        if kind == "gelu_tanh":
+            t["alu_f"] += repeat * 10.0 * elems
+            t["alu_b"] += repeat * 20.0 * elems
+            t["elem"] += repeat * elems
+            self._acts(8 * 2.3 * elems, 12 * 3.0 * elems, 6 * elems, 2 * elems, repeat)
+            self._ops(20.0, 8.0, repeat)
+            return
         t["alu_f"] += repeat * ACT_FLOPS[kind] * elems
         t["alu_b"] += repeat * ACT_FLOPS[kind] * elems
         t["elem"] += repeat * elems
         self._acts(2 * elems, 3 * elems, elems, 2 * elems, repeat)
-        t["kernels"] += repeat * 2.0
+        self._ops(2.0, 1.0, repeat)
+
+    def dropout(self, elems: float, repeat: int = 1) -> None:
+        """Training-mode dropout: writes the output and a one-byte mask; backward reads the mask."""
+        self._check(elems=elems)
+        t = self._t
+        t["alu_f"] += repeat * 2.0 * elems
+        t["alu_b"] += repeat * elems
+        t["elem"] += repeat * elems
+        s = self._s
+        t["act_bytes"] += repeat * elems * (2.0 * s + 1.0 + 2.0 * s + 1.0)
+        t["act_mem"] += repeat * elems * 1.0
+        self._ops(2.0, 1.0, repeat)
 
     def elementwise(self, elems: float, operands: int = 2, repeat: int = 1) -> None:
         """Residual add, gating multiply, dropout, scaling: one ALU op per element."""
@@ -207,7 +290,7 @@ class WorkloadBuilder:
         t["alu_b"] += repeat * (operands - 1) * elems
         t["elem"] += repeat * elems
         self._acts((operands + 1) * elems, (operands + 1) * elems, 0.0, (operands + 1) * elems, repeat)
-        t["kernels"] += repeat * 2.0
+        self._ops(2.0, 1.0, repeat)
 
     def embedding(self, tokens: float, vocab: int, dim: int, repeat: int = 1) -> None:
         """Lookup table: no FLOPs forward, a scatter-add and a dense gradient write backward."""
@@ -218,7 +301,7 @@ class WorkloadBuilder:
         t["alu_b"] += repeat * tokens * dim
         t["elem"] += repeat * tokens * dim
         self._acts(2 * tokens * dim, 2 * tokens * dim, 0.0, tokens * dim, repeat)
-        t["kernels"] += repeat * 3.0
+        self._ops(3.0, 1.0, repeat)
 
     def pool(self, elems_in: float, elems_out: float, repeat: int = 1) -> None:
         """Max/average pooling."""
@@ -228,18 +311,28 @@ class WorkloadBuilder:
         t["alu_b"] += repeat * elems_in
         t["elem"] += repeat * elems_in
         self._acts(elems_in + elems_out, elems_in + elems_out, elems_out, elems_in + elems_out, repeat)
-        t["kernels"] += repeat * 2.0
+        self._ops(2.0, 1.0, repeat)
 
-    def loss(self, tokens: float, classes: int) -> None:
-        """Softmax cross-entropy over `classes` logits per token (FP32 under autocast)."""
+    def loss(self, tokens: float, classes: int, fp32_logits: bool = False) -> None:
+        """Softmax cross-entropy over `classes` logits per token (FP32 under autocast).
+
+        `fp32_logits=True` is a language-model head's loss as Hugging Face writes it: logits upcast to FP32,
+        shifted and made contiguous, log-softmax, NLL, and the same chain backward: about 60 bytes of HBM
+        traffic per logit (about 16 for a plain cross-entropy).
+        """
         self._check(tokens=tokens, classes=classes)
         n = tokens * classes
         t = self._t
         t["alu_f"] += 5.0 * n
         t["alu_b"] += 2.0 * n
         t["elem"] += n
-        t["act_bytes"] += 4.0 * n * 4.0
-        t["kernels"] += 4.0
+        if fp32_logits:
+            t["act_bytes"] += 60.0 * n
+            t["act_mem"] += 12.0 * n
+            self._ops(12.0, 6.0, 1)
+        else:
+            t["act_bytes"] += 4.0 * n * 4.0
+            self._ops(4.0, 2.0, 1)
 
     def build(
         self,
@@ -279,6 +372,10 @@ class WorkloadBuilder:
             act_mem_bytes=t["act_mem"],
             working_set_bytes=t["ws"],
             working_set_fixed_bytes=t["wsf"],
+            flops_attn_f=t["attn_f"],
+            flops_attn_b=t["attn_b"],
+            conv_io_bytes=t["conv_io"],
+            host_ops=t["host_ops"],
             seq_len=seq_len,
             image_size=image_size,
         )

@@ -143,6 +143,7 @@ class Prediction:
     samples_per_s: np.ndarray
     feasible: np.ndarray | None = None
     grad_accum: np.ndarray | None = None
+    peak_mem_gib: np.ndarray | None = None  # one GPU's peak memory at the micro-batch used (GiB)
 
     def __len__(self) -> int:
         return len(self.step_time_s)
@@ -246,6 +247,7 @@ class Oracle:
             samples_per_s=np.where(res.feasible, batch / res.step_time_s, 0.0),
             feasible=res.feasible,
             grad_accum=res.grad_accum.astype(np.int64),
+            peak_mem_gib=res.peak_mem_bytes / 2**30,
         )
 
     def predict(self, workload: Workload, placements: Placements) -> Prediction:
@@ -344,4 +346,5 @@ class NoisyOracle(Oracle):
             res.t_pass_s,
             res.t_comm_s,
             res.clock_scale,
+            res.peak_mem_bytes,
         )

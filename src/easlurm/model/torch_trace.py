@@ -60,7 +60,8 @@ def _handlers(nn: Any) -> list[tuple[type, Callable[[WorkloadBuilder, Any, Any, 
         b.pool(_numel(x.shape) / batch, _numel(y.shape) / batch)
 
     def dropout(b: WorkloadBuilder, m: Any, x: Any, y: Any, batch: int) -> None:
-        b.elementwise(_numel(y.shape) / batch, operands=1)
+        if float(getattr(m, "p", 0.0)) > 0.0:  # p=0 launches nothing
+            b.dropout(_numel(y.shape) / batch)
 
     def mha(b: WorkloadBuilder, m: Any, x: Any, y: Any, batch: int) -> None:
         seq = int(x.shape[1] if m.batch_first else x.shape[0])

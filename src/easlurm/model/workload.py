@@ -58,6 +58,18 @@ class Optimizer(StrEnum):
 #: optimizer -> (FLOPs per parameter, FP32 state tensors per parameter)
 _OPT_FLOPS_STATES = {Optimizer.ADAMW: (18.0, 2), Optimizer.ADAM: (16.0, 2), Optimizer.SGD: (4.0, 1)}
 
+#: optimizer -> FP32 passes over the parameters per step in torch's default (foreach) implementation: every
+#: _foreach_ operation reads its operands and writes its result in full. AdamW: lerp m (3), mul v (2),
+#: addcmul v (3), sqrt (2), div (2), add eps (2), addcdiv p (4), decoupled weight decay on p (2) = 20.
+#: SGD with momentum: buf mul+add (3), p add (3) = 6 (plus reading the gradient once more).
+_OPT_PASSES = {Optimizer.ADAMW: 20.0, Optimizer.ADAM: 18.0, Optimizer.SGD: 7.0}
+
+#: optimizer -> temporary FP32 parameter-sized tensors alive during the step (foreach Adam's sqrt(v) list)
+_OPT_TEMP = {Optimizer.ADAMW: 1.0, Optimizer.ADAM: 1.0, Optimizer.SGD: 0.0}
+
+#: foreach operations per optimizer step (each launches one kernel per chunk of tensors)
+_OPT_OPS = {Optimizer.ADAMW: 10.0, Optimizer.ADAM: 9.0, Optimizer.SGD: 3.0}
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -92,6 +104,12 @@ class Workload:
     working_set_fixed_bytes: float  # largest layer's weights (batch-independent part of the working set)
     seq_len: int | None = None
     image_size: int | None = None
+    flops_attn_f: float = 0.0  # fused attention core (SDPA): tensor cores only in 16-bit precision
+    flops_attn_b: float = 0.0
+    conv_io_bytes: float = (
+        0.0  # activations in/out of tensor-core convolutions, fwd + bwd (layout transforms)
+    )
+    host_ops: float = 0.0  # forward operations the host dispatches per micro-batch (backward follows them)
 
     @property
     def flops_gemm(self) -> float:
@@ -102,22 +120,26 @@ class Workload:
         return self.flops_conv_f + self.flops_conv_b
 
     @property
+    def flops_attn(self) -> float:
+        return self.flops_attn_f + self.flops_attn_b
+
+    @property
     def flops_alu(self) -> float:
         return self.flops_alu_f + self.flops_alu_b
 
     @property
     def flops_forward(self) -> float:
         """Forward FLOPs per sample (2 per multiply-add)."""
-        return self.flops_gemm_f + self.flops_conv_f + self.flops_alu_f
+        return self.flops_gemm_f + self.flops_conv_f + self.flops_alu_f + self.flops_attn_f
 
     @property
     def macs_forward(self) -> float:
         """Forward multiply-accumulates of GEMMs and convolutions per sample (the usual 'GFLOPs' of papers)."""
-        return (self.flops_gemm_f + self.flops_conv_f) / 2.0
+        return (self.flops_gemm_f + self.flops_conv_f + self.flops_attn_f) / 2.0
 
     @property
     def flops_total(self) -> float:
-        return self.flops_gemm + self.flops_conv + self.flops_alu
+        return self.flops_gemm + self.flops_conv + self.flops_alu + self.flops_attn
 
     @property
     def grad_bytes(self) -> float:
@@ -131,12 +153,19 @@ class Workload:
 
     @property
     def opt_bytes(self) -> float:
-        """Optimizer HBM traffic per step, eq. (4.4) read + (4.5) write."""
-        states = _OPT_FLOPS_STATES[self.optimizer][1]
-        grad = float(self.precision.act_bytes)
-        read = self.n_params * (4.0 + grad + 4.0 * states)
-        write = self.n_params * (4.0 + 4.0 * states)
-        return read + write
+        """Optimizer HBM traffic per step: FP32 passes of torch's foreach implementation (eq. 4.4-4.5 counted
+        per operation, since each foreach operation reads and writes whole parameter lists)."""
+        return 4.0 * _OPT_PASSES[self.optimizer] * self.n_params
+
+    @property
+    def opt_ops(self) -> float:
+        """Host operations of one optimizer step (foreach: per parameter list, not per parameter)."""
+        return _OPT_OPS[self.optimizer]
+
+    @property
+    def opt_temp_bytes(self) -> float:
+        """Temporary memory of the optimizer step (FP32 parameter-sized lists)."""
+        return 4.0 * _OPT_TEMP[self.optimizer] * self.n_params
 
     @property
     def static_mem_bytes(self) -> float:

@@ -21,6 +21,7 @@ LAYER_TYPES = {
     "norm": "norm",
     "activation": "activation",
     "elementwise": "elementwise",
+    "dropout": "dropout",
     "embedding": "embedding",
     "pool": "pool",
     "loss": "loss",
@@ -108,7 +109,7 @@ def parse_workload_yaml(
         if missing:
             raise ModelError(f"{where} ({kind}): missing field {missing[0]!r}")
         for k, v in fields.items():
-            if k not in ("kind", "bias", "shared", "tied", "flash") and (
+            if k not in ("kind", "bias", "shared", "tied", "flash", "causal", "dropout", "fp32_logits") and (
                 not isinstance(v, int | float) or isinstance(v, bool)
             ):
                 raise ModelError(f"{where} ({kind}): {k} must be a number, got {v!r}")

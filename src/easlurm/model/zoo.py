@@ -112,7 +112,7 @@ def _vgg16(b: WorkloadBuilder, image: int, classes: int = 1000) -> None:
     for d_in, d_out in ((512 * 49, 4096), (4096, 4096)):
         b.linear(1, d_in, d_out)
         b.activation(d_out, "relu")
-        b.elementwise(d_out, operands=1)  # dropout
+        b.dropout(d_out)
     b.linear(1, 4096, classes)
     b.loss(1, classes)
 
@@ -126,16 +126,28 @@ def _encoder_layer(
     repeat: int,
     shared: bool = False,
     causal_flash: bool = False,
+    act: str = "gelu",
+    dropout: bool = True,
+    views: int = 10,
 ) -> None:
-    """Transformer encoder/decoder block with LayerNorm, GELU MLP and eager (or flash) attention."""
+    """Transformer encoder block with LayerNorm, GELU MLP and torch SDPA attention.
+
+    `dropout` adds Hugging Face's training-mode dropouts after the attention output and the MLP (torchvision's
+    ViT has p=0, which launches nothing); `views` counts the host-only reshapes of one block's attention.
+    """
     b.linear(seq, d, 3 * d, repeat=repeat, shared=shared)
-    b.attention(seq, heads, d // heads, flash=causal_flash, repeat=repeat)
+    b.python_ops(views, repeat)
+    b.attention(seq, heads, d // heads, flash=True, repeat=repeat, causal=causal_flash)
     b.linear(seq, d, d, repeat=repeat, shared=shared)
+    if dropout:
+        b.dropout(seq * d, repeat=repeat)
     b.elementwise(seq * d, repeat=repeat)
     _norm(b, seq * d, d, repeat, shared)
     b.linear(seq, d, ffn, repeat=repeat, shared=shared)
-    b.activation(seq * ffn, "gelu", repeat=repeat)
+    b.activation(seq * ffn, act, repeat=repeat)
     b.linear(seq, ffn, d, repeat=repeat, shared=shared)
+    if dropout:
+        b.dropout(seq * d, repeat=repeat)
     b.elementwise(seq * d, repeat=repeat)
     _norm(b, seq * d, d, repeat, shared)
 
@@ -158,7 +170,7 @@ def _vit(
     seq = grid * grid + 1
     b._n_params += seq * d + d  # class token and position embeddings
     b.elementwise(seq * d)
-    _encoder_layer(b, seq, d, heads, ffn, layers)
+    _encoder_layer(b, seq, d, heads, ffn, layers, dropout=False, views=8)
     b.norm(seq * d, d)
     b.linear(1, d, classes)
     b.loss(1, classes)
@@ -177,6 +189,7 @@ def _bert(
     pooler: bool = True,
     shared: bool = False,
     labels: int = 2,
+    act: str = "gelu",
 ) -> None:
     e = emb or d
     b.embedding(seq, vocab, e)
@@ -185,9 +198,11 @@ def _bert(
         b.embedding(seq, 2, e)
     b.elementwise(seq * e, operands=3)
     b.norm(seq * e, e)
+    b.dropout(seq * e)
+    b.python_ops(6)  # position/token-type ids, extended attention mask
     if e != d:
         b.linear(seq, e, d)
-    _encoder_layer(b, seq, d, heads, ffn, layers, shared=shared)
+    _encoder_layer(b, seq, d, heads, ffn, layers, shared=shared, act=act)
     b.linear(1, d, d)  # pooler (BERT, ALBERT) or pre-classifier (DistilBERT)
     b.activation(d, "tanh" if pooler else "relu")
     b.linear(1, d, labels)
@@ -197,14 +212,16 @@ def _bert(
 def _gpt2(
     b: WorkloadBuilder, seq: int, d: int = 768, layers: int = 12, heads: int = 12, vocab: int = 50257
 ) -> None:
+    """Hugging Face GPT2LMHeadModel: gelu_new, dropouts, causal SDPA, FP32 loss over the tied LM head."""
     b.embedding(seq, vocab, d)
     b.embedding(seq, 1024, d)
     b.elementwise(seq * d)
+    b.dropout(seq * d)
     b.norm(seq * d, d, repeat=layers)
     _encoder_layer_pre_ln_tail(b, seq, d, heads, 4 * d, layers)
     b.norm(seq * d, d)
     b.linear(seq, d, vocab, bias=False, tied=True)
-    b.loss(seq, vocab)
+    b.loss(seq, vocab, fp32_logits=True)
 
 
 def _encoder_layer_pre_ln_tail(
@@ -212,39 +229,48 @@ def _encoder_layer_pre_ln_tail(
 ) -> None:
     """GPT-2 block after its first LayerNorm: causal attention, residual, LayerNorm, GELU MLP, residual."""
     b.linear(seq, d, 3 * d, repeat=layers)
-    b.attention(seq, heads, d // heads, flash=True, repeat=layers)
+    b.python_ops(10, layers)  # split, view and transpose of q, k, v; merge heads
+    b.attention(seq, heads, d // heads, flash=True, repeat=layers, causal=True)
     b.linear(seq, d, d, repeat=layers)
+    b.dropout(seq * d, repeat=layers)
     b.elementwise(seq * d, repeat=layers)
     b.norm(seq * d, d, repeat=layers)
     b.linear(seq, d, ffn, repeat=layers)
-    b.activation(seq * ffn, "gelu", repeat=layers)
+    b.activation(seq * ffn, "gelu_tanh", repeat=layers)
     b.linear(seq, ffn, d, repeat=layers)
+    b.dropout(seq * d, repeat=layers)
     b.elementwise(seq * d, repeat=layers)
 
 
 def _llama(
     b: WorkloadBuilder, seq: int, d: int, layers: int, heads: int, kv_heads: int, ffn: int, vocab: int
 ) -> None:
+    """Hugging Face LlamaForCausalLM: eager RMSNorm and rotary embedding, grouped KV heads expanded for SDPA,
+    SiLU-gated MLP, FP32 loss over the LM head."""
     hd = d // heads
     kv = kv_heads * hd
     b.embedding(seq, vocab, d)
     r = layers
-    b.norm(seq * d, d, "rmsnorm", repeat=r)
+    b.rmsnorm_eager(seq * d, d, repeat=r)
     b.linear(seq, d, d, bias=False, repeat=r)
     b.linear(seq, d, 2 * kv, bias=False, repeat=r)
-    b.elementwise(seq * (d + kv), operands=2, repeat=r)  # rotary embedding
-    b.attention(seq, heads, hd, flash=True, repeat=r)
+    b.python_ops(8, r)  # view/transpose of q, k, v and of the output
+    for _ in range(6):  # rotary: q*cos, rotate_half(q) (slice, neg, cat), *sin, add; same for k
+        b.elementwise(seq * (d + kv) / 2.0, operands=2, repeat=r)
+    if kv_heads != heads:
+        b.elementwise(seq * 2 * d, operands=1, repeat=r)  # repeat_kv copies k and v to every head
+    b.attention(seq, heads, hd, flash=True, repeat=r, causal=True)
     b.linear(seq, d, d, bias=False, repeat=r)
     b.elementwise(seq * d, repeat=r)
-    b.norm(seq * d, d, "rmsnorm", repeat=r)
+    b.rmsnorm_eager(seq * d, d, repeat=r)
     b.linear(seq, d, 2 * ffn, bias=False, repeat=r)  # gate and up projections
     b.activation(seq * ffn, "silu", repeat=r)
     b.elementwise(seq * ffn, repeat=r)
     b.linear(seq, ffn, d, bias=False, repeat=r)
     b.elementwise(seq * d, repeat=r)
-    b.norm(seq * d, d, "rmsnorm")
+    b.rmsnorm_eager(seq * d, d)
     b.linear(seq, d, vocab, bias=False)
-    b.loss(seq, vocab)
+    b.loss(seq, vocab, fp32_logits=True)
 
 
 def _shufflenet_small(b: WorkloadBuilder, image: int, classes: int = 1000) -> None:
@@ -262,12 +288,14 @@ def _shufflenet_small(b: WorkloadBuilder, image: int, classes: int = 1000) -> No
         _conv_bn(b, half, half, 3, h1, 2, groups=half, act=None)
         _conv_bn(b, half, half, 1, h2)
         b.elementwise(c_out * h2 * h2, operands=1)  # concat + channel shuffle
+        b.python_ops(4)
         h, c_in = h2, c_out
         for _ in range(repeats - 1):
             _conv_bn(b, half, half, 1, h)
             _conv_bn(b, half, half, 3, h, groups=half, act=None)
             _conv_bn(b, half, half, 1, h)
             b.elementwise(c_out * h * h, operands=1)
+            b.python_ops(5)  # chunk, view, transpose, contiguous, view
     _conv_bn(b, c_in, 1024, 1, h)
     b.pool(1024 * h * h, 1024)
     b.linear(1, 1024, classes)
@@ -293,7 +321,7 @@ _MODELS: dict[str, tuple[str, str, int, Callable[[WorkloadBuilder, int], None]]]
         "albert",
         "text",
         256,
-        lambda b, s: _bert(b, s, 768, 12, 12, 3072, vocab=30000, emb=128, shared=True),
+        lambda b, s: _bert(b, s, 768, 12, 12, 3072, vocab=30000, emb=128, shared=True, act="gelu_tanh"),
     ),
     "gpt2": ("decoder", "text", 1024, lambda b, s: _gpt2(b, s)),
     "tinyllama-1.1b": ("decoder", "text", 512, lambda b, s: _llama(b, s, 2048, 22, 32, 4, 5632, 32000)),
