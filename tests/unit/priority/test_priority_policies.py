@@ -206,3 +206,17 @@ def test_jobs_only_land_on_their_allowed_gpu_types(allowed: tuple[str, ...], ora
         d = get_policy(name).decide(snap(jobs, power_budget_w=1e5), oracle)
         assert len(d.starts) == 3
         assert all(st.gpu_type.startswith(allowed[0].split("-")[0]) for st in d.starts)
+
+
+@pytest.mark.parametrize("name", POLICY_NAMES)
+def test_placements_that_do_not_fit_gpu_memory_never_start(oracle, name):
+    """A job whose model does not fit one GPU's memory (llama3-8b with AdamW on an A100-40GB) starts nowhere on
+    a cluster of A100s, while a job that fits starts: the oracle's memory feasibility reaches every policy."""
+    too_big = job("big", model="llama3-8b", batch_options=(8,), gpu_options=(1, 2, 4, 8), precision="bf16")
+    fits = job("small", batch_options=(64,), gpu_options=(1,))
+    s = snap((too_big, fits), nodes=(A100,))
+    d = get_policy(name).decide(s, oracle)
+    check_valid(s, d)
+    started = {st.job_id for st in d.starts}
+    assert "big" not in started
+    assert "small" in started
