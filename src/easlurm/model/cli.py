@@ -560,7 +560,9 @@ def evaluate_cmd(
     if calibrates:
         stderr = click.get_text_stream("stderr")
         with click.progressbar(
-            length=len(splits) * maxiter, label=f"calibrating ({scheme.label})", file=stderr
+            length=len(splits) * maxiter,
+            label=f"calibrating ({scheme.label if scheme.held_out else 'in-sample'})",
+            file=stderr,
         ) as bar:
             done = [0]
 

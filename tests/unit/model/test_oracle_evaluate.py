@@ -263,6 +263,8 @@ def test_cli_lomo_writes_reports(capsys, tmp_path):
         (["CSV", "--baseline", "xgboost"], "--baseline"),
         (["CSV", "--cv", "lomo", "--refit"], "--refit"),
         (["CSV", "-o", "nope"], "unknown column"),
+        (["CSV", "--params", "/nonexistent/p.yaml"], "p.yaml"),
+        (["CSV", "--cv", "kfold:1"], "K >= 2"),
     ],
 )
 def test_cli_bad_input_is_one_line(capsys, tmp_path, args, message):
