@@ -326,6 +326,12 @@ MODEL_COMMANDS: dict[str, tuple[str, str]] = {
     "list": ("easlurm.model.cli:list_cmd", "List zoo models and catalogue GPUs."),
 }
 
+# `easlurm model measure` (torch training steps -> measurement CSV) lives in its own module.
+MODEL_COMMANDS["measure"] = (
+    "easlurm.model.measure:measure_cmd",
+    "Time training steps of zoo models (torch) into a measurement CSV.",
+)
+
 
 @click.group("model", cls=LazyGroup, lazy_commands=MODEL_COMMANDS)
 def model_group() -> None:
