@@ -12,6 +12,7 @@ import importlib
 import importlib.util
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -294,7 +295,11 @@ def measure_one(
     t0 = time.perf_counter()
     n = 0
     while n < timing.min_warmup_steps or time.perf_counter() - t0 < timing.warmup_s:
-        step()
+        try:
+            step()
+        except (RuntimeError, ValueError) as exc:  # out of memory, shapes a model cannot take
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelError(f"{cfg.model} batch {cfg.batch} {cfg.precision}: {message}") from exc
         n += 1
         if n % 10 == 0:
             sync()
@@ -399,15 +404,27 @@ def measure(
     if sweeps < 1:
         raise ConfigError("--sweeps must be >= 1")
     runs: dict[MeasureConfig, list[Run]] = {c: [] for c in configs}
+    failed: set[MeasureConfig] = set()
     for _ in range(sweeps):
         for c in configs:
-            r = measure_one(c, device, timing, energy_j)
-            if device.startswith("cuda"):  # the last model is gone: give its memory back before the next
-                import_torch().cuda.empty_cache()
+            if c in failed:
+                continue
+            try:
+                r = measure_one(c, device, timing, energy_j)
+            except ModelError as exc:
+                log.warning("left out: %s", exc)
+                failed.add(c)
+                continue
+            finally:
+                if device.startswith("cuda"):  # the last model is gone: give its memory back
+                    import_torch().cuda.empty_cache()
             runs[c].append(r)
             if on_run:
                 on_run(c, r)
-    return [Result(c, tuple(runs[c]), gpu) for c in configs]
+    done = [Result(c, tuple(runs[c]), gpu) for c in configs if c not in failed]
+    if not done:
+        raise ModelError(f"no configuration could be measured ({len(failed)} failed; see the warnings)")
+    return done
 
 
 def write_results(results: Sequence[Result], path: str, source: str, header_comment: str = "") -> None:
@@ -497,7 +514,13 @@ def device_gpu_name(device: str) -> str:
     "--cpu-threads", type=int, default=None, help="torch threads on a CPU device (default: torch's)."
 )
 @click.option("-O", "--out", "out_path", default=None, help="CSV to write (default measurements-<date>.csv).")
+@click.option("--slurm", is_flag=True, help="One Slurm array task per configuration, with --energy-profile.")
+@click.option("--partition", default=None, help="With --slurm: partition to submit to.")
+@click.option("--time", "time_limit", default=None, help="With --slurm: time limit per task (e.g. 30:00).")
+@click.option("--gres", default="gpu:1", show_default=True, help="With --slurm: GRES per task ('' for none).")
+@click.pass_context
 def measure_cmd(
+    ctx: click.Context,
     models: str,
     batches: str,
     precisions: str,
@@ -511,6 +534,10 @@ def measure_cmd(
     window: str,
     cpu_threads: int | None,
     out_path: str | None,
+    slurm: bool,
+    partition: str | None,
+    time_limit: str | None,
+    gres: str,
 ) -> None:
     """Time training steps of zoo models (torch) and write a measurement CSV for `easlurm model calibrate`."""
     import datetime as dt
@@ -533,16 +560,35 @@ def measure_cmd(
         raise ConfigError("--sweeps must be >= 1")
     today = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
     out = out_path or f"measurements-{today}.csv"
+    if slurm:
+        from easlurm.model.measure_slurm import measure_on_slurm
+
+        results = measure_on_slurm(
+            configs,
+            out,
+            sweeps=sweeps,
+            timing=timing,
+            gpu=gpu,
+            partition=partition,
+            time_limit=time_limit,
+            gres=gres or None,
+            config_path=_abs((ctx.find_root().obj or {}).get("config_path")),
+        )
+        source = f"easlurm model measure --slurm, {sweeps} run(s) per task, GPU power of the whole task (easlurm sacct)"
+        _write_and_print(results, out, source)
+        return
     torch = import_torch()
     for lib in sorted({TORCH_MODELS[c.model] for c in configs} - {"torch"}):
         if importlib.util.find_spec(lib) is None:
             needing = sorted({c.model for c in configs if TORCH_MODELS[c.model] == lib})
             raise ModelError(f"model {', '.join(needing)} needs {lib}: pip install 'easlurm[torch]' {lib}")
     dev = device or default_device()
-    if cpu_threads is not None:
-        if cpu_threads < 1:
-            raise ConfigError("--cpu-threads must be >= 1")
-        torch.set_num_threads(cpu_threads)
+    if cpu_threads is not None and cpu_threads < 1:
+        raise ConfigError("--cpu-threads must be >= 1")
+    if not dev.startswith("cuda"):
+        # torch's default ignores the CPU set a Slurm task or cgroup grants, and oversubscribed threads
+        # make a CPU step 10x slower: use the CPUs this process may run on.
+        torch.set_num_threads(cpu_threads or len(os.sched_getaffinity(0)))
     gpu_name = gpu or device_gpu_name(dev)
     read, close = (None, lambda: None)
     if dev.startswith("cuda"):
@@ -564,9 +610,19 @@ def measure_cmd(
         close()
     power = "NVML total-energy counter" if read else "no power (no NVML energy counter)"
     source = f"{gpu_name} torch {torch.__version__}, synthetic on-device data, {sweeps} run(s), {power}"
+    _write_and_print(results, out, source)
+
+
+def _write_and_print(results: Sequence[Result], out: str, source: str) -> None:
     write_results(results, out, source)
     for r in results:
         p = "-" if r.avg_power_w is None else f"{r.avg_power_w:.1f}W"
         c = r.config
         click.echo(f"{c.model} batch {c.batch} {c.precision}: {r.step_time_s * 1e3:.2f} ms/step  {p}")
     click.echo(f"wrote {out} ({len(results)} configurations)")
+
+
+def _abs(path: str | None) -> str | None:
+    from pathlib import Path
+
+    return str(Path(path).resolve()) if path else None
