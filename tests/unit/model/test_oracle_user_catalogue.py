@@ -135,3 +135,22 @@ def test_model_list_shows_user_gpus(capsys):
     rc, out, _ = run(capsys, "model", "list", "--hardware", str(EXAMPLE))
     assert rc == 0
     assert "AMD Instinct MI300X OAM" in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sim", "run", "--policy", "zeus", "--scenario", "B", "--hours", "0.01"],
+        ["sim", "replay", "{bad}", "--out", "{bad}.d"],
+        ["schedd", "--once", "--dry-run"],
+    ],
+)
+def test_sim_and_schedd_validate_the_catalogue_before_any_work(capsys, tmp_path, argv):
+    bad = tmp_path / "gpus.yaml"
+    bad.write_text("gpus:\n  a40:\n    tdp_w: 300\n")
+    rc, _, err = run(capsys, *(a.format(bad=bad) for a in argv), "--hardware", str(bad))
+    assert rc == 2
+    assert (
+        err.strip()
+        == f"easlurm: error: {bad}:2: gpus.a40: new GPU needs " + err.split("needs ", 1)[1].strip()
+    )
