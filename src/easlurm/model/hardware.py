@@ -232,3 +232,16 @@ def load_user_catalogue(path: str | Path, base: Catalogue | None = None) -> Cata
                 raise fail((*where, "aliases"), f"alias {alias!r} already names {other}")
         specs[spec.key] = spec
     return Catalogue(specs)
+
+
+def _device_words(name: str) -> str:
+    """'Tesla V100-SXM2-32GB' / 'NVIDIA H100 80GB HBM3 (SXM5)' -> 'v100-sxm2-32gb' / 'h100 80gb hbm3'."""
+    text = name.split("(")[0].lower()
+    return " ".join(w for w in text.split() if w not in ("nvidia", "tesla", "amd"))
+
+
+def match_device_name(catalogue: Catalogue, device_name: str) -> str | None:
+    """The catalogue key whose name is the driver's device name (torch.cuda.get_device_name), or None."""
+    want = _device_words(device_name)
+    found = [k for k in catalogue if _device_words(catalogue.get(k).name) == want]
+    return found[0] if len(found) == 1 else None

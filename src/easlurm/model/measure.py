@@ -478,12 +478,22 @@ def default_device() -> str:
 
 
 def device_gpu_name(device: str) -> str:
-    """The CSV's gpu column when --gpu is not given: 'cpu', or the CUDA device name as a slug."""
+    """The CSV's gpu column when --gpu is not given: 'cpu', the catalogue key whose name is the CUDA
+    device's (user catalogue included), else the device name as a slug (then calibrate needs --hardware)."""
+    from easlurm.model.build import default_catalogue
+    from easlurm.model.hardware import match_device_name
+
     torch = import_torch()
     if not device.startswith("cuda"):
         return "cpu"
     name = str(torch.cuda.get_device_name(torch.device(device)))
-    return "-".join(name.lower().replace("nvidia", "").split())
+    key = match_device_name(default_catalogue(), name)
+    if key is None:
+        key = "-".join(name.lower().replace("nvidia", "").split())
+        log.warning(
+            "GPU %r is not in the catalogue: gpu column %r; give --gpu or add it with --hardware", name, key
+        )
+    return key
 
 
 @click.command("measure")

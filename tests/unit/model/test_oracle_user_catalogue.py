@@ -154,3 +154,21 @@ def test_sim_and_schedd_validate_the_catalogue_before_any_work(capsys, tmp_path,
         err.strip()
         == f"easlurm: error: {bad}:2: gpus.a40: new GPU needs " + err.split("needs ", 1)[1].strip()
     )
+
+
+@pytest.mark.parametrize(
+    "device_name, key",
+    [
+        ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+        ("NVIDIA A100-SXM4-40GB", "a100-40gb"),
+        ("Tesla V100-SXM2-32GB", "v100"),
+        ("NVIDIA A10", "a10"),
+        ("NVIDIA A40", "a40"),
+        ("NVIDIA B200", None),
+    ],
+)
+def test_driver_device_names_map_to_catalogue_keys(device_name, key):
+    """What `model measure` writes in the gpu column when --gpu is not given (torch.cuda.get_device_name)."""
+    from easlurm.model.hardware import match_device_name
+
+    assert match_device_name(load_user_catalogue(EXAMPLE), device_name) == key
