@@ -1,6 +1,7 @@
 """User GPU catalogue (`--hardware FILE`, `oracle.hardware`): merge rules, file:line errors, and that it
 reaches every place the oracle is built; power limits outside a GPU's range are reported, not dropped."""
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -172,3 +173,15 @@ def test_driver_device_names_map_to_catalogue_keys(device_name, key):
     from easlurm.model.hardware import match_device_name
 
     assert match_device_name(load_user_catalogue(EXAMPLE), device_name) == key
+
+
+def test_sim_run_on_a_cluster_of_user_gpus(capsys, tmp_path):
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(
+        "name: mixed\nnodes:\n  - {name: l4n, gpu_type: l4, gpus: 8}\n  - {name: mi, gpu_type: mi300x, gpus: 8}\n"
+    )
+    argv = ["sim", "run", "--policy", "zeus", "--scenario", "B", "--hours", "0.2", "--cluster", str(cluster)]
+    rc, out, err = run(capsys, *argv, "--hardware", str(EXAMPLE), "--json")
+    assert rc == 0, err
+    metrics = json.loads(out)["metrics"]
+    assert metrics["util_l4"] >= 0 and metrics["util_mi300x"] > 0  # jobs ran on the user's GPUs
