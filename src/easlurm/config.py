@@ -37,6 +37,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "oracle": {
         "params": None,
         "cache_size": 4096,
+        "hardware": None,
     },
     "sched": {
         "policy": "zeus",

@@ -48,18 +48,33 @@ def _int_list(text: str, option: str) -> list[int]:
     return values
 
 
-def _oracle(ctx: click.Context, params_path: str | None) -> Any:
-    from easlurm.model.oracle import Oracle
-    from easlurm.model.params import load_params
+#: `--hardware FILE` on every command that builds the oracle (see easlurm.model.build).
+HARDWARE_OPTION = click.option(
+    "--hardware",
+    "hardware_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="GPU catalogue YAML adding or overriding GPUs [oracle.hardware].",
+)
+
+
+def _oracle(ctx: click.Context, params_path: str | None, hardware_path: str | None = None) -> Any:
+    from easlurm.model.build import apply_hardware, build_oracle
 
     cfg = load_ctx_config(ctx, {"oracle": {"params": params_path}} if params_path else None)
-    return Oracle(load_params(cfg.get("oracle.params")), cache_size=int(cfg.get("oracle.cache_size")))
+    apply_hardware(cfg, hardware_path)
+    return build_oracle(
+        cfg.get("oracle.params"),
+        hardware_path or cfg.get("oracle.hardware"),
+        cache_size=int(cfg.get("oracle.cache_size")),
+    )
 
 
 def _placements(
     oracle: Any, keys: list[str], gpus: list[int], batches: list[int], limits: list[float]
 ) -> Any:
-    """The grid, keeping for each GPU type only the power limits inside its range (a 700 W limit is H100-only)."""
+    """The grid, keeping for each GPU type only the power limits inside its range (a 700 W limit is H100-only);
+    each limit left out is reported on stderr, naming the GPU and its range."""
     import numpy as np
 
     from easlurm.model.oracle import Placements
@@ -68,6 +83,13 @@ def _placements(
     for key in keys:
         spec = oracle.catalogue.get(key)
         ok = [v for v in limits if math.isnan(v) or spec.min_power_limit_w <= v <= spec.tdp_w]
+        for v in limits:
+            if v not in ok and not math.isnan(v):
+                click.echo(
+                    f"easlurm: warning: --power-limit {v:g}W is outside {key}'s range "
+                    f"{spec.min_power_limit_w:g}-{spec.tdp_w:g} W: not predicted for {key}",
+                    err=True,
+                )
         if not ok:
             raise ConfigError(
                 f"--power-limit: none of the limits fits {key} ({spec.min_power_limit_w:g}-{spec.tdp_w:g} W)"
@@ -98,6 +120,7 @@ def _placements(
 @click.option("--image-size", type=int, default=None, help="Image size (vision models).")
 @click.option("--optimizer", default="adamw", show_default=True, help="adamw, adam or sgd.")
 @click.option("--params", "params_path", default=None, help="Oracle parameter YAML (default: oracle.params).")
+@HARDWARE_OPTION
 @click.option("-o", "--format", "fmt", default=None, help="Columns, comma list: " + ",".join(PREDICT_COLUMNS))
 @click.option("-P", "--parsable", is_flag=True, help="Pipe-delimited, no padding.")
 @click.option("-n", "--noheader", is_flag=True, help="No header line.")
@@ -116,6 +139,7 @@ def predict_cmd(
     image_size: int | None,
     optimizer: str,
     params_path: str | None,
+    hardware_path: str | None,
     fmt: str | None,
     parsable: bool,
     noheader: bool,
@@ -139,7 +163,7 @@ def predict_cmd(
         workload = get_workload(
             model, precision=precision, seq_len=seq_len, image_size=image_size, optimizer=optimizer
         )
-    oracle = _oracle(ctx, params_path)
+    oracle = _oracle(ctx, params_path, hardware_path)
     keys = [oracle.catalogue.resolve(g) for g in gpu_types.split(",") if g.strip()]
     limits = [math.nan]
     if power_limit:
@@ -219,7 +243,10 @@ def predict_cmd(
 @click.option("--folds", type=int, default=5, show_default=True, help="k-fold cross-validation (0: none).")
 @click.option("--version", "version", default=None, help="params_version to record (default: date-based).")
 @click.option("--json", "as_json", is_flag=True, help="Report as one JSON document.")
+@HARDWARE_OPTION
+@click.pass_context
 def calibrate_cmd(
+    ctx: click.Context,
     measurements: str,
     out_path: str | None,
     base_path: str | None,
@@ -230,18 +257,23 @@ def calibrate_cmd(
     folds: int,
     version: str | None,
     as_json: bool,
+    hardware_path: str | None,
 ) -> None:
     """Fit the oracle's parameters to a measurement CSV and save them as a versioned YAML."""
     import dataclasses
 
+    from easlurm.model.build import apply_hardware
     from easlurm.model.calibrate import calibrate, cross_validate, score
     from easlurm.model.dataset import read_measurements
     from easlurm.model.params import OracleParams, load_params, save_params
 
+    catalogue = apply_hardware(load_ctx_config(ctx), hardware_path)
     rows = read_measurements(measurements)
+    for m in rows:
+        catalogue.resolve(m.gpu)  # a GPU the catalogue lacks is one clear error before fitting
     base = load_params(base_path) if base_path else load_params()
     free_list = [f.strip() for f in free.split(",") if f.strip()] if free else None
-    before = score(base, rows)
+    before = score(base, rows, catalogue)
     with click.progressbar(length=maxiter, label="calibrating", file=click.get_text_stream("stderr")) as bar:
         res = calibrate(
             rows,
@@ -251,10 +283,18 @@ def calibrate_cmd(
             popsize=popsize,
             seed=seed,
             progress=lambda n, f: bar.update(1),
+            catalogue=catalogue,
         )
     cv = (
         cross_validate(
-            rows, k=folds, seed=seed, base=base, free=list(res.free), maxiter=maxiter, popsize=popsize
+            rows,
+            k=folds,
+            seed=seed,
+            base=base,
+            free=list(res.free),
+            maxiter=maxiter,
+            popsize=popsize,
+            catalogue=catalogue,
         )
         if folds >= 2
         else []
@@ -298,9 +338,11 @@ def calibrate_cmd(
 
 
 @click.command("list")
-def list_cmd() -> None:
+@HARDWARE_OPTION
+@click.pass_context
+def list_cmd(ctx: click.Context, hardware_path: str | None) -> None:
     """List the zoo models and the catalogue GPUs."""
-    from easlurm.model.hardware import load_catalogue
+    from easlurm.model.build import apply_hardware
     from easlurm.model.zoo import MODEL_NAMES, default_size, get_workload, model_family
     from easlurm.table import render_table
 
@@ -319,7 +361,7 @@ def list_cmd() -> None:
         )
     click.echo(render_table(["Model", "Family", "Params", "Size", "FwdGFLOPs"], rows))
     click.echo()
-    cat = load_catalogue()
+    cat = apply_hardware(load_ctx_config(ctx), hardware_path)
     gpus = [
         {
             "GPU": k,
@@ -657,6 +699,12 @@ MODEL_COMMANDS: dict[str, tuple[str, str]] = {
         "Per-row error and MAPE of the oracle and a baseline on measurements, with cross-validation.",
     ),
 }
+
+# `easlurm model measure` (torch training steps -> measurement CSV) lives in its own module.
+MODEL_COMMANDS["measure"] = (
+    "easlurm.model.measure:measure_cmd",
+    "Time training steps of zoo models (torch) into a measurement CSV.",
+)
 
 
 @click.group("model", cls=LazyGroup, lazy_commands=MODEL_COMMANDS)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -128,15 +129,27 @@ def read_measurements(path: str | Path) -> list[Measurement]:
     return rows
 
 
-def write_measurements(rows: Sequence[Measurement], path: str | Path, header_comment: str = "") -> None:
-    """Write rows in the CSV layout `read_measurements` reads (used for synthetic and measured data)."""
+def write_measurements(
+    rows: Sequence[Measurement],
+    path: str | Path,
+    header_comment: str = "",
+    extra: Sequence[Mapping[str, Any]] | None = None,
+) -> None:
+    """Write rows in the CSV layout `read_measurements` reads (used for synthetic and measured data).
+
+    `extra` (one mapping per row) adds columns after COLUMNS, such as `n_params` or the individual runs
+    behind a mean; the reader ignores columns it does not know."""
+    names = list(dict.fromkeys(k for e in extra or () for k in e))
+    if extra is not None and len(extra) != len(rows):
+        raise ValueError("extra needs one mapping per row")
     with Path(path).open("w", newline="") as fh:
         for line in header_comment.splitlines():
             fh.write(f"# {line}\n")
         w = csv.writer(fh)
-        w.writerow(COLUMNS)
-        for m in rows:
-            w.writerow(["" if getattr(m, c) is None else getattr(m, c) for c in COLUMNS])
+        w.writerow([*COLUMNS, *names])
+        for i, m in enumerate(rows):
+            more = [(extra[i] if extra else {}).get(k) for k in names]
+            w.writerow(["" if v is None else v for v in [*(getattr(m, c) for c in COLUMNS), *more]])
 
 
 def placements_of(rows: Sequence[Measurement]) -> Placements:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -124,3 +126,122 @@ def load_catalogue() -> Catalogue:
     """The catalogue shipped with the package."""
     text = resources.files("easlurm.model").joinpath("catalogue.yaml").read_text()
     return parse_catalogue(yaml.safe_load(text), "catalogue.yaml")
+
+
+_TEXT_FIELDS = ("name", "aliases", "gpus_per_node", "sources")
+_FIELDS = (*_NUMERIC, *_TEXT_FIELDS)
+
+
+def _field_lines(root: yaml.Node | None) -> dict[tuple[str, ...], int]:
+    """1-based line of each `gpus.<key>[.<field>]` in a composed YAML document (for file:line errors)."""
+    lines: dict[tuple[str, ...], int] = {}
+    if not isinstance(root, yaml.MappingNode):
+        return lines
+    for k, v in root.value:
+        lines[(str(k.value),)] = k.start_mark.line + 1
+        if k.value != "gpus" or not isinstance(v, yaml.MappingNode):
+            continue
+        for gk, gv in v.value:
+            lines[("gpus", str(gk.value))] = gk.start_mark.line + 1
+            if isinstance(gv, yaml.MappingNode):
+                for fk, fv in gv.value:
+                    lines[("gpus", str(gk.value), str(fk.value))] = fv.start_mark.line + 1
+    return lines
+
+
+def load_user_catalogue(path: str | Path, base: Catalogue | None = None) -> Catalogue:
+    """The shipped catalogue (or `base`) with a user file's GPUs added or overridden.
+
+    An entry whose key or alias names a known GPU overrides the fields it gives (the rest are kept); any
+    other key defines a new GPU and must give every numeric field. Errors name file:line and field."""
+    from easlurm.config import read_yaml_file
+    from easlurm.errors import ConfigError
+
+    p = Path(path)
+    doc = read_yaml_file(p)
+    lines = _field_lines(yaml.compose(p.read_text()))
+
+    def fail(where: tuple[str, ...], message: str) -> ConfigError:
+        line = lines.get(where) or lines.get(where[:2]) or lines.get(where[:1])
+        return ConfigError(f"{p}{'' if line is None else f':{line}'}: {'.'.join(where)}: {message}")
+
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("gpus"), Mapping):
+        raise ConfigError(f"{p}: expected a mapping with a 'gpus' section (GPU key -> fields)")
+    for top in doc:
+        if top not in ("version", "gpus"):
+            raise fail((str(top),), "unknown section (known: version, gpus)")
+    base = base if base is not None else load_catalogue()
+    specs = {k: base.get(k) for k in base}
+    for raw_key, entry in doc["gpus"].items():
+        key = str(raw_key).strip().lower()
+        where = ("gpus", str(raw_key))
+        if not isinstance(entry, Mapping) or not entry:
+            raise fail(where, "must be a mapping of fields")
+        for name in entry:
+            if name not in _FIELDS:
+                raise fail((*where, str(name)), f"unknown field (known: {', '.join(_FIELDS)})")
+        values: dict[str, Any] = {}
+        for name in _NUMERIC:
+            if name in entry:
+                raw = entry[name]
+                if not isinstance(raw, int | float) or isinstance(raw, bool) or not raw >= 0:
+                    raise fail((*where, name), f"must be a number >= 0, got {raw!r}")
+                values[name] = float(raw)
+        if "gpus_per_node" in entry:
+            raw = entry["gpus_per_node"]
+            if not isinstance(raw, int) or isinstance(raw, bool) or raw < 1:
+                raise fail((*where, "gpus_per_node"), f"must be an integer >= 1, got {raw!r}")
+            values["gpus_per_node"] = raw
+        if "name" in entry:
+            values["name"] = str(entry["name"])
+        if "aliases" in entry:
+            aliases = entry["aliases"]
+            if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+                raise fail((*where, "aliases"), f"must be a list of names, got {aliases!r}")
+            values["aliases"] = tuple(a.strip().lower() for a in aliases)
+        sources = entry.get("sources") or {}
+        if not isinstance(sources, Mapping):
+            raise fail((*where, "sources"), "must be a mapping of field -> where the figure comes from")
+        known = base.resolve(key) if key in base else None
+        if known is not None:
+            old = specs[known]
+            merged_sources = {**old.sources, **{n: f"{p}" for n in values if n in _NUMERIC}}
+            merged_sources.update({str(k): str(v) for k, v in sources.items()})
+            spec = dataclasses.replace(old, **values, sources=merged_sources)
+        else:
+            missing = [n for n in _NUMERIC if n not in values]
+            if missing:
+                raise fail(where, f"new GPU needs {', '.join(missing)} (or name a known GPU to override it)")
+            spec = GpuSpec(
+                key=key,
+                name=str(values.pop("name", key)),
+                sources={str(k): str(v) for k, v in sources.items()},
+                **values,
+            )
+        if not spec.idle_w < spec.min_power_limit_w <= spec.tdp_w:
+            raise fail(
+                where,
+                f"need idle_w < min_power_limit_w <= tdp_w, got {spec.idle_w:g} / "
+                f"{spec.min_power_limit_w:g} / {spec.tdp_w:g} W",
+            )
+        for alias in spec.aliases:
+            other = next(
+                (k for k, s in specs.items() if k != spec.key and (alias == k or alias in s.aliases)), None
+            )
+            if other is not None:
+                raise fail((*where, "aliases"), f"alias {alias!r} already names {other}")
+        specs[spec.key] = spec
+    return Catalogue(specs)
+
+
+def _device_words(name: str) -> str:
+    """'Tesla V100-SXM2-32GB' / 'NVIDIA H100 80GB HBM3 (SXM5)' -> 'v100-sxm2-32gb' / 'h100 80gb hbm3'."""
+    text = name.split("(")[0].lower()
+    return " ".join(w for w in text.split() if w not in ("nvidia", "tesla", "amd"))
+
+
+def match_device_name(catalogue: Catalogue, device_name: str) -> str | None:
+    """The catalogue key whose name is the driver's device name (torch.cuda.get_device_name), or None."""
+    want = _device_words(device_name)
+    found = [k for k in catalogue if _device_words(catalogue.get(k).name) == want]
+    return found[0] if len(found) == 1 else None

@@ -131,9 +131,9 @@ class Daemon:
         self.client = client
         self.cfg = cfg
         if oracle is None:
-            from easlurm.model.oracle import Oracle
+            from easlurm.model.build import build_oracle
 
-            oracle = Oracle()
+            oracle = build_oracle()
         self.oracle = oracle
         params: dict[str, Any] = {"aging_weight": cfg.aging_weight}
         if cfg.policy.startswith("aurachronos"):

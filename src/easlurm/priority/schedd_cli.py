@@ -14,6 +14,7 @@ import click
 
 from easlurm.cli import load_ctx_config
 from easlurm.errors import ConfigError
+from easlurm.model.cli import HARDWARE_OPTION
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +42,11 @@ CHOICES = ("zeus", "hades", "aurachronos", "charon", "pollux", "themis", "chrono
 @click.option("--nodes", "only_nodes", type=str, default=None, help="Schedule only these nodes (comma list).")
 @click.option("--once", is_flag=True, help="Run one cycle, print its report as JSON, keep holds, exit.")
 @click.option("--debug", is_flag=True, help="Echo every Slurm command and its output on stderr.")
+@HARDWARE_OPTION
 @click.pass_context
 def schedd_cmd(
     ctx: click.Context,
+    hardware_path: str | None,
     policy: str | None,
     interval: str | None,
     power_budget: str | None,
@@ -74,6 +77,9 @@ def schedd_cmd(
         "state_save_dir": state_save_dir,
     }
     cfg = load_ctx_config(ctx, {"sched": overrides})
+    from easlurm.model.build import apply_hardware
+
+    apply_hardware(cfg, hardware_path)
     sched = cfg.section("sched")
     name = str(sched["policy"]).lower()
     if name.split("-")[0] not in CHOICES:

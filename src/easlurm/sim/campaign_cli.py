@@ -11,6 +11,7 @@ import click
 
 from easlurm.cli import load_ctx_config
 from easlurm.errors import ConfigError, EaslurmError
+from easlurm.model.cli import HARDWARE_OPTION
 
 
 class _Bar:
@@ -63,9 +64,11 @@ class _Bar:
 @click.option(
     "--runner", "runner_ref", default=None, hidden=True, help="MODULE:FUNCTION replacing the simulator."
 )
+@HARDWARE_OPTION
 @click.pass_context
 def campaign_cmd(
     ctx: click.Context,
+    hardware_path: str | None,
     plan_file: str,
     out_dir: str,
     jobs: int,
@@ -86,6 +89,9 @@ def campaign_cmd(
     from easlurm.sim.campaign_run import load_rows, pending_runs, run_campaign, write_tables
 
     cfg = load_ctx_config(ctx)
+    from easlurm.model.build import apply_hardware
+
+    apply_hardware(cfg, hardware_path)
     plan = load_plan(plan_file, defaults=cfg.section("sim"))
     check_names(plan)
     runs = plan.runs()

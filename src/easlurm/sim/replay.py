@@ -122,12 +122,13 @@ def replay(
     the oracle the policy sees (`noise_sigma`), so several seeds give confidence intervals.
     `simulate_fn` defaults to easlurm.sim.runner.simulate (injectable for tests).
     """
-    from easlurm.model.oracle import NoisyOracle, Oracle
+    from easlurm.model.build import build_oracle
+    from easlurm.model.oracle import NoisyOracle
 
     options = options or ReplayOptions()
     trace = str(trace)
     trace_options = trace_options or {}
-    truth = Oracle()
+    truth = build_oracle()
     stats = TraceStats()
     mapper = TraceMapper(cluster, truth, options)
     baseline = RecordedBaseline(_idle_by_type(mapper), mapper.cluster.gpus_by_type())

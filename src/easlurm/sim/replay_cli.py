@@ -9,6 +9,7 @@ import click
 
 from easlurm.cli import load_ctx_config
 from easlurm.errors import ConfigError
+from easlurm.model.cli import HARDWARE_OPTION
 
 DEFAULT_POLICIES = "pollux,zeus,hades,aurachronos,charon"
 
@@ -71,9 +72,11 @@ DEFAULT_POLICIES = "pollux,zeus,hades,aurachronos,charon"
 )
 @click.option("--max-jobs", type=int, default=None, help="Replay only the first N usable jobs.")
 @click.option("--no-html", is_flag=True, help="Markdown only.")
+@HARDWARE_OPTION
 @click.pass_context
 def replay_cmd(
     ctx: click.Context,
+    hardware_path: str | None,
     trace: str,
     cluster_path: str | None,
     policies: str,
@@ -101,6 +104,9 @@ def replay_cmd(
     from easlurm.units import parse_power_w
 
     cfg = load_ctx_config(ctx, {"sim": {"cluster": cluster_path, "noise_sigma": noise_sigma}})
+    from easlurm.model.build import apply_hardware
+
+    apply_hardware(cfg, hardware_path)
     names = [p.strip().lower() for p in policies.split(",") if p.strip()]
     unknown = [p for p in names if p not in POLICY_NAMES]
     if unknown or not names:

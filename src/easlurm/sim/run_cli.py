@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from easlurm.cli import load_ctx_config
+from easlurm.model.cli import HARDWARE_OPTION
 
 #: rows of the human summary: (label, metric key, formatter)
 _SUMMARY: tuple[tuple[str, str, str], ...] = (
@@ -69,9 +70,11 @@ def policy_params_from_config(policy: str, sched: dict[str, Any]) -> dict[str, A
 @click.option("--checkpoint-interval", default=None, help="Checkpoint every DURATION (default: none).")
 @click.option("--param", "params", multiple=True, help="Policy parameter KEY=VALUE (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document (metrics, power series, jobs).")
+@HARDWARE_OPTION
 @click.pass_context
 def run_cmd(
     ctx: click.Context,
+    hardware_path: str | None,
     policy: str,
     scenario: str,
     seed: int,
@@ -102,6 +105,9 @@ def run_cmd(
             "sched": {"power_budget_w": parse_power_w(budget, "--budget") if budget else None},
         },
     )
+    from easlurm.model.build import apply_hardware
+
+    apply_hardware(cfg, hardware_path)
     sim, sched = cfg.section("sim"), cfg.section("sched")
     merged = {**policy_params_from_config(policy.lower(), sched), **dict(_param(p) for p in params)}
     spec = SimSpec(

@@ -51,12 +51,19 @@ def _json_float(v: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=1)
-def _shipped_model() -> tuple[Any, Any]:
-    """The packaged oracle parameters and GPU catalogue, parsed once per process (campaigns run
-    hundreds of simulations; parsing the YAML took a quarter of a 10-hour run)."""
-    from easlurm.model import load_catalogue, load_params
+def _shipped_params() -> Any:
+    """The packaged oracle parameters, parsed once per process (campaigns run hundreds of simulations;
+    parsing the YAML took a quarter of a 10-hour run)."""
+    from easlurm.model import load_params
 
-    return load_params(), load_catalogue()
+    return load_params()
+
+
+def _shipped_model() -> tuple[Any, Any]:
+    """The parameters and the configured GPU catalogue (user file included; cached per file version)."""
+    from easlurm.model.build import default_catalogue
+
+    return _shipped_params(), default_catalogue()
 
 
 def make_oracles(noise_sigma: float, seed: int) -> tuple[Any, Any]:

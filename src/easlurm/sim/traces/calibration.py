@@ -73,9 +73,11 @@ class CalibratedOracle:
     def __init__(self, base: Any, power_scale: Mapping[str, float]) -> None:
         self.base = base
         self.power_scale = dict(power_scale)
-        from easlurm.model.hardware import load_catalogue
+        from easlurm.model.build import default_catalogue
+        from easlurm.model.hardware import Catalogue
 
-        self._catalogue = load_catalogue()
+        cat = getattr(base, "catalogue", None)
+        self._catalogue = cat if isinstance(cat, Catalogue) else default_catalogue()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.base, name)

@@ -141,10 +141,12 @@ class TraceMapper:
     """Turns TraceJobs into JobSpecs for one target cluster; oracle calls are cached per placement."""
 
     def __init__(self, cluster: Any, oracle: Any, options: ReplayOptions | None = None) -> None:
-        from easlurm.model.hardware import load_catalogue
+        from easlurm.model.build import default_catalogue
+        from easlurm.model.hardware import Catalogue
         from easlurm.model.zoo import MODEL_NAMES
 
-        self.catalogue = load_catalogue()
+        cat = getattr(oracle, "catalogue", None)
+        self.catalogue = cat if isinstance(cat, Catalogue) else default_catalogue()
         self.cluster = cluster.resolved(self.catalogue)
         self.oracle = oracle
         self.options = options or ReplayOptions()

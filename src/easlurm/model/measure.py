@@ -1,0 +1,638 @@
+"""`easlurm model measure`: time real training steps of zoo models (torch) for the oracle's calibration CSV.
+
+The method is the one behind the shared H100 data: a warm-up of at least 3 steps and `warmup_s`, then a
+window of N steps lasting at least `window_s`, synchronised before and after; power from the NVML
+total-energy counter read right before and after the same window. Every configuration is measured once
+per sweep; the CSV holds the mean of the sweeps and the individual runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from easlurm.errors import ConfigError, ModelError
+
+log = logging.getLogger(__name__)
+
+PRECISIONS = ("fp32", "tf32", "bf16")
+OPTIMIZERS = ("adamw", "sgd")
+#: Zoo models `measure` can build, and the library each needs beyond torch.
+TORCH_MODELS: dict[str, str] = {
+    "shufflenet-small": "torch",
+    "resnet50": "torchvision",
+    "vgg16": "torchvision",
+    "vit-b16": "torchvision",
+    "vit-l16": "torchvision",
+    "bert-base": "transformers",
+    "bert-large": "transformers",
+    "distilbert": "transformers",
+    "albert-base": "transformers",
+    "gpt2": "transformers",
+    "tinyllama-1.1b": "transformers",
+}
+_TEXT_DEFAULT_SEQ = {"gpt2": 1024, "tinyllama-1.1b": 512}
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    """One configuration to time: a zoo model at a per-step batch, precision and optimizer."""
+
+    model: str
+    batch: int
+    precision: str
+    optimizer: str = "adamw"
+    seq_len: int | None = None
+    image_size: int | None = None
+
+
+@dataclass(frozen=True)
+class Run:
+    """One timed window. `avg_power_w` is None without an energy counter (CPU, no NVML)."""
+
+    step_time_s: float
+    avg_power_w: float | None
+    peak_mem_gib: float | None
+    n_params: int
+    steps: int
+
+
+@dataclass(frozen=True)
+class Timing:
+    """What `measure_one` needs to know about the method (seconds)."""
+
+    warmup_s: float = 2.5
+    window_s: float = 4.0
+    min_warmup_steps: int = 3
+
+
+def configurations(
+    models: Sequence[str],
+    batches: Sequence[int],
+    precisions: Sequence[str],
+    optimizer: str = "adamw",
+    seq_len: int | None = None,
+    image_size: int | None = None,
+) -> list[MeasureConfig]:
+    """The sweep's configurations (model-major), validated: unknown names are one ConfigError each."""
+    from easlurm.model.zoo import canonical_name, default_size
+
+    if optimizer not in OPTIMIZERS:
+        raise ConfigError(f"--optimizer: expected one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+    for p in precisions:
+        if p not in PRECISIONS:
+            raise ConfigError(f"--precision: expected one of {', '.join(PRECISIONS)}, got {p!r}")
+    out: list[MeasureConfig] = []
+    for raw in models:
+        try:
+            name = canonical_name(raw)
+        except ModelError as exc:
+            raise ConfigError(f"--model: {exc}") from None
+        if name not in TORCH_MODELS:
+            raise ConfigError(
+                f"--model: {name} has no torch implementation (measurable: {', '.join(TORCH_MODELS)})"
+            )
+        kind, default = default_size(name)
+        size_seq = seq_len if kind == "seq_len" else None
+        size_img = image_size if kind == "image_size" else None
+        if kind == "seq_len" and size_seq is None:
+            size_seq = default
+        if kind == "image_size" and size_img is None:
+            size_img = default
+        for p in precisions:
+            for b in batches:
+                out.append(MeasureConfig(name, int(b), p, optimizer, size_seq, size_img))
+    return out
+
+
+def import_torch() -> Any:
+    """torch, or a one-line error naming the extra."""
+    try:
+        import torch
+    except ImportError:
+        raise ModelError("easlurm model measure needs torch: pip install 'easlurm[torch]'") from None
+    return torch
+
+
+def _need(module: str, model: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ModelError(f"model {model} needs {module}: pip install 'easlurm[torch]' {module}") from None
+
+
+# -- models ----------------------------------------------------------------------------------------------
+
+
+def _shufflenet_v2_x0_5(torch: Any, classes: int = 1000) -> Any:
+    """ShuffleNet-V2 0.5x in plain torch (torchvision's layout: stages 4/8/4, channels 24-48-96-192-1024)."""
+    nn = torch.nn
+
+    def shuffle(x: Any) -> Any:
+        b, c, h, w = x.shape
+        return x.view(b, 2, c // 2, h, w).transpose(1, 2).reshape(b, c, h, w)
+
+    def conv_bn(cin: int, cout: int, k: int, s: int, groups: int = 1, relu: bool = True) -> list[Any]:
+        layers = [nn.Conv2d(cin, cout, k, s, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
+        return [*layers, nn.ReLU(inplace=True)] if relu else layers
+
+    class Unit(nn.Module):  # type: ignore[misc,name-defined]
+        def __init__(self, cin: int, cout: int, stride: int) -> None:
+            super().__init__()
+            self.stride = stride
+            half = cout // 2
+            if stride > 1:
+                self.branch1 = nn.Sequential(
+                    *conv_bn(cin, cin, 3, stride, cin, False), *conv_bn(cin, half, 1, 1)
+                )
+            b2_in = cin if stride > 1 else half
+            self.branch2 = nn.Sequential(
+                *conv_bn(b2_in, half, 1, 1),
+                *conv_bn(half, half, 3, stride, half, False),
+                *conv_bn(half, half, 1, 1),
+            )
+
+        def forward(self, x: Any) -> Any:
+            if self.stride == 1:
+                a, b = x.chunk(2, dim=1)
+                out = torch.cat((a, self.branch2(b)), dim=1)
+            else:
+                out = torch.cat((self.branch1(x), self.branch2(x)), dim=1)
+            return shuffle(out)
+
+    channels = [24, 48, 96, 192, 1024]
+    layers: list[Any] = [*conv_bn(3, channels[0], 3, 2), nn.MaxPool2d(3, 2, 1)]
+    cin = channels[0]
+    for repeats, cout in zip((4, 8, 4), channels[1:4]):
+        layers.append(Unit(cin, cout, 2))
+        layers += [Unit(cout, cout, 1) for _ in range(repeats - 1)]
+        cin = cout
+    layers += [
+        *conv_bn(cin, channels[4], 1, 1),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(channels[4], classes),
+    ]
+    return nn.Sequential(*layers)
+
+
+def build(torch: Any, cfg: MeasureConfig, device: Any) -> tuple[Any, Callable[[Any], Any]]:
+    """(module on `device`, loss of one forward pass), inputs created once on the device."""
+    name = cfg.model
+    b = cfg.batch
+    if name in ("shufflenet-small", "resnet50", "vgg16", "vit-b16", "vit-l16"):
+        if name == "shufflenet-small":
+            model = _shufflenet_v2_x0_5(torch)
+        else:
+            tv = _need("torchvision", name)
+            ctor = {"resnet50": "resnet50", "vgg16": "vgg16", "vit-b16": "vit_b_16", "vit-l16": "vit_l_16"}[
+                name
+            ]
+            kwargs: dict[str, Any] = {"image_size": cfg.image_size} if name.startswith("vit") else {}
+            model = getattr(tv.models, ctor)(**kwargs)
+        size = cfg.image_size or 224
+        x = torch.randn(b, 3, size, size, device=device)
+        y = torch.randint(0, 1000, (b,), device=device)
+        crit = torch.nn.CrossEntropyLoss()
+        return model.to(device), lambda m: crit(m(x), y)
+    tf = _need("transformers", name)
+    seq = cfg.seq_len or _TEXT_DEFAULT_SEQ.get(name, 128)
+    if name in ("bert-base", "bert-large", "distilbert", "albert-base"):
+        conf = {
+            "bert-base": lambda: tf.BertConfig(),
+            "bert-large": lambda: tf.BertConfig(
+                hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096
+            ),
+            "distilbert": lambda: tf.DistilBertConfig(),
+            "albert-base": lambda: tf.AlbertConfig(
+                hidden_size=768, num_attention_heads=12, intermediate_size=3072
+            ),
+        }[name]()
+        cls = {
+            "bert-base": tf.BertForSequenceClassification,
+            "bert-large": tf.BertForSequenceClassification,
+            "distilbert": tf.DistilBertForSequenceClassification,
+            "albert-base": tf.AlbertForSequenceClassification,
+        }[name]
+        model = cls(conf)
+        ids = torch.randint(0, conf.vocab_size, (b, seq), device=device)
+        labels = torch.randint(0, 2, (b,), device=device)
+        return model.to(device), lambda m: m(input_ids=ids, labels=labels).loss
+    if name == "gpt2":
+        conf = tf.GPT2Config()
+        model = tf.GPT2LMHeadModel(conf)
+    else:  # tinyllama-1.1b
+        conf = tf.LlamaConfig(
+            hidden_size=2048,
+            intermediate_size=5632,
+            num_hidden_layers=22,
+            num_attention_heads=32,
+            num_key_value_heads=4,
+            vocab_size=32000,
+            max_position_embeddings=2048,
+        )
+        model = tf.LlamaForCausalLM(conf)
+    ids = torch.randint(0, conf.vocab_size, (b, seq), device=device)
+    return model.to(device), lambda m: m(input_ids=ids, labels=ids).loss
+
+
+# -- timing ----------------------------------------------------------------------------------------------
+
+
+def set_precision(torch: Any, precision: str) -> None:
+    """fp32: TF32 off for matmul and cuDNN; tf32 and bf16 (autocast over FP32 master weights): TF32 on."""
+    tf32 = precision != "fp32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cudnn.benchmark = True
+
+
+def measure_one(
+    cfg: MeasureConfig,
+    device: str,
+    timing: Timing = Timing(),
+    energy_j: Callable[[], float | None] | None = None,
+) -> Run:
+    """Build, warm up and time one configuration; `energy_j` reads a cumulative GPU energy counter (J)."""
+    torch = import_torch()
+    dev = torch.device(device)
+    cuda = dev.type == "cuda"
+    set_precision(torch, cfg.precision)
+    torch.manual_seed(0)
+    model, loss_of = build(torch, cfg, dev)
+    model.train()
+    n_params = sum(int(p.numel()) for p in model.parameters())
+    params = list(model.parameters())
+    opt = (
+        torch.optim.SGD(params, lr=1e-3, momentum=0.9)
+        if cfg.optimizer == "sgd"
+        else torch.optim.AdamW(params, lr=1e-4)
+    )
+    autocast = cfg.precision == "bf16"
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(dev)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=autocast):
+            loss = loss_of(model)
+        loss.backward()
+        opt.step()
+
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(dev)
+    t0 = time.perf_counter()
+    n = 0
+    while n < timing.min_warmup_steps or time.perf_counter() - t0 < timing.warmup_s:
+        try:
+            step()
+        except (RuntimeError, ValueError) as exc:  # out of memory, shapes a model cannot take
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelError(f"{cfg.model} batch {cfg.batch} {cfg.precision}: {message}") from exc
+        n += 1
+        if n % 10 == 0:
+            sync()
+    sync()
+    warm_step_s = (time.perf_counter() - t0) / n
+    steps = max(1, math.ceil(timing.window_s / max(warm_step_s, 1e-6)))
+    while True:
+        sync()
+        e0 = energy_j() if energy_j else None
+        w0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync()
+        window = time.perf_counter() - w0
+        e1 = energy_j() if energy_j else None
+        if window >= timing.window_s or steps > 1_000_000:
+            break
+        steps = math.ceil(steps * timing.window_s / max(window, 1e-9) * 1.05)
+    power = None if e0 is None or e1 is None else (e1 - e0) / window
+    peak = torch.cuda.max_memory_allocated(dev) / 2**30 if cuda else None
+    return Run(window / steps, power, peak, n_params, steps)
+
+
+def nvml_energy_reader(
+    cuda_index: int = 0, module_name: str = "pynvml"
+) -> tuple[Callable[[], float | None] | None, Callable[[], None]]:
+    """(cumulative energy in J of the GPU torch calls cuda:`cuda_index`, close); (None, no-op) without NVML."""
+    from easlurm.energy.gpus import GpuRef, job_gpus
+    from easlurm.energy.nvml import discover_nvml
+    from easlurm.errors import SensorError
+
+    visible = job_gpus()
+    if visible is None:
+        refs = [GpuRef(str(cuda_index), index=cuda_index)]
+    elif cuda_index < len(visible):
+        refs = [visible[cuda_index]]
+    else:
+        return None, lambda: None
+    sensors, statuses = discover_nvml(module_name, refs)
+    opened = []
+    for s in sensors:
+        try:
+            s.open()
+        except SensorError as exc:
+            log.warning("no power for %s: %s", s.name, exc)
+            continue
+        if s.mode.value != "energy":
+            log.warning("%s has no energy counter; power column left empty", s.name)
+            s.close()
+            continue
+        opened.append(s)
+    if not opened:
+        for st in statuses:
+            log.info("NVML: %s", getattr(st, "reason", st))
+        return None, lambda: None
+
+    def read() -> float | None:
+        vals = [s.read() for s in opened]
+        return None if any(v is None for v in vals) else float(sum(v for v in vals if v is not None))
+
+    def close() -> None:
+        for s in opened:
+            s.close()
+
+    return read, close
+
+
+@dataclass(frozen=True)
+class Result:
+    """A configuration and its runs (one per sweep), averaged for the CSV."""
+
+    config: MeasureConfig
+    runs: tuple[Run, ...]
+    gpu: str
+
+    @property
+    def step_time_s(self) -> float:
+        return sum(r.step_time_s for r in self.runs) / len(self.runs)
+
+    @property
+    def avg_power_w(self) -> float | None:
+        vals = [r.avg_power_w for r in self.runs]
+        return None if any(v is None for v in vals) else sum(v for v in vals if v is not None) / len(vals)
+
+    @property
+    def peak_mem_gib(self) -> float | None:
+        vals = [r.peak_mem_gib for r in self.runs if r.peak_mem_gib is not None]
+        return max(vals) if vals else None
+
+
+def measure(
+    configs: Sequence[MeasureConfig],
+    gpu: str,
+    device: str,
+    *,
+    sweeps: int = 2,
+    timing: Timing = Timing(),
+    energy_j: Callable[[], float | None] | None = None,
+    on_run: Callable[[MeasureConfig, Run], None] | None = None,
+) -> list[Result]:
+    """Every configuration once per sweep (whole sweeps in turn, as the shared data was made)."""
+    if sweeps < 1:
+        raise ConfigError("--sweeps must be >= 1")
+    runs: dict[MeasureConfig, list[Run]] = {c: [] for c in configs}
+    failed: set[MeasureConfig] = set()
+    for _ in range(sweeps):
+        for c in configs:
+            if c in failed:
+                continue
+            try:
+                r = measure_one(c, device, timing, energy_j)
+            except ModelError as exc:
+                log.warning("left out: %s", exc)
+                failed.add(c)
+                continue
+            finally:
+                if device.startswith("cuda"):  # the last model is gone: give its memory back
+                    import_torch().cuda.empty_cache()
+            runs[c].append(r)
+            if on_run:
+                on_run(c, r)
+    done = [Result(c, tuple(runs[c]), gpu) for c in configs if c not in failed]
+    if not done:
+        raise ModelError(f"no configuration could be measured ({len(failed)} failed; see the warnings)")
+    return done
+
+
+def write_results(results: Sequence[Result], path: str, source: str, header_comment: str = "") -> None:
+    """The calibration CSV (dataset.COLUMNS) plus n_params and the individual runs."""
+    from easlurm.model.dataset import Measurement, write_measurements
+
+    rows = []
+    extra = []
+    for r in results:
+        c = r.config
+        rows.append(
+            Measurement(
+                model=c.model,
+                batch=c.batch,
+                precision=c.precision,
+                n_gpus=1,
+                gpu=r.gpu,
+                step_time_s=round(r.step_time_s, 6),
+                avg_power_w=None if r.avg_power_w is None else round(r.avg_power_w, 1),
+                seq_len=c.seq_len,
+                image_size=c.image_size,
+                optimizer=c.optimizer,
+                source=source,
+                peak_mem_gib=None if r.peak_mem_gib is None else round(r.peak_mem_gib, 2),
+            )
+        )
+        extra.append(
+            {
+                "n_params": r.runs[0].n_params,
+                "step_time_s_runs": ";".join(f"{x.step_time_s:.6f}" for x in r.runs),
+                "avg_power_w_runs": ";".join(
+                    "" if x.avg_power_w is None else f"{x.avg_power_w:.1f}" for x in r.runs
+                )
+                if r.avg_power_w is not None
+                else "",
+            }
+        )
+    write_measurements(rows, path, header_comment=header_comment, extra=extra)
+
+
+# -- command ---------------------------------------------------------------------------------------------
+
+
+def _csv_list(text: str) -> list[str]:
+    return [v.strip() for v in text.split(",") if v.strip()]
+
+
+def default_device() -> str:
+    torch = import_torch()
+    return "cuda:0" if torch.cuda.is_available() else "cpu"
+
+
+def device_gpu_name(device: str) -> str:
+    """The CSV's gpu column when --gpu is not given: 'cpu', the catalogue key whose name is the CUDA
+    device's (user catalogue included), else the device name as a slug (then calibrate needs --hardware)."""
+    from easlurm.model.build import default_catalogue
+    from easlurm.model.hardware import match_device_name
+
+    torch = import_torch()
+    if not device.startswith("cuda"):
+        return "cpu"
+    name = str(torch.cuda.get_device_name(torch.device(device)))
+    key = match_device_name(default_catalogue(), name)
+    if key is None:
+        key = "-".join(name.lower().replace("nvidia", "").split())
+        log.warning(
+            "GPU %r is not in the catalogue: gpu column %r; give --gpu or add it with --hardware", name, key
+        )
+    return key
+
+
+@click.command("measure")
+@click.option("--model", "models", required=True, help="Zoo models, comma list (e.g. resnet50,bert-base).")
+@click.option("--batch", "batches", default="32", show_default=True, help="Per-step batch sizes, comma list.")
+@click.option(
+    "--precision", "precisions", default="bf16", show_default=True, help="fp32, tf32, bf16; comma list."
+)
+@click.option(
+    "--optimizer", default="adamw", show_default=True, help="adamw (torch default) or sgd (momentum 0.9)."
+)
+@click.option(
+    "--seq-len", type=int, default=None, help="Sequence length of text models (default: the zoo's)."
+)
+@click.option(
+    "--image-size", type=int, default=None, help="Image size of vision models (default: the zoo's)."
+)
+@click.option(
+    "--gpu", default=None, help="Catalogue GPU key for the CSV's gpu column (default: the device name)."
+)
+@click.option(
+    "--device", default=None, help="torch device (default cuda:0 when CUDA is available, else cpu)."
+)
+@click.option("--sweeps", type=int, default=2, show_default=True, help="Full sweeps; the CSV holds the mean.")
+@click.option("--warmup", default="2.5s", show_default=True, help="Minimum warm-up (also >= 3 steps).")
+@click.option("--window", default="4s", show_default=True, help="Minimum timed window.")
+@click.option(
+    "--cpu-threads", type=int, default=None, help="torch threads on a CPU device (default: torch's)."
+)
+@click.option("-O", "--out", "out_path", default=None, help="CSV to write (default measurements-<date>.csv).")
+@click.option("--slurm", is_flag=True, help="One Slurm array task per configuration, with --energy-profile.")
+@click.option("--partition", default=None, help="With --slurm: partition to submit to.")
+@click.option("--time", "time_limit", default=None, help="With --slurm: time limit per task (e.g. 30:00).")
+@click.option("--gres", default="gpu:1", show_default=True, help="With --slurm: GRES per task ('' for none).")
+@click.pass_context
+def measure_cmd(
+    ctx: click.Context,
+    models: str,
+    batches: str,
+    precisions: str,
+    optimizer: str,
+    seq_len: int | None,
+    image_size: int | None,
+    gpu: str | None,
+    device: str | None,
+    sweeps: int,
+    warmup: str,
+    window: str,
+    cpu_threads: int | None,
+    out_path: str | None,
+    slurm: bool,
+    partition: str | None,
+    time_limit: str | None,
+    gres: str,
+) -> None:
+    """Time training steps of zoo models (torch) and write a measurement CSV for `easlurm model calibrate`."""
+    import datetime as dt
+
+    from easlurm.model.cli import _int_list
+    from easlurm.units import parse_duration_s
+
+    timing = Timing(parse_duration_s(warmup, "--warmup"), parse_duration_s(window, "--window"))
+    if timing.window_s <= 0:
+        raise ConfigError("--window must be > 0")
+    configs = configurations(
+        _csv_list(models),
+        _int_list(batches, "--batch"),
+        _csv_list(precisions),
+        optimizer,
+        seq_len,
+        image_size,
+    )
+    if sweeps < 1:
+        raise ConfigError("--sweeps must be >= 1")
+    today = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
+    out = out_path or f"measurements-{today}.csv"
+    if slurm:
+        from easlurm.model.measure_slurm import measure_on_slurm
+
+        results = measure_on_slurm(
+            configs,
+            out,
+            sweeps=sweeps,
+            timing=timing,
+            gpu=gpu,
+            partition=partition,
+            time_limit=time_limit,
+            gres=gres or None,
+            config_path=_abs((ctx.find_root().obj or {}).get("config_path")),
+        )
+        source = f"easlurm model measure --slurm, {sweeps} run(s) per task, GPU power of the whole task (easlurm sacct)"
+        _write_and_print(results, out, source)
+        return
+    torch = import_torch()
+    for lib in sorted({TORCH_MODELS[c.model] for c in configs} - {"torch"}):
+        if importlib.util.find_spec(lib) is None:
+            needing = sorted({c.model for c in configs if TORCH_MODELS[c.model] == lib})
+            raise ModelError(f"model {', '.join(needing)} needs {lib}: pip install 'easlurm[torch]' {lib}")
+    dev = device or default_device()
+    if cpu_threads is not None and cpu_threads < 1:
+        raise ConfigError("--cpu-threads must be >= 1")
+    if not dev.startswith("cuda"):
+        # torch's default ignores the CPU set a Slurm task or cgroup grants, and oversubscribed threads
+        # make a CPU step 10x slower: use the CPUs this process may run on.
+        torch.set_num_threads(cpu_threads or len(os.sched_getaffinity(0)))
+    gpu_name = gpu or device_gpu_name(dev)
+    read, close = (None, lambda: None)
+    if dev.startswith("cuda"):
+        read, close = nvml_energy_reader(torch.device(dev).index or 0)
+    try:
+        with click.progressbar(
+            length=len(configs) * sweeps, label="measuring", file=click.get_text_stream("stderr")
+        ) as bar:
+            results = measure(
+                configs,
+                gpu_name,
+                dev,
+                sweeps=sweeps,
+                timing=timing,
+                energy_j=read,
+                on_run=lambda c, r: bar.update(1),
+            )
+    finally:
+        close()
+    power = "NVML total-energy counter" if read else "no power (no NVML energy counter)"
+    source = f"{gpu_name} torch {torch.__version__}, synthetic on-device data, {sweeps} run(s), {power}"
+    _write_and_print(results, out, source)
+
+
+def _write_and_print(results: Sequence[Result], out: str, source: str) -> None:
+    write_results(results, out, source)
+    for r in results:
+        p = "-" if r.avg_power_w is None else f"{r.avg_power_w:.1f}W"
+        c = r.config
+        click.echo(f"{c.model} batch {c.batch} {c.precision}: {r.step_time_s * 1e3:.2f} ms/step  {p}")
+    click.echo(f"wrote {out} ({len(results)} configurations)")
+
+
+def _abs(path: str | None) -> str | None:
+    from pathlib import Path
+
+    return str(Path(path).resolve()) if path else None
