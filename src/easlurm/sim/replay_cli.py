@@ -39,6 +39,11 @@ DEFAULT_POLICIES = "pollux,zeus,hades,aurachronos,charon"
 @click.option(
     "--columns", default=None, help="Columns of a sacct -P dump made with --noheader (its --format)."
 )
+@click.option(
+    "--delimiter",
+    default=None,
+    help="Field delimiter of a dump made with sacct --delimiter=STR (default '|'; implies --format sacct).",
+)
 @click.option("--procs-per-gpu", type=int, default=1, show_default=True, help="SWF: processors per GPU.")
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="First seed of the policy-side oracle noise."
@@ -82,6 +87,7 @@ def replay_cmd(
     fmt: str,
     skip_bad: bool,
     columns: str | None,
+    delimiter: str | None,
     procs_per_gpu: int,
     seed: int,
     n_seeds: int,
@@ -121,6 +127,10 @@ def replay_cmd(
         max_jobs=max_jobs,
     )
     trace_options: dict[str, Any] = {"procs_per_gpu": procs_per_gpu}
+    if delimiter is not None:
+        if not delimiter:
+            raise ConfigError("--delimiter: empty")
+        trace_options["delimiter"] = delimiter
     if columns:
         trace_options["columns"] = [c.strip() for c in columns.split(",")]
 

@@ -111,6 +111,7 @@ class MappingStats:
     named: int = 0
     gpu_type_relaxed: int = 0
     gpu_type_guessed: int = 0
+    cancelled_pending: int = 0  # of the never_started: cancelled before they got nodes
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -120,6 +121,7 @@ class MappingStats:
             "named_model": self.named,
             "gpu_type_relaxed": self.gpu_type_relaxed,
             "gpu_type_guessed": self.gpu_type_guessed,
+            "cancelled_pending": self.cancelled_pending,
         }
 
 
@@ -214,7 +216,9 @@ class TraceMapper:
             return "requeued_attempt"
         if job.n_gpus <= 0:
             return "cpu_only"
-        if job.start_s is None:
+        if job.never_started:
+            if job.state == "CANCELLED":
+                self.stats.cancelled_pending += 1
             return "never_started"
         if job.end_s is None or job.recorded_runtime_s is None:
             return "unfinished"

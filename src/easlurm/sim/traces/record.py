@@ -48,12 +48,24 @@ class TraceJob:
     array_job_id: str | None = None
     array_task_id: int | None = None
     het_components: int = 1
+    allocated: bool | None = None  # False when the trace says no node was assigned ("None assigned")
     source: str = ""  # "file:line" of the row the job came from, for messages
 
     @property
     def ran(self) -> bool:
         """True when the job started and ended, so its recorded runtime is real."""
         return self.start_s is not None and self.end_s is not None and self.end_s >= self.start_s
+
+    @property
+    def never_started(self) -> bool:
+        """True for a job that got no allocation: pending at dump time, or cancelled while pending.
+
+        sacct prints Start = End (the cancel time) for a job cancelled while pending, with NodeList
+        `None assigned`; replaying it would turn its wait into a zero-length run.
+        """
+        if self.start_s is None or self.allocated is False:
+            return True
+        return self.state == "CANCELLED" and self.end_s is not None and self.end_s <= self.start_s
 
     @property
     def recorded_runtime_s(self) -> float | None:
