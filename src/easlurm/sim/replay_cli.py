@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -72,6 +73,17 @@ DEFAULT_POLICIES = "pollux,zeus,hades,aurachronos,charon"
     "--free-gpu-type", is_flag=True, help="Let policies place jobs on any GPU type, not the one requested."
 )
 @click.option(
+    "--allow-retype",
+    is_flag=True,
+    help="Let policies move jobs whose GPU type the trace does not say (pinned to the assumed type by default).",
+)
+@click.option(
+    "--compare-retype",
+    is_flag=True,
+    help="Run each policy twice: unknown GPU types pinned, and free to move (rows NAME+retype).",
+)
+@click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: if a tty).")
+@click.option(
     "--no-calibrate", is_flag=True, help="Do not scale the oracle's power to the trace's measured energy."
 )
 @click.option("--max-jobs", type=int, default=None, help="Replay only the first N usable jobs.")
@@ -95,6 +107,9 @@ def replay_cmd(
     deadline_slack: float | None,
     malleable: bool,
     free_gpu_type: bool,
+    allow_retype: bool,
+    compare_retype: bool,
+    progress: bool | None,
     no_calibrate: bool,
     max_jobs: int | None,
     no_html: bool,
@@ -122,6 +137,7 @@ def replay_cmd(
     budget = parse_power_w(power_budget, "--power-budget") if power_budget else None
     options = ReplayOptions(
         honor_gpu_type=not free_gpu_type,
+        allow_retype=allow_retype,
         malleable=malleable,
         deadline_slack=deadline_slack,
         max_jobs=max_jobs,
@@ -134,8 +150,15 @@ def replay_cmd(
     if columns:
         trace_options["columns"] = [c.strip() for c in columns.split(",")]
 
-    def progress(line: str) -> None:
+    show = sys.stderr.isatty() if progress is None else progress
+
+    def report_line(line: str) -> None:
         click.echo(f"replay: {line}", err=True)
+
+    def bar(jobs: Iterator[Any], n: int, label: str) -> Iterator[Any]:
+        stderr = click.get_text_stream("stderr")
+        with click.progressbar(jobs, length=n, label=f"replay {label}", file=stderr) as it:
+            yield from it
 
     result = replay(
         trace,
@@ -149,8 +172,10 @@ def replay_cmd(
         noise_sigma=float(cfg.get("sim.noise_sigma")),
         options=options,
         calibrate=not no_calibrate,
-        on_progress=progress if sys.stderr.isatty() else None,
+        on_progress=report_line if show else None,
         trace_options=trace_options,
+        compare_retype=compare_retype and not allow_retype,
+        progress_bar=bar if show else None,
     )
     md = write_replay_report(result, out_dir, html_too=not no_html)
     st = result.trace_stats

@@ -24,7 +24,8 @@ The rule for a job whose trace names no model (documented in docs/replay.md):
    `requeued_attempt` (an earlier try of a requeued job), `exceeds_node` (more GPUs than the
    largest node of the target cluster), `no_feasible_placement`.
 5. A requested GPU type absent from the target cluster is relaxed to the same family (`a100` ->
-   `a100-80gb`), else to any type (counted as `gpu_type_relaxed`).
+   `a100-80gb`), else to any type (counted as `gpu_type_relaxed`). A job whose type the trace does
+   not say stays pinned to the type assumed for it unless `allow_retype`.
 6. Deadline: `submit + deadline_slack * time limit` when the job has a time limit and
    `deadline_slack` is set (off by default). A job with a deadline is urgent (the simulator judges
    the deadlines of urgent jobs), and so is a job whose QOS is one of `urgent_qos`.
@@ -93,6 +94,7 @@ class ReplayOptions:
     """How trace jobs become simulator jobs (see the module docstring for the rule)."""
 
     honor_gpu_type: bool = True
+    allow_retype: bool = False  # let policies move a job whose GPU type the trace does not say
     malleable: bool = False
     deadline_slack: float | None = None
     urgent_qos: tuple[str, ...] = ("urgent",)
@@ -197,8 +199,15 @@ class TraceMapper:
         return key
 
     def allowed_types(self, job: TraceJob, recorded: str) -> tuple[str, ...] | None:
-        """The cluster types a job may use: its requested type (or family) when honoured, else any."""
-        if not self.options.honor_gpu_type or not job.gpu_type:
+        """The cluster types a job may use: its requested type (or family) when honoured, else any.
+
+        A job whose type the trace does not say stays on the type assumed for it (the cluster's most
+        numerous, or its partition's): moving it to faster GPUs would flatter the policies against
+        the record. `allow_retype` frees it.
+        """
+        if not self.options.honor_gpu_type:
+            return None
+        if not job.gpu_type and self.options.allow_retype:
             return None
         if recorded in self.cluster_types:
             return (recorded,)

@@ -96,11 +96,12 @@ def in_submit_order(
         if submit < last:
             if stats is not None:
                 stats.reordered += 1
-            log.warning(
-                "%s: submitted %.0f s before a job already replayed; moved to its time",
-                out.source,
-                last - submit,
-            )
+            if stats is None or not stats.quiet:
+                log.warning(
+                    "%s: submitted %.0f s before a job already replayed; moved to its time",
+                    out.source,
+                    last - submit,
+                )
             return replace(out, submit_s=last)
         last = submit
         return out

@@ -92,6 +92,7 @@ class TraceStats:
     reordered: int = 0
 
     max_examples: int = 20
+    quiet: bool = False  # a later pass over the same file: count, but do not warn again
 
     def bad(self, message: str, skip_bad: bool) -> None:
         """Record a malformed row: raise unless skipping, then count it and keep the first messages."""
@@ -100,7 +101,8 @@ class TraceStats:
         self.skipped_bad += 1
         if len(self.bad_examples) < self.max_examples:
             self.bad_examples.append(message)
-        log.warning("skipped: %s", message)
+        if not self.quiet:
+            log.warning("skipped: %s", message)
 
     def exclude(self, reason: str, n: int = 1) -> None:
         """Count a well-formed job that the replay cannot use (CPU-only, never started, ...)."""
