@@ -33,6 +33,7 @@ The rule for a job whose trace names no model (documented in docs/replay.md):
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
@@ -83,10 +84,17 @@ def named_model(job: TraceJob, names: Iterable[str]) -> str | None:
             log.info("%s: model %r not in the zoo: using the workload class", job.source, job.model)
     if job.name:
         text = job.name.lower().replace("_", "-")
-        for name in sorted(names, key=len, reverse=True):
-            if re.search(rf"(?<![a-z0-9]){re.escape(name)}(?![a-z0-9])", text):
-                return name
+        found = [m.group(1) for m in _name_pattern(tuple(names)).finditer(text)]
+        if found:
+            return max(found, key=len)  # the most specific name the job's name holds
     return None
+
+
+@functools.lru_cache(maxsize=8)
+def _name_pattern(names: tuple[str, ...]) -> re.Pattern[str]:
+    """One regex for every zoo name as a whole token, longest first (`gpt2-xl` before `gpt2`)."""
+    alts = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+    return re.compile(rf"(?<![a-z0-9])({alts})(?![a-z0-9])")
 
 
 @dataclass(frozen=True)
