@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import math
+import pickle
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -137,9 +139,11 @@ def replay(
     baseline = RecordedBaseline(_idle_by_type(mapper), mapper.cluster.gpus_by_type(), mapper.max_node_gpus)
     calibrator = Calibrator()
     t0 = time.perf_counter()
+    spill = _SpecSpill()  # the mapped jobs, pickled to a temporary file: each policy replays them from there
     for m in map_trace(
         open_trace(trace, fmt, skip_bad=skip_bad, stats=stats, **trace_options), mapper, stats
     ):
+        spill.add(m.spec)
         baseline.add(m)
         measured = m.trace.measured_gpu_energy_j
         if measured is None:
@@ -180,13 +184,18 @@ def replay(
                 seen = CalibratedOracle(noisy, scales)
             run_mapper = TraceMapper(cluster, truth, run_options)
             run_mapper._step = mapper._step  # same placements, same answers: share the cache
-            # the first pass counted and reported malformed records: later passes skip them quietly
-            run_stats = TraceStats(quiet=True)
-            source = open_trace(trace, fmt, skip_bad=skip_bad, stats=run_stats, **trace_options)
             waits = _WaitCount()
-            jobs: Iterator[Any] = _specs(map_trace(source, run_mapper, run_stats))
+            jobs: Iterator[Any]
+            if run_options == options:
+                jobs, n_jobs = spill.specs(), mapper.stats.mapped
+            else:
+                # other mapping options: read the trace again; the first pass counted and reported
+                # malformed records, so this one skips them quietly
+                run_stats = TraceStats(quiet=True)
+                source = open_trace(trace, fmt, skip_bad=skip_bad, stats=run_stats, **trace_options)
+                jobs, n_jobs = _specs(map_trace(source, run_mapper, run_stats)), mapper.stats.mapped
             if progress_bar is not None:
-                jobs = progress_bar(jobs, mapper.stats.mapped, f"{name}{suffix} (seed {run_seed})")
+                jobs = progress_bar(jobs, n_jobs, f"{name}{suffix} (seed {run_seed})")
             t1 = time.perf_counter()
             sim = sim_fn(
                 cluster,
@@ -203,13 +212,39 @@ def replay(
             run.pop("jobs", None)  # per-job rows stay out of the report records (100k jobs)
             run.pop("spec", None)
             run.setdefault("metrics", {})["replay_wall_s"] = wall
-            run["metrics"]["jobs_per_s"] = run_mapper.stats.mapped / wall if wall > 0 else None
+            run["metrics"]["jobs_per_s"] = n_jobs / wall if wall > 0 else None
             run["metrics"].update(waits.metrics())
             result.runs.append((name + suffix, run_seed, run))
-            log.info("policy %s seed %d: %d jobs in %.1f s", name, run_seed, run_mapper.stats.mapped, wall)
+            log.info("policy %s seed %d: %d jobs in %.1f s", name, run_seed, n_jobs, wall)
             if on_progress:
-                on_progress(f"{name} (seed {run_seed}): {run_mapper.stats.mapped} jobs in {wall:.1f} s")
+                on_progress(f"{name} (seed {run_seed}): {n_jobs} jobs in {wall:.1f} s")
+    spill.close()
     return result
+
+
+class _SpecSpill:
+    """Mapped jobs pickled to an anonymous temporary file, in order: a policy pass reads them back
+    (bounded memory, and much faster than parsing and mapping the trace again)."""
+
+    def __init__(self) -> None:
+        self._fh = tempfile.TemporaryFile()  # noqa: SIM115 - lives across passes; close() ends it
+        self._pickler = pickle.Pickler(self._fh, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def add(self, spec: Any) -> None:
+        self._pickler.dump(spec)
+        self._pickler.clear_memo()
+
+    def specs(self) -> Iterator[Any]:
+        self._fh.flush()
+        self._fh.seek(0)
+        end = self._fh.seek(0, 2)
+        self._fh.seek(0)
+        unpickler = pickle.Unpickler(self._fh)
+        while self._fh.tell() < end:
+            yield unpickler.load()
 
 
 def _specs(mapped: Iterator[Mapped]) -> Iterator[Any]:
