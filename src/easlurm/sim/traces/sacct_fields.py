@@ -225,6 +225,7 @@ def place_fields(
     delimiter: str,
     used: frozenset[str],
     max_placements: int = 256,
+    max_steps: int = 50_000,
 ) -> list[str] | Misplaced:
     """`fields` (more than `cols`) regrouped to one value per column, or why that is impossible.
 
@@ -242,9 +243,11 @@ def place_fields(
         free_after[j] = free_after[j + 1] + (1 if free[j] else 0)
     found: list[list[str]] = []
     deepest: list[tuple[int, str]] = [(-1, "")]
+    steps = [0]
 
     def walk(j: int, pos: int, left: int, acc: list[str]) -> None:
-        if len(found) >= max_placements:
+        steps[0] += 1
+        if len(found) >= max_placements or steps[0] > max_steps:
             return
         if j == ncols:
             if left == 0:
@@ -263,6 +266,8 @@ def place_fields(
             acc.pop()
 
     walk(0, 0, extra, [])
+    if steps[0] > max_steps:  # too many ways to try (many delimiters among many free columns)
+        return Misplaced(cols[max(deepest[0][0], 0)], deepest[0][1], ambiguous=True)
     if not found:
         j, value = deepest[0]
         return Misplaced(cols[j] if 0 <= j < ncols else cols[-1], value)
