@@ -113,3 +113,15 @@ def _oracle():  # type: ignore[no-untyped-def]
     from easlurm.model.oracle import Oracle
 
     return Oracle()
+
+
+def test_captured_held_array_cancelled_while_pending() -> None:
+    """Recorded from the local Slurm 22.05 (`sacct -P -o ALL`): an array `-J 'Job| Name003'` held,
+    then cancelled. Start = End, NodeList `None assigned`, a `|` in JobName of a 109-column row."""
+    path = FIX / "captured_2205_cancelled_pipe.psv"
+    jobs, stats = _jobs(path)
+    assert stats.skipped_bad == 0 and sorted(jobs) == ["12_1", "12_2", "12_3"]
+    for j in jobs.values():
+        assert j.name == "Job| Name003" and j.state == "CANCELLED" and j.cancelled_by == "0"
+        assert j.start_s == j.end_s and j.allocated is False and j.never_started
+        assert (j.n_gpus, j.gpu_type) == (1, "a100")
