@@ -47,6 +47,18 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
     return sorted(front, key=lambda i: points[i][0])
 
 
+def same_point_labels(
+    points: Sequence[tuple[float, float]], labels: Sequence[str]
+) -> dict[tuple[float, float], list[str]]:
+    """Labels grouped by point (equal to 4 significant digits), so identical results share one annotation."""
+    groups: dict[tuple[float, float], list[str]] = {}
+    keys: dict[tuple[str, str], tuple[float, float]] = {}
+    for (x, y), label in zip(points, labels):
+        key = (f"{x:.4g}", f"{y:.4g}")
+        groups.setdefault(keys.setdefault(key, (x, y)), []).append(label)
+    return groups
+
+
 def plot_pareto(
     throughput: Sequence[MetricSummary], energy: Sequence[MetricSummary], out: Path, title: str
 ) -> Path | None:
@@ -60,7 +72,8 @@ def plot_pareto(
     for (t, e), (x, y) in zip(pairs, points):
         xerr, yerr = np.array([_err(t)]).T, np.array([_err(e)]).T
         ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o", capsize=3, label=str(t.group[-1]))
-        ax.annotate(str(t.group[-1]), (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    for (x, y), names in same_point_labels(points, [str(t.group[-1]) for t, _ in pairs]).items():
+        ax.annotate(", ".join(names), (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
     front = pareto_front(points)
     if len(front) > 1:
         ax.plot(
@@ -172,9 +185,30 @@ def _envelope(t: np.ndarray, p: np.ndarray, max_points: int = 4000) -> tuple[np.
     return np.column_stack([starts, starts + half]).ravel(), np.column_stack([peak, low]).ravel()
 
 
-def plot_user_shares(shares: Mapping[str, Mapping[str, float]], out: Path, title: str) -> Path | None:
-    """Per-user share of GPU-seconds, grouped bars per policy label (allocation fairness)."""
+def top_users(shares: Mapping[str, Mapping[str, float]], top: int = 10) -> dict[str, dict[str, float]]:
+    """Per label, the shares of the `top` largest users (sorted) plus "others" for the rest."""
     users = sorted({u for s in shares.values() for u in s})
+    if len(users) <= top:
+        return {lab: {u: float(s.get(u, 0.0)) for u in users} for lab, s in shares.items()}
+    biggest = sorted(users, key=lambda u: (-max(s.get(u, 0.0) for s in shares.values()), u))[:top]
+    keep = set(biggest)
+    out: dict[str, dict[str, float]] = {}
+    for lab, s in shares.items():
+        row = {u: float(s.get(u, 0.0)) for u in biggest}
+        row[f"others ({len(users) - top})"] = float(sum(v for u, v in s.items() if u not in keep))
+        out[lab] = row
+    return out
+
+
+def plot_user_shares(
+    shares: Mapping[str, Mapping[str, float]], out: Path, title: str, top: int = 10
+) -> Path | None:
+    """Per-user share of GPU-seconds, grouped bars per policy label (allocation fairness).
+
+    Past `top` users the largest `top` (by their largest share) are drawn and the rest summed as
+    "others", so the bars and the legend stay readable at 90 users."""
+    shares = top_users(shares, top)
+    users = list(dict.fromkeys(u for s in shares.values() for u in s))
     if not users:
         return None
     labels = list(shares)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 import math
+import pickle
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -115,12 +117,16 @@ def replay(
     simulate_fn: SimulateFn | None = None,
     on_progress: Callable[[str], None] | None = None,
     trace_options: dict[str, Any] | None = None,
+    compare_retype: bool = False,
+    progress_bar: Callable[[Iterator[Any], int, str], Iterator[Any]] | None = None,
 ) -> ReplayResult:
     """Replay `trace` on `cluster` (a ClusterSpec) under each policy; the recorded schedule is the baseline.
 
     Each policy runs once per seed in `seeds` (default: just `seed`): the seed drives the noise of
     the oracle the policy sees (`noise_sigma`), so several seeds give confidence intervals.
     `simulate_fn` defaults to easlurm.sim.runner.simulate (injectable for tests).
+    `compare_retype` also runs each policy with jobs of unknown GPU type free to move (`name+retype`).
+    `progress_bar(jobs, n, label)` wraps each run's job stream (n jobs) to show progress.
     """
     from easlurm.model.build import build_oracle
     from easlurm.model.oracle import NoisyOracle
@@ -131,12 +137,14 @@ def replay(
     truth = build_oracle()
     stats = TraceStats()
     mapper = TraceMapper(cluster, truth, options)
-    baseline = RecordedBaseline(_idle_by_type(mapper), mapper.cluster.gpus_by_type())
+    baseline = RecordedBaseline(_idle_by_type(mapper), mapper.cluster.gpus_by_type(), mapper.max_node_gpus)
     calibrator = Calibrator()
     t0 = time.perf_counter()
+    spill = _SpecSpill()  # the mapped jobs, pickled to a temporary file: each policy replays them from there
     for m in map_trace(
         open_trace(trace, fmt, skip_bad=skip_bad, stats=stats, **trace_options), mapper, stats
     ):
+        spill.add(m.spec)
         baseline.add(m)
         measured = m.trace.measured_gpu_energy_j
         if measured is None:
@@ -145,12 +153,17 @@ def replay(
     log.info("trace %s: %d jobs mapped in %.1f s", trace, mapper.stats.mapped, time.perf_counter() - t0)
     checks = calibrator.checks() if calibrate else []
     scales = {c.model: c.power_scale for c in checks}
+    truth_c = CalibratedOracle(truth, scales)
+    # the recorded placements' power under the oracle the simulated runs use (calibrated, TDP-capped)
+    power_model = TraceMapper(cluster, truth_c, options)
     result = ReplayResult(
         trace=trace,
         trace_stats=stats,
         mapping=mapper.stats,
         calibration=checks,
-        baseline=baseline.result(scales),
+        baseline=baseline.result(
+            power_of=lambda key: power_model.step(*key)[1], power_budget_w=power_budget_w
+        ),
         power_budget_w=power_budget_w,
         seed=seed,
     )
@@ -161,16 +174,29 @@ def replay(
 
         simulate_fn = simulate
     sim_fn: SimulateFn = simulate_fn
-    truth_c = CalibratedOracle(truth, scales)
-    for name in policies:
+    variants = [("", options)]
+    if compare_retype:
+        variants.append(("+retype", replace(options, allow_retype=True)))
+    for name, (suffix, run_options) in ((n, v) for n in policies for v in variants):
         for run_seed in seeds if seeds is not None else [seed]:
             seen: Any = truth_c
             if noise_sigma > 0:
                 noisy = NoisyOracle(sigma=noise_sigma, seed=run_seed, catalogue=truth.catalogue)
                 seen = CalibratedOracle(noisy, scales)
-            run_mapper = TraceMapper(cluster, truth, options)
+            run_mapper = TraceMapper(cluster, truth, run_options)
             run_mapper._step = mapper._step  # same placements, same answers: share the cache
-            jobs = _specs(map_trace(open_trace(trace, fmt, skip_bad=skip_bad, **trace_options), run_mapper))
+            waits = _WaitCount()
+            jobs: Iterator[Any]
+            if run_options == options:
+                jobs, n_jobs = spill.specs(), mapper.stats.mapped
+            else:
+                # other mapping options: read the trace again; the first pass counted and reported
+                # malformed records, so this one skips them quietly
+                run_stats = TraceStats(quiet=True)
+                source = open_trace(trace, fmt, skip_bad=skip_bad, stats=run_stats, **trace_options)
+                jobs, n_jobs = _specs(map_trace(source, run_mapper, run_stats)), mapper.stats.mapped
+            if progress_bar is not None:
+                jobs = progress_bar(jobs, n_jobs, f"{name}{suffix} (seed {run_seed})")
             t1 = time.perf_counter()
             sim = sim_fn(
                 cluster,
@@ -183,20 +209,77 @@ def replay(
             )
             wall = time.perf_counter() - t1
             run = sim.to_dict() if hasattr(sim, "to_dict") else dict(sim)
+            waits.add_rows(run.get("jobs"))
             run.pop("jobs", None)  # per-job rows stay out of the report records (100k jobs)
             run.pop("spec", None)
             run.setdefault("metrics", {})["replay_wall_s"] = wall
-            run["metrics"]["jobs_per_s"] = run_mapper.stats.mapped / wall if wall > 0 else None
-            result.runs.append((name, run_seed, run))
-            log.info("policy %s seed %d: %d jobs in %.1f s", name, run_seed, run_mapper.stats.mapped, wall)
+            run["metrics"]["jobs_per_s"] = n_jobs / wall if wall > 0 else None
+            run["metrics"].update(waits.metrics())
+            result.runs.append((name + suffix, run_seed, run))
+            log.info("policy %s seed %d: %d jobs in %.1f s", name, run_seed, n_jobs, wall)
             if on_progress:
-                on_progress(f"{name} (seed {run_seed}): {run_mapper.stats.mapped} jobs in {wall:.1f} s")
+                on_progress(f"{name} (seed {run_seed}): {n_jobs} jobs in {wall:.1f} s")
+    spill.close()
     return result
+
+
+class _SpecSpill:
+    """Mapped jobs pickled to an anonymous temporary file, in order: a policy pass reads them back
+    (bounded memory, and much faster than parsing and mapping the trace again)."""
+
+    def __init__(self) -> None:
+        self._fh = tempfile.TemporaryFile()  # noqa: SIM115 - lives across passes; close() ends it
+        self._pickler = pickle.Pickler(self._fh, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def add(self, spec: Any) -> None:
+        self._pickler.dump(spec)
+        self._pickler.clear_memo()
+
+    def specs(self) -> Iterator[Any]:
+        self._fh.flush()
+        self._fh.seek(0)
+        end = self._fh.seek(0, 2)
+        self._fh.seek(0)
+        unpickler = pickle.Unpickler(self._fh)
+        while self._fh.tell() < end:
+            yield unpickler.load()
 
 
 def _specs(mapped: Iterator[Mapped]) -> Iterator[Any]:
     for m in mapped:
         yield m.spec
+
+
+#: A job that waited longer than this for its start was queued (the scheduler ticks every second).
+QUEUED_AFTER_S = 60.0
+
+
+class _WaitCount:
+    """Queueing of one simulated run, from its per-job rows: did the cluster ever make a job wait?"""
+
+    def __init__(self) -> None:
+        self.queued: int | None = None
+        self.max_wait_s: float | None = None
+
+    def add_rows(self, rows: Any) -> None:
+        if not isinstance(rows, list):
+            return
+        waits = [
+            r["start_s"] - r["submit_s"]
+            for r in rows
+            if isinstance(r, dict) and r.get("start_s") is not None and r.get("submit_s") is not None
+        ]
+        if waits:
+            self.queued = sum(1 for w in waits if w > QUEUED_AFTER_S)
+            self.max_wait_s = max(waits)
+
+    def metrics(self) -> dict[str, float]:
+        if self.queued is None or self.max_wait_s is None:
+            return {}
+        return {"queued_jobs": float(self.queued), "max_wait_s": float(self.max_wait_s)}
 
 
 def _trace_section(result: ReplayResult) -> str:
@@ -221,12 +304,20 @@ def _trace_section(result: ReplayResult) -> str:
     if st.skipped_bad:
         reasons["malformed (skipped)"] = st.skipped_bad
     lines += [f"| {k} | {v} |" for k, v in sorted(reasons.items())] or ["| (none) | 0 |"]
+    if mp.cancelled_pending:
+        lines += [
+            "",
+            f"`never_started` includes {mp.cancelled_pending} jobs cancelled while pending (Start = End or "
+            "unknown, no node assigned): their wait is not a run and is not replayed.",
+        ]
     if mp.gpu_type_relaxed or mp.gpu_type_guessed:
         lines += [
             "",
             f"GPU type relaxed (requested type not in the cluster): {mp.gpu_type_relaxed}; "
-            f"recorded type unknown, cluster default assumed: {mp.gpu_type_guessed}.",
+            f"recorded type unknown, cluster default assumed: {mp.gpu_type_guessed} (kept on that type "
+            "for the comparison unless --allow-retype; --compare-retype shows both).",
         ]
+    lines += _fit_lines(result)
     if st.missing_fields:
         lines += ["", f"Fields absent from the trace (left unknown): {', '.join(sorted(st.missing_fields))}."]
     if st.bad_examples:
@@ -250,6 +341,54 @@ def _trace_section(result: ReplayResult) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _fit_lines(result: ReplayResult) -> list[str]:
+    """Markdown: does the recorded schedule fit the target cluster, and did any policy ever queue a job."""
+    fit = result.baseline.get("fit")
+    if not fit:
+        return []
+    peak, have = fit["peak_gpus"], fit["cluster_gpus"]
+    span_s = result.baseline.get("metrics", {}).get("makespan_s") or 0.0
+    lines = ["", "### Recorded schedule against the target cluster", ""]
+    if not fit["fits"]:
+        by_type = "; ".join(f"{t}: {p} of {c}" for t, (p, c) in fit["over_by_type"].items())
+        share = 100.0 * fit["time_over_s"] / span_s if span_s > 0 else 0.0
+        lines.append(
+            f"**The recorded schedule does not fit the target cluster**: it ran up to {peak} GPUs at once, "
+            f"the cluster has {have} ({max(peak - have, 0)} more"
+            + (f"; by type {by_type}" if by_type else "")
+            + f"), above capacity for {fit['time_over_s'] / 3600:.3g} h ({share:.0f}% of the recorded span). "
+            "The recorded row's energy, idle energy, peak power and time over budget are left blank (the "
+            "cluster could not have run that schedule; its busy energy stands), and the policies must queue "
+            f"what the record ran at once. Replay on a cluster of at least {fit['suggest_gpus']} GPUs "
+            "(--cluster) to compare energy with the record."
+        )
+    else:
+        lines.append(
+            f"The recorded schedule fits the target cluster: at most {peak} of its {have} GPUs busy at once "
+            f"(mean {fit['mean_busy_gpus']:.3g})."
+        )
+    runs = [r for _, _, r in result.runs]
+    queued = [r.get("metrics", {}).get("queued_jobs") for r in runs]
+    if runs and all(q == 0 for q in queued):
+        headroom = 100.0 * (1.0 - peak / have) if have else 0.0
+        peak_w = max((r.get("metrics", {}).get("max_power_w") or 0.0) for r in runs)
+        smaller = max(8, -(-peak // 2 // 8) * 8)
+        lines += [
+            "",
+            f"No policy ever made a job wait more than {QUEUED_AFTER_S:.0f} s: the cluster never queued a job "
+            f"(the record used at most {peak} of {have} GPUs, {headroom:.0f}% headroom at its peak), so the "
+            "policies can differ only in where they place jobs. To see them differ: `--deadline-slack 1.5` "
+            "(jobs get deadlines), "
+            + (
+                f"`--power-budget {0.6 * peak_w:.0f}W` (60% of the highest peak), "
+                if peak_w
+                else "`--power-budget`, "
+            )
+            + f"or a smaller cluster (`--cluster` with about {smaller} GPUs).",
+        ]
+    return lines
+
+
 def write_replay_report(result: ReplayResult, out_dir: str | Path, *, html_too: bool = True) -> Path:
     """report.md (+ html, plots, summary.csv) through the campaign report, plus replay.json and
     results.csv; returns the Markdown path."""
@@ -263,6 +402,21 @@ def write_replay_report(result: ReplayResult, out_dir: str | Path, *, html_too: 
     from easlurm.sim.report import write_report
 
     write_tables(out, [row_of(r) for r in records])
+    if result.mapping.mapped == 0:
+        # nothing replayed: no plots, no tests between identical empty rows, just what was read and why
+        md = out / "report.md"
+        md.write_text(
+            f"# Replay of {Path(result.trace).name}\n\nNo job of the trace was replayed: there is nothing "
+            "to compare (no table, plots or tests). The section below says what was read and why nothing "
+            "was replayable.\n" + _trace_section(result)
+        )
+        if html_too:
+            import html
+
+            (out / "report.html").write_text(
+                f"<!doctype html><html><body><pre>{html.escape(md.read_text())}</pre></body></html>\n"
+            )
+        return md
     files = write_report(
         records,
         out,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -40,6 +41,11 @@ DEFAULT_POLICIES = "pollux,zeus,hades,aurachronos,charon"
 @click.option(
     "--columns", default=None, help="Columns of a sacct -P dump made with --noheader (its --format)."
 )
+@click.option(
+    "--delimiter",
+    default=None,
+    help="Field delimiter of a dump made with sacct --delimiter=STR (default '|'; implies --format sacct).",
+)
 @click.option("--procs-per-gpu", type=int, default=1, show_default=True, help="SWF: processors per GPU.")
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="First seed of the policy-side oracle noise."
@@ -68,6 +74,17 @@ DEFAULT_POLICIES = "pollux,zeus,hades,aurachronos,charon"
     "--free-gpu-type", is_flag=True, help="Let policies place jobs on any GPU type, not the one requested."
 )
 @click.option(
+    "--allow-retype",
+    is_flag=True,
+    help="Let policies move jobs whose GPU type the trace does not say (pinned to the assumed type by default).",
+)
+@click.option(
+    "--compare-retype",
+    is_flag=True,
+    help="Run each policy twice: unknown GPU types pinned, and free to move (rows NAME+retype).",
+)
+@click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: if a tty).")
+@click.option(
     "--no-calibrate", is_flag=True, help="Do not scale the oracle's power to the trace's measured energy."
 )
 @click.option("--max-jobs", type=int, default=None, help="Replay only the first N usable jobs.")
@@ -85,6 +102,7 @@ def replay_cmd(
     fmt: str,
     skip_bad: bool,
     columns: str | None,
+    delimiter: str | None,
     procs_per_gpu: int,
     seed: int,
     n_seeds: int,
@@ -92,6 +110,9 @@ def replay_cmd(
     deadline_slack: float | None,
     malleable: bool,
     free_gpu_type: bool,
+    allow_retype: bool,
+    compare_retype: bool,
+    progress: bool | None,
     no_calibrate: bool,
     max_jobs: int | None,
     no_html: bool,
@@ -122,16 +143,28 @@ def replay_cmd(
     budget = parse_power_w(power_budget, "--power-budget") if power_budget else None
     options = ReplayOptions(
         honor_gpu_type=not free_gpu_type,
+        allow_retype=allow_retype,
         malleable=malleable,
         deadline_slack=deadline_slack,
         max_jobs=max_jobs,
     )
     trace_options: dict[str, Any] = {"procs_per_gpu": procs_per_gpu}
+    if delimiter is not None:
+        if not delimiter:
+            raise ConfigError("--delimiter: empty")
+        trace_options["delimiter"] = delimiter
     if columns:
         trace_options["columns"] = [c.strip() for c in columns.split(",")]
 
-    def progress(line: str) -> None:
+    show = sys.stderr.isatty() if progress is None else progress
+
+    def report_line(line: str) -> None:
         click.echo(f"replay: {line}", err=True)
+
+    def bar(jobs: Iterator[Any], n: int, label: str) -> Iterator[Any]:
+        stderr = click.get_text_stream("stderr")
+        with click.progressbar(jobs, length=n, label=f"replay {label}", file=stderr) as it:
+            yield from it
 
     result = replay(
         trace,
@@ -145,8 +178,10 @@ def replay_cmd(
         noise_sigma=float(cfg.get("sim.noise_sigma")),
         options=options,
         calibrate=not no_calibrate,
-        on_progress=progress if sys.stderr.isatty() else None,
+        on_progress=report_line if show else None,
         trace_options=trace_options,
+        compare_retype=compare_retype and not allow_retype,
+        progress_bar=bar if show else None,
     )
     md = write_replay_report(result, out_dir, html_too=not no_html)
     st = result.trace_stats

@@ -24,7 +24,8 @@ The rule for a job whose trace names no model (documented in docs/replay.md):
    `requeued_attempt` (an earlier try of a requeued job), `exceeds_node` (more GPUs than the
    largest node of the target cluster), `no_feasible_placement`.
 5. A requested GPU type absent from the target cluster is relaxed to the same family (`a100` ->
-   `a100-80gb`), else to any type (counted as `gpu_type_relaxed`).
+   `a100-80gb`), else to any type (counted as `gpu_type_relaxed`). A job whose type the trace does
+   not say stays pinned to the type assumed for it unless `allow_retype`.
 6. Deadline: `submit + deadline_slack * time limit` when the job has a time limit and
    `deadline_slack` is set (off by default). A job with a deadline is urgent (the simulator judges
    the deadlines of urgent jobs), and so is a job whose QOS is one of `urgent_qos`.
@@ -32,6 +33,7 @@ The rule for a job whose trace names no model (documented in docs/replay.md):
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
@@ -82,10 +84,17 @@ def named_model(job: TraceJob, names: Iterable[str]) -> str | None:
             log.info("%s: model %r not in the zoo: using the workload class", job.source, job.model)
     if job.name:
         text = job.name.lower().replace("_", "-")
-        for name in sorted(names, key=len, reverse=True):
-            if re.search(rf"(?<![a-z0-9]){re.escape(name)}(?![a-z0-9])", text):
-                return name
+        found = [m.group(1) for m in _name_pattern(tuple(names)).finditer(text)]
+        if found:
+            return max(found, key=len)  # the most specific name the job's name holds
     return None
+
+
+@functools.lru_cache(maxsize=8)
+def _name_pattern(names: tuple[str, ...]) -> re.Pattern[str]:
+    """One regex for every zoo name as a whole token, longest first (`gpt2-xl` before `gpt2`)."""
+    alts = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+    return re.compile(rf"(?<![a-z0-9])({alts})(?![a-z0-9])")
 
 
 @dataclass(frozen=True)
@@ -93,6 +102,7 @@ class ReplayOptions:
     """How trace jobs become simulator jobs (see the module docstring for the rule)."""
 
     honor_gpu_type: bool = True
+    allow_retype: bool = False  # let policies move a job whose GPU type the trace does not say
     malleable: bool = False
     deadline_slack: float | None = None
     urgent_qos: tuple[str, ...] = ("urgent",)
@@ -111,6 +121,7 @@ class MappingStats:
     named: int = 0
     gpu_type_relaxed: int = 0
     gpu_type_guessed: int = 0
+    cancelled_pending: int = 0  # of the never_started: cancelled before they got nodes
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -120,6 +131,7 @@ class MappingStats:
             "named_model": self.named,
             "gpu_type_relaxed": self.gpu_type_relaxed,
             "gpu_type_guessed": self.gpu_type_guessed,
+            "cancelled_pending": self.cancelled_pending,
         }
 
 
@@ -197,8 +209,15 @@ class TraceMapper:
         return key
 
     def allowed_types(self, job: TraceJob, recorded: str) -> tuple[str, ...] | None:
-        """The cluster types a job may use: its requested type (or family) when honoured, else any."""
-        if not self.options.honor_gpu_type or not job.gpu_type:
+        """The cluster types a job may use: its requested type (or family) when honoured, else any.
+
+        A job whose type the trace does not say stays on the type assumed for it (the cluster's most
+        numerous, or its partition's): moving it to faster GPUs would flatter the policies against
+        the record. `allow_retype` frees it.
+        """
+        if not self.options.honor_gpu_type:
+            return None
+        if not job.gpu_type and self.options.allow_retype:
             return None
         if recorded in self.cluster_types:
             return (recorded,)
@@ -216,7 +235,9 @@ class TraceMapper:
             return "requeued_attempt"
         if job.n_gpus <= 0:
             return "cpu_only"
-        if job.start_s is None:
+        if job.never_started:
+            if job.state == "CANCELLED":
+                self.stats.cancelled_pending += 1
             return "never_started"
         if job.end_s is None or job.recorded_runtime_s is None:
             return "unfinished"

@@ -57,14 +57,18 @@ def open_trace(
 ) -> Iterable[TraceJob]:
     """A re-iterable-per-call reader of `path` (streaming: each iteration reads the file again).
 
-    `options`: `columns` for header-less sacct dumps, `procs_per_gpu` for SWF.
+    `options`: `columns` for header-less sacct dumps, `delimiter` for dumps made with
+    `sacct --delimiter=` (implies sacct), `procs_per_gpu` for SWF.
     """
     if not Path(path).is_file():
         raise TraceError(f"{path}: trace file not found")
-    kind = detect_format(path) if fmt == "auto" else fmt
+    delimiter = options.get("delimiter")
+    kind = ("sacct" if delimiter else detect_format(path)) if fmt == "auto" else fmt
     stats = stats if stats is not None else TraceStats()
     if kind == "sacct":
-        return SacctTextReader(path, skip_bad=skip_bad, stats=stats, columns=options.get("columns"))
+        return SacctTextReader(
+            path, skip_bad=skip_bad, stats=stats, columns=options.get("columns"), delimiter=delimiter
+        )
     if kind == "sacct-json":
         return SacctJsonReader(path, skip_bad=skip_bad, stats=stats)
     if kind == "swf":
@@ -92,11 +96,12 @@ def in_submit_order(
         if submit < last:
             if stats is not None:
                 stats.reordered += 1
-            log.warning(
-                "%s: submitted %.0f s before a job already replayed; moved to its time",
-                out.source,
-                last - submit,
-            )
+            if stats is None or not stats.quiet:
+                log.warning(
+                    "%s: submitted %.0f s before a job already replayed; moved to its time",
+                    out.source,
+                    last - submit,
+                )
             return replace(out, submit_s=last)
         last = submit
         return out

@@ -48,12 +48,24 @@ class TraceJob:
     array_job_id: str | None = None
     array_task_id: int | None = None
     het_components: int = 1
+    allocated: bool | None = None  # False when the trace says no node was assigned ("None assigned")
     source: str = ""  # "file:line" of the row the job came from, for messages
 
     @property
     def ran(self) -> bool:
         """True when the job started and ended, so its recorded runtime is real."""
         return self.start_s is not None and self.end_s is not None and self.end_s >= self.start_s
+
+    @property
+    def never_started(self) -> bool:
+        """True for a job that got no allocation: pending at dump time, or cancelled while pending.
+
+        sacct prints Start = End (the cancel time) for a job cancelled while pending, with NodeList
+        `None assigned`; replaying it would turn its wait into a zero-length run.
+        """
+        if self.start_s is None or self.allocated is False:
+            return True
+        return self.state == "CANCELLED" and self.end_s is not None and self.end_s <= self.start_s
 
     @property
     def recorded_runtime_s(self) -> float | None:
@@ -80,6 +92,7 @@ class TraceStats:
     reordered: int = 0
 
     max_examples: int = 20
+    quiet: bool = False  # a later pass over the same file: count, but do not warn again
 
     def bad(self, message: str, skip_bad: bool) -> None:
         """Record a malformed row: raise unless skipping, then count it and keep the first messages."""
@@ -88,7 +101,8 @@ class TraceStats:
         self.skipped_bad += 1
         if len(self.bad_examples) < self.max_examples:
             self.bad_examples.append(message)
-        log.warning("skipped: %s", message)
+        if not self.quiet:
+            log.warning("skipped: %s", message)
 
     def exclude(self, reason: str, n: int = 1) -> None:
         """Count a well-formed job that the replay cannot use (CPU-only, never started, ...)."""

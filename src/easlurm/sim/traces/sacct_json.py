@@ -171,6 +171,7 @@ class SacctJsonReader:
         nodes = _num(job.get("allocation_nodes", _MISSING))
         partition = _text(job.get("partition", _MISSING))
         killer = _text(job.get("kill_request_user", _MISSING))
+        nodelist = _text(job.get("nodes", _MISSING))
         base = TraceJob(
             job_id=str(int(job_id)),
             submit_s=submit_s,
@@ -193,6 +194,7 @@ class SacctJsonReader:
             total_steps=energy.steps if energy else None,
             measured_energy_j=energy.energy_j if energy else None,
             measured_gpu_energy_j=energy.gpu_energy_j if energy else None,
+            allocated=None if nodelist is None else nodelist.lower() not in {"none assigned", ""},
             source=where,
         )
         array_job = _num(_dig(job, "array.job_id"))

@@ -2,8 +2,9 @@
 
 Handled: header names matched case-insensitively (100+ columns fine), `--noheader` dumps with the
 columns given, trailing `|` of `-p`, repeated headers of concatenated dumps, multi-line fields (sacct
-does not escape newlines: a short line is joined with the next ones), a `|` inside SubmitLine (extra
-fields folded back into the free-text column), step rows (`123.batch`, `123.0`, `123.extern`) folded
+does not escape newlines: a short line is joined with the next ones), the delimiter (`|` or
+`--delimiter`) inside free text (JobName, Constraints, SubmitLine...: the row is placed by the
+shapes of the other columns, or refused), step rows (`123.batch`, `123.0`, `123.extern`) folded
 into their job, arrays (`123_4`; pending ranges `123_[1-9%2]` expanded, one job per task),
 heterogeneous components (`123+0`, `123+1`) merged into one job, `CANCELLED by N`, `Unknown`/`None`
 times, `D-HH:MM:SS` elapsed, TRES strings, and easlurm energy records in AdminComment.
@@ -21,6 +22,7 @@ from pathlib import Path
 from easlurm.errors import TraceError
 from easlurm.sim.traces.energy_hook import decode_energy
 from easlurm.sim.traces.record import TraceJob, TraceStats
+from easlurm.sim.traces.sacct_fields import FREE_TEXT, Misplaced, place_fields
 from easlurm.sim.traces.slurmtime import parse_elapsed_s, parse_timelimit_s, parse_timestamp_s
 from easlurm.sim.traces.source import open_text
 from easlurm.sim.traces.tres import gpus_from_gres, gpus_from_tres, parse_tres
@@ -30,24 +32,55 @@ log = logging.getLogger(__name__)
 JOBID = re.compile(
     r"^(?P<base>\d+)(?:_(?P<task>\d+|\[[^\]]*\]))?(?:\+(?P<het>\d+))?(?:\.(?P<step>[A-Za-z0-9_+-]+))?$"
 )
-#: Columns whose text is free (may hold `|` or newlines), in the order a stray `|` is given back to.
-FREE_TEXT = ("submitline", "comment", "admincomment", "systemcomment", "jobname", "workdir", "constraints")
+#: Columns the reader reads: a row is refused when a shaped one of them could be placed two ways.
+USED = frozenset(
+    {
+        "jobid",
+        "jobidraw",
+        "submit",
+        "start",
+        "end",
+        "elapsed",
+        "elapsedraw",
+        "timelimit",
+        "timelimitraw",
+        "alloctres",
+        "reqtres",
+        "allocgres",
+        "reqgres",
+        "trespernode",
+        "tresperjob",
+        "state",
+        "exitcode",
+        "admincomment",
+        "partition",
+        "user",
+        "uid",
+        "nnodes",
+        "ncpus",
+        "alloccpus",
+        "jobname",
+        "qos",
+        "nodelist",
+    }
+)
 #: Continuation lines accepted for one record before it is declared malformed.
 MAX_CONTINUATION = 200
 
 
 def _records(
     lines: Iterator[str],
-    ncols: int,
-    free_idx: int | None,
+    cols: list[str],
+    delimiter: str,
     job_i: int,
     last_free: bool,
     where: str,
     stats: TraceStats,
     skip_bad: bool,
+    names: dict[str, str],
     lineno: int = 0,
 ) -> Iterator[tuple[int, list[str]]]:
-    """(first line number, fields) per logical record, joining split lines and folding stray `|`.
+    """(first line number, fields) per logical record, joining split lines and placing stray delimiters.
 
     A physical line starts a record when it has all the columns, or when the record before it is
     complete and its JobID field is a job id (or the header's name); otherwise it continues the record before it (a newline inside a
@@ -56,6 +89,7 @@ def _records(
     `lineno` is the number of lines already consumed (the header).
     """
     jobcol_names = {"jobid", "jobidraw"}
+    ncols = len(cols)
     first = 0
     buf: list[str] | None = None
     continued = 0
@@ -67,13 +101,18 @@ def _records(
         return JOBID.match(value) is not None or value.lower() in jobcol_names
 
     def finish(at: int, fields: list[str]) -> Iterator[tuple[int, list[str]]]:
-        if len(fields) > ncols and free_idx is not None:
-            extra = len(fields) - ncols
-            fields = [
-                *fields[:free_idx],
-                "|".join(fields[free_idx : free_idx + extra + 1]),
-                *fields[free_idx + extra + 1 :],
-            ]
+        if len(fields) > ncols:
+            placed = place_fields(fields, cols, delimiter, USED)
+            if isinstance(placed, Misplaced):
+                stats.rows += 1
+                what = "could be placed two ways" if placed.ambiguous else f"cannot be {placed.value!r}"
+                stats.bad(
+                    f"{where}:{at}: {len(fields) - ncols} extra {delimiter!r} in the row and no placement "
+                    f"fits the columns (field {names.get(placed.column, placed.column)} {what})",
+                    skip_bad,
+                )
+                return
+            fields = placed
         if len(fields) != ncols:
             stats.rows += 1
             stats.bad(f"{where}:{at}: has {len(fields)} fields, header has {ncols}", skip_bad)
@@ -83,7 +122,7 @@ def _records(
     for raw in lines:
         lineno += 1
         text = raw.rstrip("\r\n")
-        fields = text.split("|")
+        fields = text.split(delimiter)
         if buf is None:
             if text.strip():
                 first, buf, continued = lineno, fields, 0
@@ -130,7 +169,11 @@ class SacctTextReader:
         skip_bad: bool = False,
         stats: TraceStats | None = None,
         columns: Sequence[str] | None = None,
+        delimiter: str | None = None,
     ) -> None:
+        if delimiter == "":
+            raise TraceError("--delimiter: empty")
+        self.delimiter = delimiter or "|"
         self.path = str(path)
         self.skip_bad = skip_bad
         self.stats = stats if stats is not None else TraceStats()
@@ -154,7 +197,7 @@ class SacctTextReader:
                     break
             else:
                 raise TraceError(f"{self.path}: empty trace")
-            cols = [c.strip().lower() for c in header_text.split("|")]
+            cols = [c.strip().lower() for c in header_text.split(self.delimiter)]
         else:
             cols = list(self.columns)
             first = None
@@ -165,7 +208,8 @@ class SacctTextReader:
                 header_line += 1  # blank lines before the first record still count for line numbers
             if first is None:
                 raise TraceError(f"{self.path}: empty trace")
-            if first.rstrip("\r\n").endswith("|") and len(first.split("|")) == len(cols) + 1:
+            d = self.delimiter
+            if first.rstrip("\r\n").endswith(d) and len(first.split(d)) == len(cols) + 1:
                 cols.append("")  # `sacct -p --noheader`: the trailing '|' of every line
             lines = itertools.chain([first], lines)
         if cols and cols[-1] == "":
@@ -175,7 +219,7 @@ class SacctTextReader:
             trailing = False
         idx = {name: i for i, name in reversed(list(enumerate(cols)))}
         if self.columns is None:
-            self._names = {c.strip().lower(): c.strip() for c in header_text.split("|")}
+            self._names = {c.strip().lower(): c.strip() for c in header_text.split(self.delimiter)}
         else:
             self._names = {c.lower(): c for c in self._given}
         jobcol = "jobid" if "jobid" in idx else "jobidraw" if "jobidraw" in idx else None
@@ -187,14 +231,21 @@ class SacctTextReader:
             )
         missing = {"start", "end", "alloctres", "reqtres", "user", "partition", "state", "timelimit"}
         self.stats.missing_fields.update(m for m in missing if m not in idx)
-        free_idx = next((idx[c] for c in FREE_TEXT if c in idx), None)
-        ncols = len(cols) + (1 if trailing else 0)
         group: list[TraceJob] = []
         group_key: str | None = None
         job_i = idx[jobcol]
         last_free = cols[-1] in FREE_TEXT
         records = _records(
-            lines, ncols, free_idx, job_i, last_free, self.path, self.stats, self.skip_bad, header_line
+            lines,
+            [*cols, ""] if trailing else cols,
+            self.delimiter,
+            job_i,
+            last_free,
+            self.path,
+            self.stats,
+            self.skip_bad,
+            self._names,
+            header_line,
         )
         for lineno, fields in records:
             self.stats.rows += 1
@@ -290,6 +341,11 @@ class SacctTextReader:
         ncpus = field("ncpus", lambda v: int(v) if v else None) if "ncpus" in row else None
         if ncpus is None and "alloccpus" in row:
             ncpus = field("alloccpus", lambda v: int(v) if v else None)
+        allocated = None
+        if "nodelist" in row:
+            allocated = (get("nodelist") or "").lower() not in {"none assigned", "(null)"}
+        elif "alloctres" in row and not get("alloctres") and state == "CANCELLED":
+            allocated = False
         base = TraceJob(
             job_id=m.group("base"),
             submit_s=submit_s,
@@ -312,6 +368,7 @@ class SacctTextReader:
             total_steps=energy.steps if energy else None,
             measured_energy_j=energy.energy_j if energy else None,
             measured_gpu_energy_j=energy.gpu_energy_j if energy else None,
+            allocated=allocated,
             source=where,
         )
         task = m.group("task")
@@ -353,6 +410,7 @@ def _merge_het(components: list[TraceJob]) -> list[TraceJob]:
             measured_energy_j=_sum_known([c.measured_energy_j for c in components]),
             measured_gpu_energy_j=_sum_known([c.measured_gpu_energy_j for c in components]),
             het_components=len(components),
+            allocated=False if any(c.allocated is False for c in components) else first.allocated,
         )
     ]
 
