@@ -185,9 +185,10 @@ def test_calibration_recovers_the_measured_scale(tmp_path: Path) -> None:
     assert res.baseline["metrics"]["measured_jobs"] == 4
     assert "jobs" not in res.run("zeus")  # per-job rows stay out of report records
     uncal = replay(p, ClusterSpec.default(), [], simulate_fn=fake, calibrate=False)
-    assert res.baseline["metrics"]["busy_energy_kwh"] == pytest.approx(
-        1.3 * uncal.baseline["metrics"]["busy_energy_kwh"], rel=1e-6
-    )
+    # the measured scale raises the recorded power, up to each GPU's TDP (the cap binds for jobs near it)
+    cal_kwh = res.baseline["metrics"]["busy_energy_kwh"]
+    uncal_kwh = uncal.baseline["metrics"]["busy_energy_kwh"]
+    assert 1.05 * uncal_kwh < cal_kwh <= 1.3 * uncal_kwh * (1 + 1e-9)
 
 
 def test_replay_streams_jobs_in_submit_order_to_every_policy() -> None:
