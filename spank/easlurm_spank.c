@@ -1,7 +1,7 @@
 /*
  * easlurm SPANK plugin: `--energy-profile[=SPEC]` starts one easlurm node agent per job step on each
  * node and stops it when the step's tasks have ended. This file only parses, forks/execs, waits with
- * timeouts and logs; all logic (sensors, records, publication) is in Python (easlurm.energy.agent).
+ * timeouts and logs; all logic (sensors, records, publication) is in Python (easlurm.accounting.agent).
  *
  * It also hands the scheduler daemon's choice for a job (batch size, GPU count, ...) to the job's tasks:
  * `<spool>/sched/job-<id>.env`, written by `easlurm schedd`, becomes EASLURM_* environment variables.
@@ -271,7 +271,7 @@ static int agent_start(spank_t sp)
 
 	argv[n++] = conf.agent;
 	argv[n++] = "-m";
-	argv[n++] = "easlurm.energy.agent";
+	argv[n++] = "easlurm.accounting.agent";
 	argv[n++] = "--job";
 	argv[n++] = a_job;
 	argv[n++] = "--step";

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from easlurm.energy.step_record import DeviceRecord, NodeRecord, StepRecord, encode_admin_comment
+from easlurm.accounting.sacct_cli import build_rows, format_cell, sacct_cmd
+from easlurm.accounting.step_record import DeviceRecord, NodeRecord, StepRecord, encode_admin_comment
 from easlurm.errors import ConfigError
 from easlurm.slurm.client import SACCT_DELIMITER
-from easlurm.slurm.sacct_cli import build_rows, format_cell, sacct_cmd
 
 DATA = Path(__file__).parent / "data"
 

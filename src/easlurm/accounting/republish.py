@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from easlurm.energy.step_record import StepRecord, decode_admin_comment, encode_admin_comment
+from easlurm.accounting.step_record import StepRecord, decode_admin_comment, encode_admin_comment
 from easlurm.errors import EaslurmError, SlurmError
 from easlurm.slurm.client import SlurmClient
 from easlurm.slurm.states import FINAL_JOB_STATES
@@ -157,11 +157,11 @@ class Republisher:
         lock_timeout_s: float = 10.0,
     ) -> None:
         if read_spool is None:
-            from easlurm.slurm.sacct_cli import spool_records
+            from easlurm.accounting.sacct_cli import spool_records
 
             read_spool = spool_records
         if lock is None:
-            from easlurm.energy.agent import job_lock
+            from easlurm.accounting.agent import job_lock
 
             lock = job_lock
         self.client = client

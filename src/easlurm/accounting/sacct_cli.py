@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from easlurm.energy.step_record import (
+from easlurm.accounting.step_record import (
     DeviceRecord,
     NodeRecord,
     StepRecord,

@@ -1,6 +1,6 @@
 """The per-step node agent that the SPANK plugin starts in slurmstepd: profile, record, gather, publish.
 
-Run as `python -m easlurm.energy.agent --job J --step S ...` by the plugin (root, no shell). It profiles
+Run as `python -m easlurm.accounting.agent --job J --step S ...` by the plugin (root, no shell). It profiles
 the step's devices until its stdin reaches EOF (the plugin writes `stop <unix time>` and shuts the
 socket when the step's last local task ended), writes `node-<id>.json`, and on node 0 waits (bounded)
 for the other nodes' records, writes `step-<step>.json` and republishes the job's AdminComment.
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from easlurm.energy.step_record import (
+from easlurm.accounting.step_record import (
     DeviceRecord,
     NodeRecord,
     StepRecord,
