@@ -97,7 +97,7 @@ def overhead(root: Path, n: int, interval_s: float, repeats: int) -> None:
 
 
 #: CPU per call measured on an H100 (driver 580): the energy counter is the costly call.
-H100_COST_MS = __import__("os").environ.get("BENCH_COST", "energy=4,field=0.2,power=0.2")
+H100_COST_MS = os.environ.get("EASLURM_BENCH_NVML_COST_MS", "energy=4,field=0.2,power=0.2")
 
 
 def nvml_cost(root: Path, seconds: float) -> None:
