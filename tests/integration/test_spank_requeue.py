@@ -133,3 +133,33 @@ def test_stale_spool_directory_of_an_earlier_job_is_moved_aside(slurm_box: Any, 
     assert rows[f"{job}.0"]["gpu_energy_j"] is not None and rows[f"{job}.0"]["gpu_energy_j"] > 0, rows
     assert list(spool.glob(f"{job}.stale-*")), "the old directory is kept for the admin"
     assert "easlurm" not in out.read_text(), out.read_text()
+
+
+@pytest.mark.parametrize("how", ["scancel", "time-limit"])
+def test_cancelled_and_timed_out_jobs_keep_their_records(slurm_box: Any, tmp_path: Path, how: str) -> None:
+    """A job cancelled while running, and one killed at its time limit: the steps' records are in the
+    spool (sacct reads them), flagged with how they ended, and nothing reaches the job's output."""
+    tmp_path.chmod(0o755)
+    out = tmp_path / "out"
+    with plugin_with_fake_sensors(slurm_box) as spool:
+        limit = ["--time=0:10"] if how == "time-limit" else []
+        job = slurm_box.sbatch(
+            "-p", "a100", "-N1", "--gres=gpu:a100:1", *limit, "--energy-profile=gpu", "-o", str(out),
+            "--wrap", "srun sleep 300",
+        )  # fmt: skip
+        wait_state(slurm_box, job, "RUNNING")
+        if how == "scancel":
+            time.sleep(4)
+            slurm_box.run(["scancel", job])
+        assert slurm_box.wait_job(job, timeout_s=150) in ("CANCELLED", "TIMEOUT")
+    deadline = time.monotonic() + 60
+    while True:
+        rows = {r["job_id"]: r for r in sacct_doc(slurm_box, "-j", job, "--spool", str(spool))["rows"]}
+        if rows.get(f"{job}.0", {}).get("energy_record") or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    step0 = rows[f"{job}.0"]
+    assert step0["gpu_energy_j"] is not None and step0["gpu_energy_j"] > 0, rows
+    assert "ended:" in step0["energy_flags"], step0
+    assert rows[job]["total_energy_j"] is not None
+    assert "easlurm" not in out.read_text(), out.read_text()
