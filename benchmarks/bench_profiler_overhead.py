@@ -6,7 +6,7 @@ workload runs in the profiled process itself (the worst case: the samplers compe
 Unprofiled and profiled runs are interleaved and the median ratio is reported, because the machine is
 shared.
 
-    python benchmarks/bench_profiler_overhead.py [--repeats 24] [--work-s 0.25]
+    python benchmarks/bench_profiler_overhead.py [--repeats 24] [--work-s 0.25] [--cost-s 5]
 """
 
 from __future__ import annotations
@@ -96,6 +96,46 @@ def overhead(root: Path, n: int, interval_s: float, repeats: int) -> None:
     )
 
 
+#: CPU per call measured on an H100 (driver 580): the energy counter is the costly call.
+H100_COST_MS = os.environ.get("EASLURM_BENCH_NVML_COST_MS", "energy=4,field=0.2,power=0.2")
+
+
+def nvml_cost(root: Path, seconds: float) -> None:
+    """Sampler CPU per GPU with the fake NVML burning an H100's CPU per call, GPUs only: before (the
+    energy counter read at every sample) and after (counter at start, stop and every 30 s; samples
+    from the power field). Energy totals come from the counter in both."""
+    import easlurm.energy.nvml as nvml_mod
+
+    os.environ["EASLURM_FAKE_NVML_COST_MS"] = H100_COST_MS
+    ngpu = int(os.environ["EASLURM_FAKE_NVML_COUNT"])
+    print(
+        f"sampler CPU per GPU, fake NVML with H100 call costs ({H100_COST_MS} ms), {ngpu} GPUs, {seconds:.0f} s:"
+    )
+    try:
+        for hz in (10, 100):
+            shares = {}
+            for label, period in (("before", 0.0), ("after", nvml_mod.COUNTER_PERIOD_S)):
+                nvml_mod.COUNTER_PERIOD_S = period
+                prof = EnergyProfiler(
+                    devices="gpu",
+                    interval_s=1.0 / hz,
+                    powercap_root=root,
+                    nvml_module=FAKE_NVML,
+                    sample_log=False,
+                )
+                with prof:
+                    time.sleep(seconds)
+                assert prof.result is not None
+                shares[label] = 100 * (prof.result.sampler_cpu_s or 0.0) / prof.result.duration_s / ngpu
+            nvml_mod.COUNTER_PERIOD_S = 30.0
+            print(
+                f"  {hz:4d} Hz: before {shares['before']:6.3f}% of a core per GPU, after {shares['after']:6.3f}%"
+                f" ({shares['before'] / max(shares['after'], 1e-9):.1f}x less)"
+            )
+    finally:
+        del os.environ["EASLURM_FAKE_NVML_COST_MS"]
+
+
 def max_rate(root: Path) -> None:
     """Highest rate every sensor sustains (>= 90% of the target samples) for 1 s."""
     best = None
@@ -119,6 +159,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=24)
     ap.add_argument("--work-s", type=float, default=0.25)
+    ap.add_argument("--cost-s", type=float, default=5.0, help="seconds per run of the NVML call-cost section")
     args = ap.parse_args()
     os.environ.setdefault("EASLURM_FAKE_NVML_COUNT", "4")
     with tempfile.TemporaryDirectory() as tmp:
@@ -132,6 +173,7 @@ def main() -> None:
             for interval_s in (0.1, 0.01):
                 overhead(fp.root, n, interval_s, args.repeats)
             max_rate(fp.root)
+            nvml_cost(fp.root, args.cost_s)
         finally:
             fp.close()
 

@@ -16,7 +16,7 @@ import statistics
 import subprocess
 import time
 
-from easlurm.energy.step_record import parse_spec
+from easlurm.accounting.step_record import parse_spec
 from easlurm.model.oracle import Oracle
 from easlurm.priority.apply import PlanContext, plan
 from easlurm.priority.daemon import queue_order

@@ -1,7 +1,7 @@
 /*
  * easlurm SPANK plugin: `--energy-profile[=SPEC]` starts one easlurm node agent per job step on each
  * node and stops it when the step's tasks have ended. This file only parses, forks/execs, waits with
- * timeouts and logs; all logic (sensors, records, publication) is in Python (easlurm.energy.agent).
+ * timeouts and logs; all logic (sensors, records, publication) is in Python (easlurm.accounting.agent).
  *
  * It also hands the scheduler daemon's choice for a job (batch size, GPU count, ...) to the job's tasks:
  * `<spool>/sched/job-<id>.env`, written by `easlurm schedd`, becomes EASLURM_* environment variables.
@@ -35,6 +35,18 @@
 #include "spec.h"
 
 SPANK_PLUGIN(easlurm, 1);
+
+/* An easlurm problem the plugin handles (the job runs on, unprofiled or partly profiled). In slurmstepd
+ * slurm_error() also lands in the user's job output, so there it goes to the slurmd log only
+ * (slurm_info, tagged "error:"); the agent keeps its own copy in the spool log. Only an invalid SPEC at
+ * submission is a user-visible error. */
+#define site_error(fmt, ...)                                                                               \
+	do {                                                                                                   \
+		if (spank_context() == S_CTX_REMOTE)                                                               \
+			slurm_info("error: " fmt, ##__VA_ARGS__);                                                      \
+		else                                                                                               \
+			slurm_error(fmt, ##__VA_ARGS__);                                                               \
+	} while (0)
 
 #define PATH_LEN 1024
 #define MAX_ENV 16
@@ -82,7 +94,7 @@ static int opt_cb(int val, const char *optarg, int remote)
 			return -1;
 		}
 		/* Reached only when the submission-side check was bypassed: never fail the job. */
-		slurm_error("easlurm: not profiling, invalid --energy-profile: %s", err);
+		site_error("easlurm: not profiling, invalid --energy-profile: %s", err);
 		return 0;
 	}
 	opt_valid = 1;
@@ -101,7 +113,7 @@ static int copy_arg(char *dst, size_t len, const char *value, const char *key)
 {
 	int n = snprintf(dst, len, "%s", value);
 	if (n < 0 || (size_t) n >= len) {
-		slurm_error("easlurm: plugstack argument %s= too long, ignored", key);
+		site_error("easlurm: plugstack argument %s= too long, ignored", key);
 		dst[0] = '\0';
 		return -1;
 	}
@@ -135,7 +147,7 @@ static void parse_args(int ac, char **av, int verbose)
 			long v = strtol(a + 11, &end, 10);
 			if (errno || end == a + 11 || *end != '\0' || v < 100 || v > 60000) {
 				if (verbose)
-					slurm_error("easlurm: timeout_ms must be 100..60000, keeping %ld",
+					site_error("easlurm: timeout_ms must be 100..60000, keeping %ld",
 						    conf.timeout_ms);
 			} else {
 				conf.timeout_ms = v;
@@ -144,16 +156,16 @@ static void parse_args(int ac, char **av, int verbose)
 			const char *kv = a + 4, *eq = strchr(kv, '=');
 			if (!eq || !env_name_ok(kv, eq) || conf.nenv >= MAX_ENV) {
 				if (verbose)
-					slurm_error("easlurm: bad or too many env= arguments, ignored: %s", a);
+					site_error("easlurm: bad or too many env= arguments, ignored: %s", a);
 			} else if (copy_arg(conf.env[conf.nenv], ENV_LEN, kv, "env") == 0) {
 				conf.nenv++;
 			}
 		} else if (verbose) {
-			slurm_error("easlurm: unknown plugstack argument '%s' ignored", a);
+			site_error("easlurm: unknown plugstack argument '%s' ignored", a);
 		}
 	}
 	if (verbose && conf.agent[0] != '/')
-		slurm_error("easlurm: agent= should be an absolute path (got '%s')", conf.agent);
+		site_error("easlurm: agent= should be an absolute path (got '%s')", conf.agent);
 }
 
 /* Contexts: all. Registers the option (the only way sbatch/salloc see it) and reads plugstack args. */
@@ -164,7 +176,7 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 		return ESPANK_SUCCESS;
 	parse_args(ac, av, ctx == S_CTX_REMOTE);
 	if (spank_option_register(sp, &energy_opt) != ESPANK_SUCCESS)
-		slurm_error("easlurm: cannot register --energy-profile");
+		site_error("easlurm: cannot register --energy-profile");
 	return ESPANK_SUCCESS;
 }
 
@@ -206,6 +218,23 @@ static void step_nodelist(spank_t sp, int batch, char *out, size_t len)
 		}
 }
 
+/* The job's run: SLURM_RESTART_COUNT (how often it was requeued), so every run of a requeued job keeps
+ * its own records. Empty when absent or not a number: srun steps inherit it from the batch script, but
+ * the batch step's environment lacks it here; the agent then asks slurmctld (Restarts=). */
+static void step_restart(spank_t sp, char *out, size_t len)
+{
+	char buf[32], *end = NULL;
+	unsigned long v = 0;
+	out[0] = '\0';
+	if (spank_getenv(sp, "SLURM_RESTART_COUNT", buf, (int) sizeof(buf)) != ESPANK_SUCCESS || !buf[0] ||
+	    buf[0] == '-')
+		return;
+	errno = 0;
+	v = strtoul(buf, &end, 10);
+	if (!errno && end && !*end && v <= 1000000UL)
+		snprintf(out, len, "%lu", v);
+}
+
 static void close_from(int lowfd)
 {
 	long maxfd = sysconf(_SC_OPEN_MAX);
@@ -225,7 +254,7 @@ static int agent_start(spank_t sp)
 	gid_t gid = 0;
 	char gpus[GPUS_LEN], nodes[4096];
 	char a_job[16], a_step[16], a_nnodes[16], a_node[16], a_uid[16], a_gid[16], a_pid[16], a_tmo[16];
-	char a_t0[32], execfail[PATH_LEN + 64], a_spec[EAS_SPEC_MAX + 8];
+	char a_restart[16], a_t0[32], execfail[PATH_LEN + 64], a_spec[EAS_SPEC_MAX + 8];
 	const char *argv[40];
 	char *envp[MAX_ENV + 8];
 	char env_conf[PATH_LEN + 16];
@@ -238,7 +267,7 @@ static int agent_start(spank_t sp)
 	    spank_get_item(sp, S_JOB_NODEID, &nodeid) != ESPANK_SUCCESS ||
 	    spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS ||
 	    spank_get_item(sp, S_JOB_GID, &gid) != ESPANK_SUCCESS) {
-		slurm_error("easlurm: cannot read job items, not profiling this step");
+		site_error("easlurm: cannot read job items, not profiling this step");
 		return -1;
 	}
 	if (step == SLURM_EXTERN_CONT || step == SLURM_INTERACTIVE_STEP || step == SLURM_PENDING_STEP)
@@ -248,13 +277,14 @@ static int agent_start(spank_t sp)
 	else
 		snprintf(step_label, sizeof(step_label), "%u.%u", job, step);
 	if (access(conf.agent, X_OK) != 0) {
-		slurm_error("easlurm: step %s not profiled: agent %s not executable (%s)", step_label, conf.agent,
+		site_error("easlurm: step %s not profiled: agent %s not executable (%s)", step_label, conf.agent,
 			    strerror(errno));
 		return -1;
 	}
 	step_gpus(sp, step == SLURM_BATCH_SCRIPT, gpus, sizeof(gpus));
 	step_nodelist(sp, step == SLURM_BATCH_SCRIPT, nodes, sizeof(nodes));
 	snprintf(a_job, sizeof(a_job), "%u", job);
+	step_restart(sp, a_restart, sizeof(a_restart));
 	if (step == SLURM_BATCH_SCRIPT)
 		snprintf(a_step, sizeof(a_step), "batch");
 	else
@@ -271,11 +301,15 @@ static int agent_start(spank_t sp)
 
 	argv[n++] = conf.agent;
 	argv[n++] = "-m";
-	argv[n++] = "easlurm.energy.agent";
+	argv[n++] = "easlurm.accounting.agent";
 	argv[n++] = "--job";
 	argv[n++] = a_job;
 	argv[n++] = "--step";
 	argv[n++] = a_step;
+	if (a_restart[0]) {
+		argv[n++] = "--restart";
+		argv[n++] = a_restart;
+	}
 	argv[n++] = "--nnodes";
 	argv[n++] = a_nnodes;
 	argv[n++] = "--node-id";
@@ -321,12 +355,12 @@ static int agent_start(spank_t sp)
 
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in_sv) < 0 || pipe2(err_p, O_CLOEXEC) < 0 ||
 	    pipe2(pid_p, O_CLOEXEC) < 0) {
-		slurm_error("easlurm: step %s not profiled: pipe: %s", step_label, strerror(errno));
+		site_error("easlurm: step %s not profiled: pipe: %s", step_label, strerror(errno));
 		goto fail;
 	}
 	pid_t child = fork();
 	if (child < 0) {
-		slurm_error("easlurm: step %s not profiled: fork: %s", step_label, strerror(errno));
+		site_error("easlurm: step %s not profiled: fork: %s", step_label, strerror(errno));
 		goto fail;
 	}
 	if (child == 0) {
@@ -367,7 +401,7 @@ static int agent_start(spank_t sp)
 	while (waitpid(child, NULL, 0) < 0 && errno == EINTR)
 		;
 	if (grandchild <= 0) {
-		slurm_error("easlurm: step %s not profiled: agent fork failed", step_label);
+		site_error("easlurm: step %s not profiled: agent fork failed", step_label);
 		goto fail;
 	}
 	agent_pgid = child; /* setsid() in the child: its pid is the agent's process group */
@@ -397,7 +431,7 @@ static void log_tail(char *buf, size_t len)
 			char c = *p;
 			*p = '\0';
 			if (*line)
-				slurm_error("easlurm: step %s agent: %s", step_label, line);
+				site_error("easlurm: step %s agent: %s", step_label, line);
 			if (c == '\0')
 				break;
 			line = p + 1;
@@ -513,11 +547,11 @@ static void sched_env(spank_t sp, uint32_t job)
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (dfd < 0) {
 		if (errno != ENOENT)
-			slurm_error("easlurm: job %u: scheduler settings ignored: %s: %s", job, dir, strerror(errno));
+			site_error("easlurm: job %u: scheduler settings ignored: %s: %s", job, dir, strerror(errno));
 		return;
 	}
 	if (fstat(dfd, &st) < 0 || !root_only(&st)) {
-		slurm_error("easlurm: job %u: scheduler settings ignored: %s not root-owned or writable by others",
+		site_error("easlurm: job %u: scheduler settings ignored: %s not root-owned or writable by others",
 			    job, dir);
 		close(dfd);
 		return;
@@ -528,13 +562,13 @@ static void sched_env(spank_t sp, uint32_t job)
 	close(dfd);
 	if (fd < 0) {
 		if (open_errno != ENOENT)
-			slurm_error("easlurm: job %u: scheduler settings ignored: %s/%s: %s", job, dir, name,
+			site_error("easlurm: job %u: scheduler settings ignored: %s/%s: %s", job, dir, name,
 				    strerror(open_errno));
 		return;
 	}
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 || !root_only(&st) ||
 	    st.st_size > EAS_ENV_FILE_MAX) {
-		slurm_error("easlurm: job %u: scheduler settings ignored: %s/%s is not a regular root-owned file "
+		site_error("easlurm: job %u: scheduler settings ignored: %s/%s is not a regular root-owned file "
 			    "of at most %d bytes, unwritable by others",
 			    job, dir, name, EAS_ENV_FILE_MAX);
 		close(fd);
@@ -545,7 +579,7 @@ static void sched_env(spank_t sp, uint32_t job)
 		if (got < 0 && errno == EINTR)
 			continue;
 		if (got < 0) {
-			slurm_error("easlurm: job %u: scheduler settings ignored: read: %s", job, strerror(errno));
+			site_error("easlurm: job %u: scheduler settings ignored: read: %s", job, strerror(errno));
 			close(fd);
 			return;
 		}
@@ -555,7 +589,7 @@ static void sched_env(spank_t sp, uint32_t job)
 	}
 	close(fd);
 	if (len > EAS_ENV_FILE_MAX) {
-		slurm_error("easlurm: job %u: scheduler settings ignored: %s/%s over %d bytes", job, dir, name,
+		site_error("easlurm: job %u: scheduler settings ignored: %s/%s over %d bytes", job, dir, name,
 			    EAS_ENV_FILE_MAX);
 		return;
 	}
@@ -563,9 +597,9 @@ static void sched_env(spank_t sp, uint32_t job)
 	int rejected = 0;
 	eas_env_parse(buf, len, env_apply_one, &a, &rejected);
 	if (rejected)
-		slurm_error("easlurm: job %u: %d malformed line(s) in %s/%s ignored", job, rejected, dir, name);
+		site_error("easlurm: job %u: %d malformed line(s) in %s/%s ignored", job, rejected, dir, name);
 	if (a.failed)
-		slurm_error("easlurm: job %u: %d scheduler setting(s) could not be set", job, a.failed);
+		site_error("easlurm: job %u: %d scheduler setting(s) could not be set", job, a.failed);
 	if (a.set)
 		slurm_info("easlurm: job %u: %d scheduler setting(s) from %s/%s", job, a.set, dir, name);
 }

@@ -30,11 +30,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "predict": ("easlurm.model.cli:predict_cmd", "Predict step time, power, energy and EDP per placement."),
     "model": ("easlurm.model.cli:model_group", "The analytical oracle: calibrate it, list models and GPUs."),
     "sacct": (
-        "easlurm.slurm.sacct_cli:sacct_cmd",
+        "easlurm.accounting.sacct_cli:sacct_cmd",
         "sacct with per-step GPU/CPU/DRAM energy (--energy-profile jobs).",
     ),
     "accounting": (
-        "easlurm.slurm.republish_cli:accounting_group",
+        "easlurm.accounting.republish_cli:accounting_group",
         "Admin: republish energy records of cancelled and timed-out jobs into sacct.",
     ),
 }

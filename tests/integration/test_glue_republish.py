@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from spank_support import GPU_W, plugin_with_fake_sensors, run_easlurm
 
-from easlurm.energy.step_record import decode_admin_comment, encode_admin_comment
+from easlurm.accounting.step_record import decode_admin_comment, encode_admin_comment
 from easlurm.slurm.client import CliSlurmClient
 
 pytestmark = pytest.mark.slurm

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from easlurm.energy.step_record import parse_spec
+from easlurm.accounting.step_record import parse_spec
 from easlurm.model.oracle import Oracle
 from easlurm.priority import holds
 from easlurm.priority.daemon import Daemon, DaemonConfig, queue_order

@@ -76,7 +76,7 @@ def test_hanging_agent_never_delays_the_step_and_ends_itself(slurm_box: Any, tmp
     step_s = float((tmp_path / "out").read_text().split("step_s=")[1].split()[0])
     assert step_s < 1.0 + 0.5 + 1.5  # sleep + timeout + srun overhead
     assert f"step {job}.0: agent still running after 500 ms; left to finish" in slurmd_log(slurm_box, job)
-    pattern = f"easlurm.energy.agent --job {job} "
+    pattern = f"easlurm.accounting.agent --job {job} "
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         left = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True, check=False)

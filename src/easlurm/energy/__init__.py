@@ -1,4 +1,4 @@
-"""Energy measurement: sensors, sampler threads, integration, run directories, the node agent."""
+"""Energy measurement: sensors, sampler threads, integration, run directories (the node agent is in easlurm.accounting)."""
 
 from easlurm.energy.profiler import EnergyProfiler, profile
 from easlurm.energy.result import DeviceEnergy, DeviceKind, ProfileResult, RegionEnergy

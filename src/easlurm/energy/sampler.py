@@ -134,6 +134,8 @@ class SamplingThread:
             if self._stop.acquire(timeout=max(deadline - now, 0.0)):
                 break
             self._sample_all()
+        for sp in self.samplers:
+            sp.sensor.want_exact()
         self._sample_all()  # the closing reading, taken after stop was asked
         self.cpu_s = time.thread_time() - cpu0
 

@@ -48,6 +48,9 @@ class Sensor(ABC):
     def close(self) -> None:  # noqa: B027
         """Release the device; never raises."""
 
+    def want_exact(self) -> None:  # noqa: B027 - only sensors that estimate between readings act
+        """The next read() closes the measurement: take it from the exact counter, not an estimate."""
+
     def describe(self) -> str:
         return f"{self.source} {self.mode.value}"
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from easlurm.energy.step_record import ProfileSpec, parse_spec
+from easlurm.accounting.step_record import ProfileSpec, parse_spec
 from easlurm.errors import ConfigError, EaslurmError
 from easlurm.priority.holds import foreign_hold
 from easlurm.priority.snapshot import ClusterSnapshot, NodeState, PendingJob, RunningJob
@@ -272,7 +272,7 @@ def oracle_power(oracle: Any) -> Callable[[str, ProfileSpec, str, int, int], flo
 
 def measured_power(jobs: Iterable[SlurmJob]) -> dict[str, float]:
     """Mean power of running profiled jobs' latest published step (AdminComment), where available."""
-    from easlurm.energy.step_record import ADMIN_COMMENT_PREFIX, decode_admin_comment
+    from easlurm.accounting.step_record import ADMIN_COMMENT_PREFIX, decode_admin_comment
 
     out: dict[str, float] = {}
     for job in jobs:

@@ -10,6 +10,9 @@ so a test can compare measured energy with power x duration. Settings are read a
   EASLURM_FAKE_NVML_UNKNOWN_EVERY=5    every 5th reading raises NVML_ERROR_UNKNOWN (transient)
   EASLURM_FAKE_NVML_INIT_ERROR=12      nvmlInit raises that code (12 = LIBRARY_NOT_FOUND)
   EASLURM_FAKE_NVML_MIG=2              each GPU exposes that many MIG instances
+  EASLURM_FAKE_NVML_COST_MS=energy=4,field=0.2,power=0.2
+                                       CPU each call burns in the calling thread (as measured on an H100,
+                                       driver 580: the energy counter is the costly call); default none
   EASLURM_FAKE_NVML_HANG_SHUTDOWN=1    nvmlShutdown never returns (a wedged driver; like ctypes, the GIL
                                        is released while it waits)
 """
@@ -142,6 +145,12 @@ class _State:
         self.no_field = env.get("EASLURM_FAKE_NVML_NO_FIELD", "") not in ("", "0")
         self.unknown_every = int(env.get("EASLURM_FAKE_NVML_UNKNOWN_EVERY", "0"))
         nmig = int(env.get("EASLURM_FAKE_NVML_MIG", "0"))
+        self.cost_s = {
+            k: float(v) / 1000.0
+            for k, _, v in (
+                x.partition("=") for x in env.get("EASLURM_FAKE_NVML_COST_MS", "").split(",") if x
+            )
+        }
         self.gpus = []
         for i in range(count):
             gpu = _Gpu(
@@ -257,8 +266,17 @@ def _check(handle: Any) -> tuple[_State, _Gpu, float]:
     return st, handle, elapsed
 
 
+def _burn(call: str) -> None:
+    """Spend the configured CPU time of one `call` (energy, field, power) in this thread."""
+    cost = _st().cost_s.get(call, 0.0)
+    t0 = time.thread_time()
+    while time.thread_time() - t0 < cost:
+        pass
+
+
 def nvmlDeviceGetTotalEnergyConsumption(handle: _Gpu) -> int:
     """mJ since driver load (an unsigned long long in the real API)."""
+    _burn("energy")
     st, gpu, elapsed = _check(handle)
     if not gpu.energy:
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
@@ -267,6 +285,11 @@ def nvmlDeviceGetTotalEnergyConsumption(handle: _Gpu) -> int:
 
 def nvmlDeviceGetPowerUsage(handle: _Gpu) -> int:
     """mW."""
+    _burn("power")
+    return _power_mw(handle)
+
+
+def _power_mw(handle: _Gpu) -> int:
     _, gpu, _ = _check(handle)
     return round(gpu.power_w * 1000.0)
 
@@ -293,10 +316,11 @@ def nvmlDeviceGetFieldValues(handle: _Gpu, fieldIds: list[int]) -> list[_FieldVa
     st = _st()
     if st.no_field:
         raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
+    _burn("field")
     out = []
     for fid in fieldIds:
         if fid == NVML_FI_DEV_POWER_INSTANT:
-            out.append(_FieldValue(fid, NVML_SUCCESS, nvmlDeviceGetPowerUsage(handle)))
+            out.append(_FieldValue(fid, NVML_SUCCESS, _power_mw(handle)))
         else:
             out.append(_FieldValue(fid, NVML_ERROR_NOT_SUPPORTED, 0))
     return out

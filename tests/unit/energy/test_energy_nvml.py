@@ -136,3 +136,45 @@ def test_bad_gpu_selectors(nvml_env: pytest.MonkeyPatch) -> None:
         pass
     assert prof.result is not None and prof.result.gpu_energy_j is None
     assert prof.result.dram_energy_j is not None
+
+
+def test_counter_is_read_at_start_and_stop_samples_come_from_the_power_field(
+    nvml_env: pytest.MonkeyPatch,
+) -> None:
+    """The energy counter costs ~4 ms of CPU per call on an H100: between start and stop (and the slow
+    cadence) the samples come from the cheap power field, and the total still comes from the counter."""
+    nvml_env.setenv("EASLURM_FAKE_NVML_POWER_W", "250")
+    calls = {"energy": 0, "field": 0}
+    real_energy, real_field = (
+        fake_nvml.nvmlDeviceGetTotalEnergyConsumption,
+        fake_nvml.nvmlDeviceGetFieldValues,
+    )
+
+    def energy(handle: object) -> int:
+        calls["energy"] += 1
+        return real_energy(handle)  # type: ignore[arg-type]
+
+    def field(handle: object, ids: list[int]) -> object:
+        calls["field"] += 1
+        return real_field(handle, ids)  # type: ignore[arg-type]
+
+    nvml_env.setattr(fake_nvml, "nvmlDeviceGetTotalEnergyConsumption", energy)
+    nvml_env.setattr(fake_nvml, "nvmlDeviceGetFieldValues", field)
+    r = _profile(0.5).result
+    assert r is not None and len(r.devices) == 1
+    dev = r.devices[0]
+    assert dev.samples >= 10 and calls["field"] >= dev.samples - 2
+    assert calls["energy"] <= 3  # open, the first sample's anchor at most, and the closing read
+    assert dev.duration_s is not None and dev.energy_j == pytest.approx(250.0 * dev.duration_s, rel=0.01)
+
+
+def test_fake_nvml_burns_the_configured_cpu_per_call(nvml_env: pytest.MonkeyPatch) -> None:
+    nvml_env.setenv("EASLURM_FAKE_NVML_COST_MS", "energy=20")
+    fake_nvml.nvmlInit()
+    try:
+        handle = fake_nvml.nvmlDeviceGetHandleByIndex(0)
+        c0 = time.thread_time()
+        fake_nvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+        assert time.thread_time() - c0 >= 0.02
+    finally:
+        fake_nvml.nvmlShutdown()

@@ -13,7 +13,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from easlurm.energy.step_record import (
+from easlurm.accounting.republish import (
+    Republisher,
+    Status,
+    parse_sacct_json_jobs,
+    run_until_settled,
+    spool_candidates,
+)
+from easlurm.accounting.step_record import (
     DeviceRecord,
     NodeRecord,
     StepRecord,
@@ -22,13 +29,6 @@ from easlurm.energy.step_record import (
 )
 from easlurm.errors import SlurmError
 from easlurm.slurm.client import SlurmClient
-from easlurm.slurm.republish import (
-    Republisher,
-    Status,
-    parse_sacct_json_jobs,
-    run_until_settled,
-    spool_candidates,
-)
 
 T0 = 1_800_000_000.0
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from easlurm.energy.agent import (
+from easlurm.accounting.agent import (
     NodeAgent,
     StepContext,
     expand_hostlist,
@@ -24,8 +24,8 @@ from easlurm.energy.agent import (
     publish_from_spool,
     watch_stop,
 )
+from easlurm.accounting.step_record import StepRecord, decode_admin_comment
 from easlurm.energy.result import DeviceEnergy, ProfileResult
-from easlurm.energy.step_record import StepRecord, decode_admin_comment
 from easlurm.errors import EaslurmError, SlurmError
 
 REPO = Path(__file__).resolve().parents[3]
@@ -286,7 +286,7 @@ def test_agent_process_end_to_end_with_fake_nvml(spool: Path) -> None:
     argv = [
         sys.executable,
         "-m",
-        "easlurm.energy.agent",
+        "easlurm.accounting.agent",
         "--job",
         "7",
         "--step",

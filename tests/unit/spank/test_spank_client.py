@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from easlurm.energy.step_record import decode_admin_comment
+from easlurm.accounting.step_record import decode_admin_comment
 from easlurm.errors import SlurmError
 from easlurm.slurm.client import SACCT_DELIMITER, CliSlurmClient, parse_sacct_parsable, parse_scontrol_show
 

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from easlurm.energy.step_record import (
+from easlurm.accounting.step_record import (
     ADMIN_COMMENT_PREFIX,
     DeviceRecord,
     NodeRecord,

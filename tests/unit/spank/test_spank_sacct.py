@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from easlurm.energy.step_record import DeviceRecord, NodeRecord, StepRecord, encode_admin_comment
+from easlurm.accounting.sacct_cli import build_rows, format_cell, sacct_cmd
+from easlurm.accounting.step_record import DeviceRecord, NodeRecord, StepRecord, encode_admin_comment
 from easlurm.errors import ConfigError
 from easlurm.slurm.client import SACCT_DELIMITER
-from easlurm.slurm.sacct_cli import build_rows, format_cell, sacct_cmd
 
 DATA = Path(__file__).parent / "data"
 
@@ -116,7 +116,9 @@ def test_table_shows_energy_per_step_and_nothing_for_unprofiled(fake_sacct: Path
     row = {ln.split()[0]: ln.split() for ln in lines[2:]}
     assert row["9.0"][5] == format_energy_j(2 * 250 * 4.0)
     assert row["9.batch"][5] == format_energy_j(100 * 4.0)
-    assert len(row["10.0"]) == 5 and len(row["9"]) == 5  # no record: blank energy columns
+    assert len(row["10.0"]) == 5 and len(row["10"]) == 5  # no record: blank energy columns
+    # the job row: the batch step (node a100-1, whole job) plus step 0's other node (a100-2) only
+    assert row["9"][5] == format_energy_j(100 * 4.0 + 250 * 4.0)
 
 
 def format_energy_j(j: float) -> str:

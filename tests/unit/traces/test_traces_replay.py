@@ -106,7 +106,7 @@ def test_deadline_slack_and_malleable_options() -> None:
 
 def _energy_trace(tmp_path: Path, scale: float) -> tuple[Path, dict[str, float]]:
     """A sacct -P dump whose AdminComment records say each job used `scale` x the oracle's GPU energy."""
-    from easlurm.energy.step_record import DeviceRecord, NodeRecord, StepRecord, encode_admin_comment
+    from easlurm.accounting.step_record import DeviceRecord, NodeRecord, StepRecord, encode_admin_comment
 
     mapper = TraceMapper(ClusterSpec.default(), _oracle())
     lines = ["JobID|JobName|User|Partition|Submit|Start|End|AllocTRES|State|AdminComment"]

@@ -14,7 +14,7 @@ from easlurm.errors import ConfigError
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "republish": (
-        "easlurm.slurm.republish_cli:republish_cmd",
+        "easlurm.accounting.republish_cli:republish_cmd",
         "Write spool step records that sacct lacks (cancelled/timed-out jobs) into the database.",
     ),
 }
@@ -54,8 +54,8 @@ def republish_cmd(
 ) -> None:
     """One writer per job (the agents' publication lock), idempotent, verified with sacct --json.
     Exit status 1 when a job failed; deferred jobs are not failures (run again later, e.g. from cron)."""
+    from easlurm.accounting.republish import Republisher, Status, run_until_settled, spool_candidates
     from easlurm.slurm.client import CliSlurmClient
-    from easlurm.slurm.republish import Republisher, Status, run_until_settled, spool_candidates
     from easlurm.table import render_table
     from easlurm.units import parse_duration_s
 

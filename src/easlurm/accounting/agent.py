@@ -1,13 +1,14 @@
 """The per-step node agent that the SPANK plugin starts in slurmstepd: profile, record, gather, publish.
 
-Run as `python -m easlurm.energy.agent --job J --step S ...` by the plugin (root, no shell). It profiles
+Run as `python -m easlurm.accounting.agent --job J --step S ...` by the plugin (root, no shell). It profiles
 the step's devices until its stdin reaches EOF (the plugin writes `stop <unix time>` and shuts the
 socket when the step's last local task ended), writes `node-<id>.json`, and on node 0 waits (bounded)
 for the other nodes' records, writes `step-<step>.json` and republishes the job's AdminComment.
 
 Spool layout (root-owned; a job's directory is root:<job gid> 0750, so the user reads it, and no other
 user can write it; nothing in it is named after user input):
-    SPOOL/<job>/<step>/node-<id>.json      one node's record
+    SPOOL/<job>/<step>/node-<id>.json      one node's record (<step> is `<step>+r<N>` in run N > 0 of a
+                                           requeued job: SLURM_RESTART_COUNT)
     SPOOL/<job>/<step>/node-<id>/          the profiler's run directory (samples) for that node
     SPOOL/<job>/<step>/node-<id>.log       the agent's warnings and errors (also on its stderr)
     SPOOL/<job>/step-<step>.json           the step record (what AdminComment carries)
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -43,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from easlurm.energy.step_record import (
+from easlurm.accounting.step_record import (
     DeviceRecord,
     NodeRecord,
     StepRecord,
@@ -51,6 +53,7 @@ from easlurm.energy.step_record import (
     encode_admin_comment,
     parse_spec,
     read_step_files,
+    run_step_key,
 )
 from easlurm.errors import EaslurmError, SlurmError
 
@@ -84,12 +87,16 @@ class StepContext:
     node_name: str | None = None
     #: How long the agent may go on after the step's stop (spank.late_limit_s).
     late_limit_s: float = 120.0
+    #: The job's run (SLURM_RESTART_COUNT): each run of a requeued job has its own step files.
+    restart: int = 0
 
     def __post_init__(self) -> None:
         if not (self.step == "batch" or self.step.isdigit()):
             raise EaslurmError(f"step {self.step!r}: expected 'batch' or a number")
         if self.step == "batch":
             self.nnodes, self.node_id = 1, 0  # the batch script runs on the first node only
+        if self.restart < 0:
+            raise EaslurmError(f"restart count {self.restart}: expected >= 0")
         if self.job_id <= 0 or self.node_id < 0 or self.nnodes < 1 or self.node_id >= self.nnodes:
             raise EaslurmError(f"bad job/node ids: job {self.job_id} node {self.node_id}/{self.nnodes}")
         if self.node_name is not None and not re.fullmatch(r"[A-Za-z0-9._-]{1,128}", self.node_name):
@@ -100,15 +107,19 @@ class StepContext:
         return self.spool / str(self.job_id)
 
     @property
+    def step_key(self) -> str:
+        return run_step_key(self.step, self.restart)
+
+    @property
     def step_dir(self) -> Path:
-        return self.job_dir / self.step
+        return self.job_dir / self.step_key
 
     def node_file(self, node_id: int) -> Path:
         return self.step_dir / f"node-{node_id}.json"
 
     @property
     def step_file(self) -> Path:
-        return self.job_dir / f"step-{self.step}.json"
+        return self.job_dir / f"step-{self.step_key}.json"
 
 
 # ------------------------------------------------------------------------------------ spool files
@@ -163,6 +174,25 @@ def read_json(path: Path) -> dict[str, Any] | None:
         log.warning("%s: unreadable record (%s)", path, exc)
         return None
     return doc if isinstance(doc, dict) else None
+
+
+def move_aside(job_dir: Path, now_s: float | None = None) -> Path:
+    """Rename a stale job directory to `<job>.stale-<unix time>` (kept for the admin, ignored by
+    readers, which take only numeric job directories); returns the new path."""
+    stamp = int(time.time() if now_s is None else now_s)
+    for n in range(100):
+        target = job_dir.with_name(f"{job_dir.name}.stale-{stamp}" + (f".{n}" if n else ""))
+        try:
+            os.rename(job_dir, target)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):  # the name is taken: try the next one
+                continue
+            raise
+        log.warning("%s: left from an earlier job with the same ID; moved to %s", job_dir, target)
+        return target
+    raise OSError(f"{job_dir}: cannot move the stale directory aside")
 
 
 @contextlib.contextmanager
@@ -265,6 +295,7 @@ def gather_step(
         nodes=[nodes[k] for k in sorted(nodes)],
         spec=ctx.spec,
         missing_nodes=sorted(waiting),
+        run=ctx.restart,
     )
 
 
@@ -288,7 +319,7 @@ def published_steps(ctx: StepContext, record: StepRecord, client: Any) -> list[S
             "job %d: cannot read the published records (%s); publishing this step alone", ctx.job_id, exc
         )
         current = []
-    return [record, *(s for s in current if s.step != record.step)]
+    return [record, *(s for s in current if s.key != record.key)]
 
 
 def set_admin_comment(job_id: int, text: str, client: Any) -> bool:
@@ -360,15 +391,24 @@ class NodeAgent:
         self._stop = threading.Event()
 
     def prepare_spool(self) -> bool:
-        """Create the job and step directories; False (logged) when the spool cannot take records."""
+        """Create the job and step directories; False (logged) when the spool cannot take records.
+        A job directory that already holds this very (run, step, node) is left from an earlier job with
+        the same ID (controller state lost, IDs reused): it is moved aside, never profiled into."""
         try:
             _check_owned_dir(self.ctx.spool)
             make_private_dir(self.ctx.job_dir, self.ctx.gid)
+            if self._mine_exists():
+                move_aside(self.ctx.job_dir)
+                make_private_dir(self.ctx.job_dir, self.ctx.gid)
             make_private_dir(self.ctx.step_dir, self.ctx.gid)
             return True
         except OSError as exc:
             log.error("spool %s unusable: %s; no file records for this step", self.ctx.spool, exc)
             return False
+
+    def _mine_exists(self) -> bool:
+        own = self.ctx.node_file(self.ctx.node_id)
+        return own.exists() or own.with_suffix("").exists()
 
     def start(self) -> None:
         """Start profiling; a failure is recorded as the node's error, never raised."""
@@ -441,7 +481,15 @@ class NodeAgent:
             return None
         if not self.spool_ok:  # this node's record alone, flagged when other nodes exist
             others = [n for n in range(self.ctx.nnodes) if n != rec.node_id]
-            step = StepRecord(self.ctx.job_id, self.ctx.step, self.ctx.nnodes, [rec], self.ctx.spec, others)
+            step = StepRecord(
+                self.ctx.job_id,
+                self.ctx.step,
+                self.ctx.nnodes,
+                [rec],
+                self.ctx.spec,
+                others,
+                run=self.ctx.restart,
+            )
             if self.client is not None:
                 self._bound_client(hard)
                 text = encode_admin_comment(published_steps(self.ctx, step, self.client))
@@ -560,6 +608,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--job", type=int, required=True)
     p.add_argument("--step", required=True)
+    p.add_argument(
+        "--restart", type=int, default=None, help="the job's SLURM_RESTART_COUNT (its run); asked when absent"
+    )
     p.add_argument("--nnodes", type=int, required=True)
     p.add_argument("--node-id", type=int, required=True)
     p.add_argument("--uid", type=int, default=0)
@@ -572,6 +623,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", default=None, help="comma list of the step's GPU indices (from GRES)")
     p.add_argument("--nodelist", default=None, help="the step's node list (Slurm hostlist expression)")
     return p
+
+
+def restart_count(job_id: int, client: Any) -> int:
+    """The job's run from slurmctld (`Restarts=`) when SLURM_RESTART_COUNT was not in the step's
+    environment (the batch step's); 0 when slurmctld cannot say (logged)."""
+    try:
+        value = client.show_job(job_id).get("Restarts", "0")
+        return int(value) if str(value).isdigit() else 0
+    except EaslurmError as exc:
+        log.warning("job %d: restart count unknown (%s); taken as 0", job_id, exc)
+        return 0
 
 
 def leave_step_cgroup(
@@ -624,6 +686,7 @@ def main(argv: list[str] | None = None, stdin: IO[bytes] | None = None) -> int:
         ctx = StepContext(
             job_id=args.job,
             step=args.step,
+            restart=args.restart or 0,
             nnodes=args.nnodes,
             node_id=args.node_id,
             spool=Path(args.spool),
@@ -649,7 +712,10 @@ def main(argv: list[str] | None = None, stdin: IO[bytes] | None = None) -> int:
     from easlurm.slurm.client import CliSlurmClient
 
     leave_step_cgroup(ctx.job_id)
-    agent = NodeAgent(ctx, client=CliSlurmClient(retries=1), profiler_settings=settings)
+    client = CliSlurmClient(retries=1)
+    if args.restart is None and ctx.step == "batch":  # srun steps inherit it: absent means run 0
+        ctx.restart = restart_count(ctx.job_id, client)
+    agent = NodeAgent(ctx, client=client, profiler_settings=settings)
 
     def bound_the_rest() -> None:
         """From the stop on, the kernel ends this process after late_limit_s (SIGALRM's default action

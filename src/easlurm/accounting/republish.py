@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from easlurm.energy.step_record import StepRecord, decode_admin_comment, encode_admin_comment
+from easlurm.accounting.step_record import StepRecord, decode_admin_comment, encode_admin_comment
 from easlurm.errors import EaslurmError, SlurmError
 from easlurm.slurm.client import SlurmClient
 from easlurm.slurm.states import FINAL_JOB_STATES
@@ -100,8 +100,14 @@ def parse_sacct_json_jobs(doc: dict[str, Any]) -> dict[str, DbJob]:
     return {k: v for k, (_, v) in out.items()}
 
 
-def _step_sort(step: str) -> tuple[int, int]:
-    return (1, 0) if not step.isdigit() else (0, int(step))
+def _step_sort(key: str) -> tuple[int, int, int]:
+    """Runs in order, then numbered steps, then batch (`key` is a step name within its run)."""
+    step, _, run = key.partition("+r")
+    return (
+        int(run) if run.isdigit() else 0,
+        1 if not step.isdigit() else 0,
+        int(step) if step.isdigit() else 0,
+    )
 
 
 def belongs_to(step: StepRecord, job: DbJob, slack_s: float = IDENTITY_SLACK_S) -> bool:
@@ -157,11 +163,11 @@ class Republisher:
         lock_timeout_s: float = 10.0,
     ) -> None:
         if read_spool is None:
-            from easlurm.slurm.sacct_cli import spool_records
+            from easlurm.accounting.sacct_cli import spool_records
 
             read_spool = spool_records
         if lock is None:
-            from easlurm.energy.agent import job_lock
+            from easlurm.accounting.agent import job_lock
 
             lock = job_lock
         self.client = client
@@ -188,18 +194,22 @@ class Republisher:
     def _plan(self, job_id: str, db: DbJob) -> tuple[dict[str, StepRecord], list[str], str]:
         """(merged steps, steps the database lacks, why some spool steps were left out)."""
         spool = self.read_spool(self.spool, job_id)
-        foreign = sorted((s for s, r in spool.items() if not belongs_to(r, db)), key=_step_sort)
+        latest = max((r.run for r in spool.values()), default=0)
+        # earlier runs of a requeued job started before its last run: only the latest run is checked
+        foreign = sorted(
+            (s for s, r in spool.items() if r.run == latest and not belongs_to(r, db)), key=_step_sort
+        )
         for s in foreign:
             del spool[s]
         try:
-            current = {s.step: s for s in decode_admin_comment(db.admin_comment)}
+            current = {s.key: s for s in decode_admin_comment(db.admin_comment)}
         except EaslurmError as exc:  # a damaged value is replaced; nothing readable is lost
             log.warning("job %s: %s; rewriting it from the spool", job_id, exc)
             current = {}
         merged = {**current, **spool}
         lacking = set(spool) - set(current)
         if lacking:  # only steps that survive the size cap count (the oldest may be left out for good)
-            lacking &= {s.step for s in decode_admin_comment(encode_admin_comment(list(merged.values())))}
+            lacking &= {s.key for s in decode_admin_comment(encode_admin_comment(list(merged.values())))}
         note = f"left out step(s) {','.join(foreign)} of an earlier job with this id" if foreign else ""
         return merged, sorted(lacking, key=_step_sort), note
 
@@ -255,7 +265,7 @@ class Republisher:
         shown = set()
         if after is not None:
             try:
-                shown = {s.step for s in decode_admin_comment(after.admin_comment)}
+                shown = {s.key for s in decode_admin_comment(after.admin_comment)}
             except EaslurmError as exc:
                 log.warning("job %s: %s", job_id, exc)
         lost = [s for s in missing if s not in shown]

@@ -251,6 +251,8 @@ class StepRecord:
     missing_nodes: list[int] = field(default_factory=list)
     #: "device", "node" or "step": how much detail survived the AdminComment size cap.
     detail: str = "device"
+    #: The job's run (SLURM_RESTART_COUNT): a requeued job keeps one set of steps per run.
+    run: int = 0
 
     @property
     def partial(self) -> bool:
@@ -260,6 +262,11 @@ class StepRecord:
     def step_id(self) -> str:
         """`JobID.Step` as sacct prints it."""
         return f"{self.job_id}.{self.step}"
+
+    @property
+    def key(self) -> str:
+        """The step's name within the job's runs: `<step>` in run 0, `<step>+r<run>` later."""
+        return run_step_key(self.step, self.run)
 
     def kind_energy_j(self, kind: str | None) -> float | None:
         return sum_known(n.kind_energy_j(kind) for n in self.nodes)
@@ -315,6 +322,7 @@ class StepRecord:
             "nnodes": self.nnodes,
             "spec": self.spec,
             "detail": self.detail,
+            "run": self.run,
             "partial": self.partial,
             "missing_nodes": list(self.missing_nodes),
             "duration_s": self.duration_s,
@@ -342,6 +350,7 @@ class StepRecord:
                 spec=str(d.get("spec", "")),
                 missing_nodes=[int(x) for x in d.get("missing_nodes", [])],
                 detail=str(d.get("detail", "device")),
+                run=int(d.get("run", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise TraceError(f"step record: malformed ({exc})") from exc
@@ -366,8 +375,21 @@ class StepRecord:
             )
             nodes = [merged]
         return StepRecord(
-            self.job_id, self.step, self.nnodes, nodes, self.spec, list(self.missing_nodes), detail
+            self.job_id,
+            self.step,
+            self.nnodes,
+            nodes,
+            self.spec,
+            list(self.missing_nodes),
+            detail,
+            self.run,
         )
+
+
+def run_step_key(step: str, run: int) -> str:
+    """Spool and record name of a step in a run: run 0 keeps the bare step name (files written before
+    runs were counted stay readable), later runs add `+r<run>`."""
+    return step if run == 0 else f"{step}+r{run}"
 
 
 def read_step_files(job_dir: Path, log_level: int = logging.WARNING) -> dict[str, tuple[str, StepRecord]]:
@@ -436,7 +458,7 @@ def _encode(steps: Sequence[StepRecord], truncated: int) -> str:
 def encode_admin_comment(steps: Sequence[StepRecord], max_chars: int = ADMIN_COMMENT_MAX_CHARS) -> str:
     """Every step of a job as one AdminComment value, reducing detail (then dropping the oldest steps,
     counted in `dropped_steps`) until it fits `max_chars`. Full detail stays in the per-step files."""
-    ordered = sorted(steps, key=lambda s: (s.step == "batch", _step_order(s.step)))
+    ordered = sorted(steps, key=lambda s: (s.run, s.step == "batch", _step_order(s.step)))
     for detail in DETAIL_LEVELS:
         text = _encode([s.reduced(detail) for s in ordered], 0)
         if len(text) <= max_chars:

@@ -10,13 +10,15 @@ from typing import Any
 
 import click
 
-from easlurm.energy.step_record import (
+from easlurm.accounting.step_record import (
     DeviceRecord,
     NodeRecord,
     StepRecord,
     decode_admin_comment,
     read_step_files,
+    run_step_key,
 )
+from easlurm.energy.result import sum_known
 from easlurm.errors import ConfigError, EaslurmError
 from easlurm.table import render_table, select_columns
 from easlurm.units import format_energy, format_power
@@ -49,9 +51,15 @@ ENERGY_COLUMNS: dict[str, tuple[str, str]] = {
     "TotalEnergy": ("total_energy_j", "sum of the above, J"),
     "AvgPower": ("mean_power_w", "TotalEnergy / measured duration, W"),
     "EDP": ("edp_j_s", "energy-delay product, J*s"),
+    "RequeueEnergy": (
+        "requeue_energy_j",
+        "job rows: TotalEnergy of the job's earlier runs (requeued or preempted), J",
+    ),
     "EnergyFlags": (
         "energy_flags",
-        "partial, modelled:<kinds>, degraded:<devices>, detail:<level>, spool (read from the spool files), damaged",
+        "partial, modelled:<kinds>, degraded:<devices>, detail:<level>, spool (read from the spool files), "
+        "damaged, ended:<state> (a step ended by cancel, requeue, preemption, time limit ...), "
+        "job-total (a job row's sum of its steps)",
     ),
     "Node": ("node", "host of a --detail row"),
     "Device": ("device", "device of a --detail=device row"),
@@ -136,6 +144,36 @@ def device_values(node: NodeRecord, dev: DeviceRecord) -> dict[str, Any]:
     return out
 
 
+#: sacct states of a step that did not end by itself; its record is flagged `ended:<state>`.
+INTERRUPTED_STATES = frozenset(
+    {"CANCELLED", "TIMEOUT", "PREEMPTED", "REQUEUED", "NODE_FAIL", "DEADLINE", "OUT_OF_MEMORY", "BOOT_FAIL"}
+)
+
+
+def job_total(steps: Sequence[StepRecord]) -> StepRecord | None:
+    """The whole job of one run as one record (None without steps). Rule: the batch step measures its
+    node (node 0 of the allocation: all its devices) for the job's whole time, so srun steps' records
+    from that node are already in it and are left out; srun steps' other nodes are added. Without a
+    batch record (srun-only jobs, salloc) every step's nodes are summed."""
+    if not steps:
+        return None
+    batch = next((s for s in steps if s.step == "batch"), None)
+    covered = {n.host for n in batch.nodes} if batch is not None else set()
+    nodes = list(batch.nodes) if batch is not None else []
+    for s in steps:
+        if s is not batch:
+            nodes.extend(n for n in s.nodes if n.host not in covered)
+    first = steps[0]
+    return StepRecord(
+        first.job_id,
+        "job",
+        len({n.host for n in nodes}),
+        nodes,
+        missing_nodes=sorted({m for s in steps for m in s.missing_nodes}),
+        run=first.run,
+    )
+
+
 def split_job_id(raw: str) -> tuple[str, str | None]:
     """'123' -> ('123', None); '123.batch' -> ('123', 'batch'); '123.0' -> ('123', '0')."""
     job, dot, step = raw.partition(".")
@@ -147,14 +185,33 @@ def spool_records(spool: Path, job: str) -> dict[str, StepRecord]:
     (cancelled or timed-out jobs end COMPLETING, when slurmctld refuses updates)."""
     if not job.isdigit():
         return {}
-    return {rec.step: rec for _, rec in read_step_files(spool / job, logging.DEBUG).values()}
+    return {rec.key: rec for _, rec in read_step_files(spool / job, logging.DEBUG).values()}
+
+
+def run_numbers(sacct_rows: Sequence[dict[str, str]]) -> list[int]:
+    """Each row's run of its job, from sacct --duplicates order (a job's runs come oldest first, each
+    job row followed by its steps): the run a record of SLURM_RESTART_COUNT belongs to."""
+    seen: dict[str, int] = {}
+    out = []
+    for row in sacct_rows:
+        job, step = split_job_id(row.get("JobIDRaw", ""))
+        if step is None:
+            seen[job] = seen.get(job, -1) + 1
+        out.append(max(seen.get(job, 0), 0))
+    return out
 
 
 def build_rows(
-    sacct_rows: Sequence[dict[str, str]], detail: str | None = None, spool: Path | None = None
+    sacct_rows: Sequence[dict[str, str]],
+    detail: str | None = None,
+    spool: Path | None = None,
+    duplicates: bool = True,
 ) -> tuple[list[dict[str, Any]], dict[str, list[StepRecord]]]:
-    """Attach decoded step records to sacct rows; with `detail`, add node (and device) rows under each step.
-    With `spool`, steps missing from AdminComment are read from the spool files when readable."""
+    """Attach decoded step records to sacct rows (given in `sacct --duplicates` order, so each row's run
+    is known); with `detail`, add node (and device) rows under each step. With `spool`, steps missing
+    from AdminComment are read from the spool files when readable. Job rows get the run's total
+    (`job_total`) and the earlier runs' energy; without `duplicates` only each job's last run is shown."""
+    runs = run_numbers(sacct_rows)
     records: dict[str, dict[str, StepRecord]] = {}
     damaged: set[str] = set()
     from_spool: set[tuple[str, str]] = set()
@@ -164,7 +221,9 @@ def build_rows(
             continue
         if row.get("AdminComment"):
             try:
-                records[job] = {s.step: s for s in decode_admin_comment(row["AdminComment"])}
+                records.setdefault(job, {}).update(
+                    {s.key: s for s in decode_admin_comment(row["AdminComment"])}
+                )
             except EaslurmError as exc:
                 log.warning("job %s: %s", job, exc)
                 damaged.add(job)
@@ -173,20 +232,38 @@ def build_rows(
                 if name not in records.setdefault(job, {}):
                     records[job][name] = found
                     from_spool.add((job, name))
+    last_run = {split_job_id(r.get("JobIDRaw", ""))[0]: run for r, run in zip(sacct_rows, runs, strict=True)}
     out: list[dict[str, Any]] = []
-    for row in sacct_rows:
+    for row, run in zip(sacct_rows, runs, strict=True):
         job, step = split_job_id(row.get("JobIDRaw", ""))
+        if not duplicates and run != last_run[job]:
+            continue
         values: dict[str, Any] = dict(row)
-        rec: StepRecord | None = records.get(job, {}).get(step) if step is not None else None
+        job_steps = records.get(job, {})
+        rec: StepRecord | None = None
+        if step is not None:
+            rec = job_steps.get(run_step_key(step, run))
+        else:
+            rec = job_total([s for s in job_steps.values() if s.run == run])
+            earlier = [job_total([s for s in job_steps.values() if s.run == r]) for r in range(run)]
+            known = [t.total_energy_j for t in earlier if t is not None]
+            values["RequeueEnergy"] = sum_known(known) if known else None
         if rec is not None:
             values.update(step_values(rec))
-            if (job, step) in from_spool:
-                values["EnergyFlags"] = ",".join(f for f in ("spool", values["EnergyFlags"]) if f)
+            flags = [values["EnergyFlags"]]
+            if step is None:
+                flags.insert(0, "job-total")
+            elif (job, rec.key) in from_spool:
+                flags.insert(0, "spool")
+            state = (row.get("State") or "").split(" ")[0]
+            if step is not None and state in INTERRUPTED_STATES:
+                flags.append(f"ended:{state.lower()}")
+            values["EnergyFlags"] = ",".join(f for f in flags if f)
         elif job in damaged:
             values["EnergyFlags"] = "damaged"
-        values["_record"] = rec
+        values["_record"] = rec if step is not None else None
         out.append(values)
-        if rec is None or detail is None:
+        if rec is None or detail is None or step is None:
             continue
         for node in rec.nodes:
             out.append(
@@ -276,7 +353,8 @@ def selection_argv(options: dict[str, Any]) -> list[str]:
     context_settings={"help_option_names": ["-h", "--help"]},
     help="Run sacct and show easlurm's per-step energy (GPUEnergy, CPUEnergy, DRAMEnergy, TotalEnergy, "
     "AvgPower, EDP, EnergyFlags) next to any sacct field. Jobs submitted with --energy-profile carry the "
-    "records; job (allocation) rows stay blank: see their steps.",
+    "records; a job (allocation) row shows the job's total (its batch step plus srun steps' other nodes) "
+    "and RequeueEnergy, the energy of its earlier runs. -D shows every run of a requeued job.",
 )
 @click.option("-j", "--jobs", help="Job(s) to show: comma list, as sacct -j.")
 @click.option("-u", "--user", help="User(s), as sacct -u.")
@@ -290,7 +368,12 @@ def selection_argv(options: dict[str, Any]) -> list[str]:
 @click.option("--name", help="Job name(s) (sacct --name).")
 @click.option("-q", "--qos", help="QOS (sacct -q).")
 @click.option("-X", "--allocations", is_flag=True, help="Only allocation rows (no steps, so no energy).")
-@click.option("-D", "--duplicates", is_flag=True, help="Also requeued records (sacct -D).")
+@click.option(
+    "-D",
+    "--duplicates",
+    is_flag=True,
+    help="Every run of a requeued job, each with its own energy (sacct -D).",
+)
 @click.option("-o", "--format", "fmt", help="Comma list of columns: any sacct field and the energy columns.")
 @click.option(
     "--detail",
@@ -339,15 +422,16 @@ def sacct_cmd(
     if detail and not fmt:
         columns[1:1] = ["Node", "Device"] if detail == "device" else ["Node"]
     native = [c for c in columns if c not in ENERGY_COLUMNS]
-    fields = list(dict.fromkeys(["JobIDRaw", "JobID", "AdminComment", *native]))
+    fields = list(dict.fromkeys(["JobIDRaw", "JobID", "AdminComment", *native, "State"]))
     client = CliSlurmClient(debug=debug, echo=lambda msg: click.echo(msg, err=True))
-    sacct_rows = client.sacct(selection_argv(selection), fields)
+    # every run, whatever -D says: a row's run (and its records) is known from the order of all runs
+    sacct_rows = client.sacct(selection_argv({**selection, "duplicates": True}), fields)
     spool_dir = None
     if not no_spool:
         from easlurm.cli import load_ctx_config
 
         spool_dir = Path(spool or load_ctx_config(ctx).get("spank.spool"))
-    rows, _ = build_rows(sacct_rows, detail, spool_dir)
+    rows, _ = build_rows(sacct_rows, detail, spool_dir, duplicates=bool(selection.get("duplicates")))
     if as_json:  # every energy column, whatever --format says: JSON readers pick keys
         click.echo(
             render_json(

@@ -1,0 +1,1 @@
+"""Energy accounting of Slurm jobs: the node agent, step records, publication into AdminComment, sacct decoding."""
