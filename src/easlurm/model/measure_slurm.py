@@ -76,7 +76,7 @@ def array_script(
 
 def task_gpu_power_w(admin_comment: str) -> float | None:
     """Mean GPU power of a task's batch step from its energy record (the one place that decodes them)."""
-    from easlurm.energy.step_record import decode_admin_comment
+    from easlurm.accounting.step_record import decode_admin_comment
 
     for step in decode_admin_comment(admin_comment):
         if step.step == "batch":

@@ -163,7 +163,7 @@ def test_slurm_array_script_runs_one_configuration_per_task(tmp_path):
 
 
 def test_task_power_is_the_batch_steps_gpu_energy_over_its_duration():
-    from easlurm.energy.step_record import DeviceRecord, NodeRecord, StepRecord, encode_admin_comment
+    from easlurm.accounting.step_record import DeviceRecord, NodeRecord, StepRecord, encode_admin_comment
     from easlurm.model.measure_slurm import task_gpu_power_w
 
     def rec(step, gpu_j):

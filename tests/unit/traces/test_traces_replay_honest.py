@@ -82,7 +82,7 @@ def test_baseline_power_is_the_policies_calibrated_tdp_capped_power(tmp_path: Pa
 
     p = tmp_path / "hot.psv"
     lines = ["JobID|User|Submit|Start|End|AllocTRES|AdminComment"]
-    from easlurm.energy.step_record import DeviceRecord, NodeRecord, StepRecord, encode_admin_comment
+    from easlurm.accounting.step_record import DeviceRecord, NodeRecord, StepRecord, encode_admin_comment
 
     mapper = TraceMapper(ClusterSpec.default(), _oracle())
     for i in range(3):
