@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from easlurm.energy.power_limits import StepCap
 from easlurm.energy.step_record import (
     DeviceRecord,
     NodeRecord,
@@ -358,6 +359,7 @@ class NodeAgent:
         self.stop_time: float | None = None
         self.spool_ok = False
         self._stop = threading.Event()
+        self.power_cap: StepCap | None = None
 
     def prepare_spool(self) -> bool:
         """Create the job and step directories; False (logged) when the spool cannot take records."""
@@ -373,6 +375,15 @@ class NodeAgent:
     def start(self) -> None:
         """Start profiling; a failure is recorded as the node's error, never raised."""
         spool_ok = self.spool_ok = self.prepare_spool()
+        self.power_cap = StepCap(
+            self.ctx.spool,
+            self.ctx.job_id,
+            self.ctx.step,
+            self.ctx.node_name or socket.gethostname(),
+            [int(g) for g in self.ctx.gpus or []],
+            self.settings.get("nvml_module", "pynvml"),
+        )
+        self.power_cap.start()  # never raises
         try:
             spec = parse_spec(self.ctx.spec)
             factory = self.profiler_factory
@@ -434,6 +445,8 @@ class NodeAgent:
         t0 = time.monotonic()
         hard = t0 + self.ctx.late_limit_s * 0.8  # publication must be over before the SIGALRM bound
         rec = self.node_record()
+        if self.power_cap is not None:
+            self.power_cap.end()
         wrote = self.spool_ok and self._write(self.ctx.node_file(self.ctx.node_id), rec.to_dict())
         if self.ctx.node_id != 0:
             if wrote:
