@@ -441,3 +441,83 @@ def test_schedd_budget_gates_jobs_deferred_at_submission(slurm_box: Any, tmp_pat
     finally:
         stop_daemon(stop, t)
         cancel(slurm_box, ids)
+
+
+def test_schedd_charon_budget_holds_on_measured_power(slurm_box: Any, blocker: str, tmp_path: Path) -> None:
+    """Profiled jobs publish their first step's measured power (fake NVML) while they run; Charon counts it
+    for them (the prediction for the others) and learns its margin from it. Over the whole test, the
+    projected power of every cycle (the logged snapshot: running jobs' measured or predicted power plus
+    idle GPUs) stays within the budget, more jobs run at once than predictions alone would allow, and
+    every job runs to completion."""
+    from spank_support import plugin_with_fake_sensors
+
+    oracle = Oracle()
+    spec = "model=vit-b16,steps=100,batch=64,gpus=1"
+    idle = float(oracle.catalogue.get("h100").idle_w)
+    p = oracle_power(oracle)("x", parse_spec(spec), "h100", 1, 64)
+    assert p is not None and p > idle
+    budget = 8 * idle + 2.5 * (p - idle)
+    script = tmp_path / "two-steps.sh"
+    script.write_text("#!/bin/sh\nsrun --gres=gpu:h100:1 sleep 1\nsrun --gres=gpu:h100:1 sleep 6\n")
+    # the GPUs draw 60 % of the prediction: by prediction 2 jobs fit, by measurement 3
+    with plugin_with_fake_sensors(slurm_box, gpu_w=round(0.6 * p)):
+        ids = [
+            slurm_box.sbatch(
+                "-J",
+                f"schedd-it-measured-{i}",
+                f"--energy-profile=gpu,{spec}",
+                comment(spec),
+                "-p",
+                "h100",
+                f"--nodelist={NODE}",
+                "--gres=gpu:h100:1",
+                "-o",
+                str(tmp_path / f"{i}.out"),
+                str(script),
+            )
+            for i in range(5)
+        ]
+        log_path = tmp_path / "log.jsonl"
+        cfg = DaemonConfig(
+            policy="charon",
+            interval_s=1.0,
+            power_budget_w=budget,
+            hold_ttl_s=300.0,
+            decision_log=log_path,
+            log_snapshots=True,
+            env_dir=tmp_path / "env",
+            name_prefix="schedd-it-measured",
+            nodes=(NODE,),
+        )
+        _, stop, t = start_daemon(slurm_box, cfg)
+        try:
+            now = time.time()
+            wait_for(
+                lambda: all(holds.held_by_us(j, now) for j in mine(slurm_box, ids).values()),
+                30,
+                "the daemon to hold every job while the blocker runs",
+            )
+            cancel(slurm_box, [blocker])
+            wait_for(
+                lambda: not any(j.pending or j.running for j in mine(slurm_box, ids).values()),
+                240,
+                "every job to run to completion under the budget",
+                step_s=1.0,
+            )
+        finally:
+            stop_daemon(stop, t)
+            cancel(slurm_box, ids)
+    snaps = [
+        ClusterSnapshot.from_dict(line["snapshot"])
+        for line in map(json.loads, log_path.read_text().splitlines())
+        if line.get("snapshot")
+    ]
+    # from the moment the test's blocker (8 GPUs at TDP, deliberately over) is gone
+    snaps = [s for s in snaps if blocker not in {r.job_id for r in s.running}]
+    assert len(snaps) >= 5
+    over = [(s.time_s, s.power_w) for s in snaps if s.power_w > budget + 1e-6]
+    assert not over, (budget, over)
+    measured = [r.power_w / r.predicted_power_w for s in snaps for r in s.running if r.predicted_power_w]
+    assert measured and all(abs(m - 0.6) < 0.05 for m in measured), measured
+    # what the GPUs draw, not what was predicted, decides: a third job ran beside two measured ones
+    assert max(len(s.running) for s in snaps) >= 3

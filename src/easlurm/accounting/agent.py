@@ -55,6 +55,7 @@ from easlurm.accounting.step_record import (
     read_step_files,
     run_step_key,
 )
+from easlurm.energy.power_limits import StepCap
 from easlurm.errors import EaslurmError, SlurmError
 
 log = logging.getLogger(__name__)
@@ -389,6 +390,7 @@ class NodeAgent:
         self.stop_time: float | None = None
         self.spool_ok = False
         self._stop = threading.Event()
+        self.power_cap: StepCap | None = None
 
     def prepare_spool(self) -> bool:
         """Create the job and step directories; False (logged) when the spool cannot take records.
@@ -413,6 +415,15 @@ class NodeAgent:
     def start(self) -> None:
         """Start profiling; a failure is recorded as the node's error, never raised."""
         spool_ok = self.spool_ok = self.prepare_spool()
+        self.power_cap = StepCap(
+            self.ctx.spool,
+            self.ctx.job_id,
+            self.ctx.step,
+            self.ctx.node_name or socket.gethostname(),
+            [int(g) for g in self.ctx.gpus or []],
+            self.settings.get("nvml_module", "pynvml"),
+        )
+        self.power_cap.start()  # never raises
         try:
             spec = parse_spec(self.ctx.spec)
             factory = self.profiler_factory
@@ -474,6 +485,8 @@ class NodeAgent:
         t0 = time.monotonic()
         hard = t0 + self.ctx.late_limit_s * 0.8  # publication must be over before the SIGALRM bound
         rec = self.node_record()
+        if self.power_cap is not None:
+            self.power_cap.end()
         wrote = self.spool_ok and self._write(self.ctx.node_file(self.ctx.node_id), rec.to_dict())
         if self.ctx.node_id != 0:
             if wrote:

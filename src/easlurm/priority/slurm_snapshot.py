@@ -219,9 +219,11 @@ def build_snapshot(
         if node not in known or gtype is None:
             continue
         declared = spec if schedulable(spec) else None
-        power = inputs.measured_power_w.get(job.job_id)
-        if power is None and declared is not None and predict_power_w is not None:
-            power = predict_power_w(job.job_id, declared, gtype, job.n_gpus, declared.batch[0])
+        predicted = None
+        if declared is not None and predict_power_w is not None:
+            predicted = predict_power_w(job.job_id, declared, gtype, job.n_gpus, declared.batch[0])
+        measured = inputs.measured_power_w.get(job.job_id)
+        power = predicted if measured is None else measured
         if power is None or not math.isfinite(power):
             f = facts(gtype)
             power = job.n_gpus * (f.tdp_w if f is not None else 0.0)
@@ -234,6 +236,8 @@ def build_snapshot(
                 n_gpus=job.n_gpus,
                 batch=declared.batch[0] if declared is not None else 0,
                 power_w=float(power),
+                # beside a measurement only: the pair tells how far off the predictions are
+                predicted_power_w=predicted if measured is not None and predicted is not None else None,
                 start_s=job.start_s if job.start_s is not None else inputs.now_s,
                 # only declared, requeueable jobs may be chosen as victims: others count as urgent
                 urgent=declared is None or declared.urgent or not job.requeue,

@@ -24,7 +24,9 @@ class NodeState:
 
 @dataclass(frozen=True)
 class RunningJob:
-    """A running job; `power_w` is its predicted or measured power, all its GPUs together."""
+    """A running job; `power_w` is its measured (else predicted) power, all its GPUs together, and
+    `predicted_power_w` the prediction for it where `power_w` is measured (None otherwise), so that a
+    policy can learn how far off its predictions are."""
 
     job_id: str
     user: str
@@ -40,6 +42,7 @@ class RunningJob:
     expected_end_s: float | None = None
     last_checkpoint_s: float | None = None
     checkpoint_interval_s: float | None = None
+    predicted_power_w: float | None = None
 
     def work_lost_gpu_s(self, now_s: float) -> float:
         """GPU-seconds a preemption now would throw away (since the last checkpoint, else the start)."""
@@ -57,7 +60,8 @@ class PendingJob:
     """A queued job and its malleable options; the first GPU/batch option is the one the user requested.
 
     Work is counted in steps at the requested batch (`batch_options[0]`): a placement with another
-    global batch covers the same samples in fewer or more steps.
+    global batch covers the same samples in fewer or more steps. `observed_power_ratio` is measured /
+    predicted power of the job's last run when it was requeued (None: never ran, or not measured).
     """
 
     job_id: str
@@ -77,6 +81,7 @@ class PendingJob:
     seq_len: int | None = None
     image_size: int | None = None
     preemptions: int = 0
+    observed_power_ratio: float | None = None
 
     @property
     def remaining_samples(self) -> float:

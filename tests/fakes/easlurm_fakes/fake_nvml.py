@@ -15,15 +15,24 @@ so a test can compare measured energy with power x duration. Settings are read a
                                        driver 580: the energy counter is the costly call); default none
   EASLURM_FAKE_NVML_HANG_SHUTDOWN=1    nvmlShutdown never returns (a wedged driver; like ctypes, the GIL
                                        is released while it waits)
+Power limits (mW in the API, as NVML), which outlive the process like a driver's setting when
+EASLURM_FAKE_NVML_LIMITS_FILE names a JSON file ({index: mW}); in memory otherwise:
+  EASLURM_FAKE_NVML_LIMIT_RANGE_W=100:700  min:max limit (default 100:700; the default limit is the max)
+  EASLURM_FAKE_NVML_LIMIT_NO_PERMISSION=1  setting a limit raises NO_PERMISSION (not root)
+  EASLURM_FAKE_NVML_LIMIT_UNSUPPORTED=0,2|all  GPUs without power management (NOT_SUPPORTED)
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
 import os
 import string
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,6 +173,33 @@ class _State:
         self.migs = {u: _Mig(u, g) for g in self.gpus for u in g.migs}
         self.t0 = time.monotonic()
         self.offset_mj = 123_456_789  # energy since "driver load"
+        lo, hi = env.get("EASLURM_FAKE_NVML_LIMIT_RANGE_W", "100:700").split(":")
+        self.limit_range_mw = (round(float(lo) * 1000), round(float(hi) * 1000))
+        self.limits_file = env.get("EASLURM_FAKE_NVML_LIMITS_FILE") or None
+        self.limits_mw: dict[int, int] = {}
+        self.limit_no_permission = env.get("EASLURM_FAKE_NVML_LIMIT_NO_PERMISSION", "") not in ("", "0")
+        no_limit = env.get("EASLURM_FAKE_NVML_LIMIT_UNSUPPORTED", "")
+        self.no_limit = {
+            i for i in range(count) if no_limit == "all" or i in _ints(no_limit.replace("all", ""))
+        }
+
+    def limits(self) -> dict[int, int]:
+        if self.limits_file is None:
+            return self.limits_mw
+        try:
+            with open(self.limits_file) as f:
+                return {int(k): int(v) for k, v in json.load(f).items()}
+        except FileNotFoundError:
+            return {}
+
+    def store_limits(self, limits: dict[int, int]) -> None:
+        if self.limits_file is None:
+            self.limits_mw = limits
+            return
+        tmp = f"{self.limits_file}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump({str(k): v for k, v in limits.items()}, f)
+        os.replace(tmp, self.limits_file)
 
 
 _state: _State | None = None
@@ -324,3 +360,54 @@ def nvmlDeviceGetFieldValues(handle: _Gpu, fieldIds: list[int]) -> list[_FieldVa
         else:
             out.append(_FieldValue(fid, NVML_ERROR_NOT_SUPPORTED, 0))
     return out
+
+
+def _limit_gpu(handle: Any) -> tuple[_State, _Gpu]:
+    st = _st()
+    if isinstance(handle, _Mig):
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    if handle.index in st.no_limit:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return st, handle
+
+
+def nvmlDeviceGetPowerManagementLimitConstraints(handle: _Gpu) -> list[int]:
+    """[min, max] in mW."""
+    st, _ = _limit_gpu(handle)
+    return list(st.limit_range_mw)
+
+
+def nvmlDeviceGetPowerManagementDefaultLimit(handle: _Gpu) -> int:
+    st, _ = _limit_gpu(handle)
+    return st.limit_range_mw[1]
+
+
+def nvmlDeviceGetPowerManagementLimit(handle: _Gpu) -> int:
+    st, gpu = _limit_gpu(handle)
+    with _lock:
+        return st.limits().get(gpu.index, st.limit_range_mw[1])
+
+
+def nvmlDeviceSetPowerManagementLimit(handle: _Gpu, limit: int) -> None:
+    """As NVML: root only, mW within the constraints, else INVALID_ARGUMENT."""
+    st, gpu = _limit_gpu(handle)
+    if st.limit_no_permission:
+        raise NVMLError(NVML_ERROR_NO_PERMISSION)
+    lo, hi = st.limit_range_mw
+    if not isinstance(limit, int) or not lo <= limit <= hi:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    with _lock, _file_lock(st.limits_file):
+        limits = st.limits()
+        limits[gpu.index] = limit
+        st.store_limits(limits)
+
+
+@contextlib.contextmanager
+def _file_lock(path: str | None) -> Iterator[None]:
+    """Agents of several (virtual) nodes share one limits file: read-modify-write under flock."""
+    if path is None:
+        yield
+        return
+    with open(f"{path}.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield

@@ -171,6 +171,89 @@ def test_charon_projected_power_accumulates_within_a_cycle(oracle: Oracle) -> No
     assert len(d.hold) == 4 - len(d.starts)
 
 
+def _running(job_id: str, start_s: float, power_w: float, predicted_w: float, **kw: object) -> RunningJob:
+    base = dict(job_id=job_id, user="u0", node="h0", gpu_type="h100-sxm", n_gpus=2, batch=256)
+    base.update(kw)
+    return RunningJob(power_w=power_w, start_s=start_s, predicted_power_w=predicted_w, **base)  # type: ignore[arg-type]
+
+
+def test_charon_sheds_the_most_recent_sheddable_start_when_measured_power_is_over_budget(
+    oracle: Oracle,
+) -> None:
+    h = dataclasses.replace(H100, free_gpus=2)
+    running = (
+        _running("old", 10.0, 1200.0, 1150.0),
+        _running("urgent-new", 90.0, 1300.0, 1000.0, urgent=True),
+        _running("new", 80.0, 1300.0, 1000.0),
+    )
+    s = snap((job("w"),), nodes=(h,), running=running, power_budget_w=3500.0)
+    assert s.power_w > 3500.0
+    d = get_policy("charon").decide(s, oracle)
+    # the urgent (non-requeueable) job is never shed; one shed brings the power back in budget
+    assert d.preempt == ("new",) and not d.starts and d.hold == ("w",)
+    # the thesis's Charon does not react to what it measures
+    assert not get_policy("charon-thesis").decide(s, oracle).preempt
+    # all under budget: nothing shed
+    assert not get_policy("charon").decide(
+        snap((), nodes=(h,), running=running[:1], power_budget_w=3500.0), oracle
+    )
+
+
+def test_learned_margin_follows_the_measured_over_predicted_power_of_running_jobs() -> None:
+    from easlurm.priority.policies.charon import learned_margin
+
+    exact = tuple(_running(f"r{i}", 0.0, 1000.0, 1000.0) for i in range(4))
+    assert learned_margin(exact, 2.0, 3) == 0.0
+    under = tuple(_running(f"r{i}", 0.0, 1000.0 * f, 1000.0) for i, f in enumerate((1.1, 1.2, 1.0, 1.3)))
+    ratios = np.array([1.1, 1.2, 1.0, 1.3])
+    assert learned_margin(under, 2.0, 3) == pytest.approx(ratios.mean() - 1 + 2 * ratios.std(ddof=1))
+    assert learned_margin(under[:2], 2.0, 3) == 0.0  # too few to learn from
+    no_prediction = tuple(dataclasses.replace(r, predicted_power_w=None) for r in under)
+    assert learned_margin(no_prediction, 2.0, 1) == 0.0
+
+
+def test_charon_pads_starts_by_the_learned_margin_and_a_requeued_jobs_observed_error(oracle: Oracle) -> None:
+    jobs = tuple(job(f"j{i}", gpu_options=(2,), batch_options=(512,)) for i in range(2))
+    pred = oracle.predict(get_workload("resnet50", precision="fp32"), Placements.of([2], [512], ["h100-sxm"]))
+    delta = float(pred.power_w[0]) - 2 * 70.0  # what one start adds, predicted
+    h = dataclasses.replace(H100, free_gpus=4)
+
+    def starts(running: tuple[RunningJob, ...], pending: tuple[PendingJob, ...] = jobs) -> int:
+        base = snap(pending, nodes=(h,), running=running)
+        s = dataclasses.replace(base, power_budget_w=base.power_w + 2.1 * delta)  # room for both, 5 % spare
+        return len(get_policy("charon").decide(s, oracle).starts)
+
+    exact = tuple(_running(f"r{i}", 0.0, 400.0, 400.0, n_gpus=1) for i in range(4))
+    under = tuple(
+        _running(f"r{i}", 0.0, 400.0 * f, 400.0, n_gpus=1) for i, f in enumerate((1.3, 1.5, 1.2, 1.4))
+    )
+    assert starts(exact) == 2
+    assert starts(under) < 2
+    # a job shed for drawing 50 % more than predicted is budgeted at that ratio when it comes back
+    assert starts(exact, tuple(dataclasses.replace(p, observed_power_ratio=1.5) for p in jobs)) < 2
+
+
+def test_charon_caps_a_start_at_the_power_left_and_holds_an_urgent_job_it_cannot_cap(oracle: Oracle) -> None:
+    p = job("big", model="vit-b16", gpu_options=(8,), batch_options=(512,), precision="fp32")
+    # the oracle predicts about 4.97 kW for this placement: admitted under 5.1 kW, capped at the ~638 W per GPU left
+    s = snap((p,), nodes=(H100,), power_budget_w=5100.0)
+    d = get_policy("charon").decide(s, oracle)
+    assert len(d.starts) == 1
+    st = d.starts[0]
+    # whatever it really draws, the hardware keeps the cluster within the budget
+    assert st.power_limit_w is not None and s.power_w - 8 * 70.0 + 8 * st.power_limit_w <= 5100.0 + 1e-6
+    assert st.power_limit_w >= H100.min_power_limit_w  # type: ignore[operator]
+    assert get_policy("charon-thesis").decide(s, oracle).starts[0].power_limit_w is None
+    # headroom under the GPUs' minimum limit: an urgent job (cannot be shed) waits, another starts
+    low = dataclasses.replace(H100, min_power_limit_w=650.0)
+    urgent = dataclasses.replace(p, urgent=True)
+    assert get_policy("charon").decide(snap((urgent,), nodes=(low,), power_budget_w=5100.0), oracle).hold == (
+        "big",
+    )
+    started = get_policy("charon").decide(snap((p,), nodes=(low,), power_budget_w=5100.0), oracle).starts
+    assert len(started) == 1 and started[0].power_limit_w is None
+
+
 def test_unknown_policy_and_parameter_are_config_errors() -> None:
     with pytest.raises(ConfigError, match="unknown policy"):
         get_policy("sjf")

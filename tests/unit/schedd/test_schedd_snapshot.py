@@ -99,3 +99,26 @@ def test_pending_job_options_and_measured_power() -> None:
     r = snap.running[0]
     assert r.node == "a100-1" and r.n_gpus == 8 and r.power_w == 1234.0
     assert first_node("h100-[3,5]") == "h100-3" and first_node("x-1,x-2") == "x-1"
+
+
+def test_running_job_carries_its_prediction_beside_its_measured_power() -> None:
+    """Charon learns its margin from measured / predicted power of running jobs: the live snapshot gives both."""
+    spec = parse_spec("model=vit-b16,steps=100,batch=64,gpus=4")
+    running = [
+        job("6", state="RUNNING", nodes="a100-1", gpus_per_node=4, gpu_type="a100", start_s=900.0),
+        job("7", state="RUNNING", nodes="a100-2", gpus_per_node=4, gpu_type="a100", start_s=900.0),
+    ]
+    snap = build_snapshot(
+        SnapshotInputs(
+            now_s=1000.0,
+            jobs=running,
+            nodes=[node("a100-1", "a100", used=4), node("a100-2", "a100", used=4)],
+            specs={"6": spec, "7": spec},
+            measured_power_w={"6": 1234.0},
+        ),
+        FACTS.get,
+        predict_power_w=lambda jid, spec, t, n, b: 250.0 * n,
+    )
+    r = {x.job_id: x for x in snap.running}
+    assert (r["6"].power_w, r["6"].predicted_power_w) == (1234.0, 1000.0)
+    assert (r["7"].power_w, r["7"].predicted_power_w) == (1000.0, None)  # not measured: nothing to learn

@@ -40,6 +40,7 @@ REGISTRY: dict[str, tuple[type[BatchPacker], dict[str, Any]]] = {
     "hades": (Hades, {}),
     "aurachronos": (AuraChronos, {}),
     "charon": (Charon, {}),
+    "charon-thesis": (Charon, {"adaptive": False}),
     "charon-pl": (CharonPL, {}),
 }
 POLICY_NAMES: tuple[str, ...] = tuple(REGISTRY)

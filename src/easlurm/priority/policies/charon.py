@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Any
 
 import numpy as np
@@ -9,32 +11,90 @@ import numpy as np
 from easlurm.errors import ConfigError
 from easlurm.priority.packing import Cycle
 from easlurm.priority.policies.zeus import Zeus
-from easlurm.priority.snapshot import Decision
+from easlurm.priority.snapshot import ClusterSnapshot, Decision, NodeState, RunningJob, StartJob
 
 
 class Charon(Zeus):
     """Projected power starts at the cluster's current power (running jobs + idle GPUs) and grows by
     each start's predicted power minus the idle draw of the GPUs it takes. No budget: behaves as Zeus.
-    `power_margin` pads predictions (0 in the thesis): with a noisy oracle the budget is otherwise
-    exceeded whenever a start's power was under-predicted."""
+
+    `power_margin` pads predictions (0 in the thesis). With `adaptive` (the default; the thesis's
+    Charon is `adaptive=False`, registered as "charon-thesis") the policy also uses what it observes:
+    the margin grows to what the running jobs' measured power says about the oracle's error
+    (`learned_margin`), and when the measured power is over the budget the most recent starts are shed
+    (requeued; never an urgent or non-requeueable job) before anything new starts. The power a start
+    really draws is only known once it runs, so a budget can only hold under noisy predictions if the
+    scheduler corrects after the fact."""
 
     name = "charon"
 
-    def __init__(self, *, power_margin: float = 0.0, **params: Any) -> None:
+    def __init__(
+        self,
+        *,
+        power_margin: float = 0.0,
+        adaptive: bool = True,
+        margin_z: float = 2.0,
+        margin_min_samples: int = 3,
+        **params: Any,
+    ) -> None:
         super().__init__(**params)
         if power_margin < 0:
             raise ConfigError("charon: power_margin must be >= 0")
+        if margin_z < 0:
+            raise ConfigError("charon: margin_z must be >= 0")
+        if margin_min_samples < 1:
+            raise ConfigError("charon: margin_min_samples must be >= 1")
         self.power_margin = float(power_margin)
+        self.adaptive = bool(adaptive)
+        self.margin_z = float(margin_z)
+        self.margin_min_samples = int(margin_min_samples)
 
     def budget_w(self, cyc: Cycle) -> float | None:
-        b = cyc.snapshot.power_budget_w
+        return self.snapshot_budget_w(cyc.snapshot)
+
+    def snapshot_budget_w(self, snapshot: ClusterSnapshot) -> float | None:
+        b = snapshot.power_budget_w
         return self.power_budget_w if b is None else b
+
+    def decide(self, snapshot: ClusterSnapshot, oracle: Any) -> Decision:
+        shed = self.shed(snapshot)
+        if shed:
+            return Decision(preempt=shed, hold=tuple(p.job_id for p in snapshot.pending))
+        return super().decide(snapshot, oracle)
+
+    def margin(self, snapshot: ClusterSnapshot) -> float:
+        """Fraction added to each start's predicted power."""
+        if not self.adaptive:
+            return self.power_margin
+        return max(
+            self.power_margin, learned_margin(snapshot.running, self.margin_z, self.margin_min_samples)
+        )
+
+    def shed(self, snapshot: ClusterSnapshot) -> tuple[str, ...]:
+        """Most recent starts to requeue until the measured power is back in budget (the last resort)."""
+        budget = self.snapshot_budget_w(snapshot)
+        if not self.adaptive or budget is None:
+            return ()
+        over = snapshot.power_w - budget
+        if over <= 1e-6:
+            return ()
+        idle = {n.name: n.idle_power_w for n in snapshot.nodes}
+        victims = []
+        for r in sorted(snapshot.running, key=lambda r: (-r.start_s, r.job_id)):
+            if r.urgent:
+                continue
+            victims.append(r.job_id)
+            over -= r.power_w - r.n_gpus * idle.get(r.node, 0.0)
+            if over <= 1e-6:
+                break
+        return tuple(victims)
 
     def allocate(self, cyc: Cycle, order: list[int], best: np.ndarray) -> Decision:
         budget = self.budget_w(cyc)
         if budget is None:
             return super().allocate(cyc, order, best)
         projected = cyc.snapshot.power_w
+        pad = 1.0 + self.margin(cyc.snapshot)
         starts, hold = [], []
         for j in order:
             pos = int(best[j])
@@ -42,10 +102,48 @@ class Charon(Zeus):
             node = cyc.pick_node(int(cyc.code[pos]), k)
             if node < 0:
                 continue
-            delta = float(cyc.power_w[pos]) * (1.0 + self.power_margin) - k * float(cyc.node_idle_w[node])
+            job = cyc.jobs[j]
+            seen = job.observed_power_ratio if self.adaptive else None
+            idle_w = k * float(cyc.node_idle_w[node])
+            delta = float(cyc.power_w[pos]) * max(pad, seen or 0.0) - idle_w
             if projected + delta > budget:
-                hold.append(cyc.jobs[j].job_id)
+                hold.append(job.job_id)
                 continue
-            starts.append(cyc.start(pos, node))
+            start = cyc.start(pos, node)
+            if self.adaptive:
+                cap = self.cap_w(cyc.snapshot.nodes[node], k, budget - projected + idle_w, start)
+                if cap is None and job.urgent:  # cannot be shed later: only a guaranteed bound will do
+                    cyc.node_free[node] += k
+                    hold.append(job.job_id)
+                    continue
+                if cap is not None and cap < cyc.snapshot.nodes[node].tdp_w:
+                    start = dataclasses.replace(start, power_limit_w=cap)
+            starts.append(start)
             projected += delta
         return Decision(starts=tuple(starts), hold=tuple(hold))
+
+    @staticmethod
+    def cap_w(node: NodeState, k: int, headroom_w: float, start: StartJob) -> float | None:
+        """The per-GPU power limit that keeps a start within the headroom whatever it really draws
+        (the GPU's own limit if tighter); None when that would be below the GPU's minimum limit."""
+        cap = min(headroom_w / k, node.tdp_w)
+        if start.power_limit_w is not None:
+            cap = min(cap, start.power_limit_w)
+        floor = node.min_power_limit_w or 0.0
+        return cap if cap >= floor else None
+
+
+def learned_margin(running: tuple[RunningJob, ...], z: float, min_samples: int) -> float:
+    """Under-prediction to allow for, from the running jobs' measured / predicted power: mean - 1 plus
+    `z` standard deviations (0 with fewer than `min_samples` jobs that carry both)."""
+    ratios = np.array(
+        [
+            r.power_w / r.predicted_power_w
+            for r in running
+            if r.predicted_power_w and r.predicted_power_w > 0 and math.isfinite(r.power_w)
+        ],
+        dtype=np.float64,
+    )
+    if len(ratios) < min_samples:
+        return 0.0
+    return max(float(ratios.mean() - 1.0 + z * ratios.std(ddof=1)), 0.0)

@@ -198,7 +198,7 @@ class Simulator:
                 yield self.env.timeout(tick * interval - self.env.now)
             self._last_tick = tick
             self._dirty = False
-            if not self.pending:
+            if not self.pending and not self._over_budget():
                 continue
             snap = self.snapshot()
             decision = self.decide(snap)
@@ -207,6 +207,11 @@ class Simulator:
                 self._dirty = True
             elif getattr(self.policy, "time_sensitive", False):
                 self._schedule_recheck(snap)
+
+    def _over_budget(self) -> bool:
+        """Measured power above the budget: the policy is called even with an empty queue, to respond."""
+        budget = self.cfg.power_budget_w
+        return budget is not None and self.ledger.power_w > budget + 1e-6
 
     def _schedule_recheck(self, snap: ClusterSnapshot) -> None:
         """A time-sensitive policy says when its decision may change with time alone."""
@@ -282,6 +287,7 @@ class Simulator:
             power_limit_w=st.power_limit_w,
             expected_end_s=now + duration,
             checkpoint_interval_s=self.cfg.checkpoint_interval_s,
+            predicted_power_w=st.predicted_power_w,
         )
         run = Run(rec, node_i, st, sps, power_w, now, remaining, state)
         self.running[st.job_id] = run
@@ -337,6 +343,7 @@ class Simulator:
             old,
             remaining_steps=remaining / run.record.spec.batch_options[0],
             preemptions=run.record.preemptions,
+            observed_power_ratio=_power_ratio(run),
         )
         # back at the front of the queue (thesis 5.3.2.4)
         self.pending = {job_id: requeued, **self.pending}
@@ -354,6 +361,12 @@ class Simulator:
             run.record.gpu_s += run.start.n_gpus * elapsed
             self.busy_gpu_s_by_type[self.nodes[run.node].gpu_type] += run.start.n_gpus * elapsed
         self.ledger.close(end_s)
+
+
+def _power_ratio(run: Run) -> float | None:
+    """Measured / predicted power of a run (None when the policy gave no prediction)."""
+    predicted = run.start.predicted_power_w
+    return run.power_w / predicted if predicted else None
 
 
 def _pending_from(spec: JobSpec) -> PendingJob:
