@@ -9,8 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from easlurm.errors import ConfigError
 
 #: Every known setting with its default. A section's keys are closed: an unknown key is an error,
@@ -140,6 +138,8 @@ def read_yaml_file(path: Path) -> Any:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
+    import yaml  # here, not at import time: `scripts/slurm-box install` runs before PyYAML is installed
+
     try:
         return yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
@@ -149,6 +149,40 @@ def read_yaml_file(path: Path) -> Any:
         raise ConfigError(f"{path}{line}: invalid YAML ({problem})") from exc
 
 
+def parse_env_scalar(raw: str) -> Any:
+    """An environment value as a YAML scalar (`0.2`, `true`, `null`); plain text where YAML fails.
+
+    Without PyYAML (`scripts/slurm-box install` on a bare machine) numbers, booleans and null are still
+    recognised, so `EASLURM_BOX__BASE_PORT=17017` works before any package is installed.
+    """
+    if raw == "":
+        return None
+    try:
+        import yaml
+    except ImportError:
+        return _stdlib_scalar(raw)
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+
+
+def _stdlib_scalar(raw: str) -> Any:
+    low = raw.strip().lower()
+    if low in ("null", "~"):
+        return None
+    if low in ("true", "yes", "on"):
+        return True
+    if low in ("false", "no", "off"):
+        return False
+    for kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            pass
+    return raw
+
+
 def env_layer(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     """`EASLURM_SECTION__KEY=value` variables as a layer; values are parsed as YAML scalars."""
     layer: dict[str, dict[str, Any]] = {}
@@ -156,10 +190,7 @@ def env_layer(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
         if not name.startswith(ENV_PREFIX) or "__" not in name:
             continue
         section, _, key = name[len(ENV_PREFIX) :].lower().partition("__")
-        try:
-            value = yaml.safe_load(raw) if raw != "" else None
-        except yaml.YAMLError:
-            value = raw
+        value = parse_env_scalar(raw)
         layer.setdefault(section, {})[key] = value
     return layer
 

@@ -50,7 +50,9 @@ class Measurement:
     image_size: int | None = None
     optimizer: str = "adamw"
     source: str = ""
-    peak_mem_gib: float | None = None  # peak GPU memory allocated on one GPU (torch max_memory_allocated), GiB
+    peak_mem_gib: float | None = (
+        None  # peak GPU memory allocated on one GPU (torch max_memory_allocated), GiB
+    )
 
     def workload(self) -> Workload:
         return get_workload(
