@@ -19,7 +19,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	scripts/slurm-box install
 	$(PIP) --version >/dev/null 2>&1 || python3 -m venv --clear $(VENV)
-	$(PIP) install --quiet --disable-pip-version-check --no-binary mpi4py -e ".[$(EXTRAS)]"
+	$(PIP) install --quiet --disable-pip-version-check -e ".[$(EXTRAS)]"
 	@touch $(STAMP)
 
 demo: install

@@ -33,7 +33,7 @@ DEBIAN_PACKAGES = (
     "openmpi-bin",
     "libopenmpi-dev",
     # what `make install` needs on a minimal Debian: the virtual environment, and compilers for the SPANK
-    # plugin and mpi4py (built against this Open MPI)
+    # plugin (and headers for any sdist pip must build)
     "python3-venv",
     "python3-dev",
     "gcc",
