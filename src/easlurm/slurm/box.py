@@ -469,6 +469,7 @@ class SlurmBox:
                 [
                     "mariadb-install-db",
                     "--no-defaults",
+                    "--force",  # also where the host name does not resolve (a fresh root without /etc/hosts)
                     f"--datadir={datadir}",
                     "--user=root",
                     "--auth-root-authentication-method=socket",
