@@ -228,7 +228,7 @@ def calibrate_cmd(
     base = load_params(base_path) if base_path else load_params()
     free_list = [f.strip() for f in free.split(",") if f.strip()] if free else None
     before = score(base, rows)
-    with click.progressbar(length=maxiter, label="calibrating", file=click.get_text_stream("stderr")) as bar:
+    with click.progressbar(length=maxiter, label="calibrating", file=click.get_text_stream("stderr")) as bar:  # type: ignore[operator]  # click 8.3 types the context manager as object
         res = calibrate(
             rows,
             base,
