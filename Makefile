@@ -1,17 +1,25 @@
 # easlurm: the two Quickstart commands are `make demo` and `make test`.
-PYTHON ?= python3
-PIP ?= $(PYTHON) -m pip
+# Everything Python lives in a virtual environment inside the checkout (.venv); nothing goes into the
+# system Python (Debian's is externally managed, PEP 668). Its bin/ comes first on PATH for every recipe,
+# so the demo, the tests, the local cluster's scripts and the SPANK plugin's agent line use its python3.
+VENV ?= .venv
+PYTHON := $(abspath $(VENV))/bin/python3
+PIP := $(PYTHON) -m pip
 STAMP := .install.stamp
+EXTRAS ?= dev,mpi
+export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: install demo test lint unit integration bench clean
 
-# Debian packages (Slurm 22.05, munge, MariaDB, Open MPI) and the package with its test extras; idempotent.
+# Debian packages (Slurm 22.05, munge, MariaDB, Open MPI, compilers, python3-venv), then the virtual
+# environment with easlurm and its test extras. Idempotent: the stamp is keyed on pyproject.toml.
+# torch is not among the extras installed here: from the package index it is the CUDA build (gigabytes);
+# `make install EXTRAS=dev,mpi,torch` (or `pip install 'easlurm[torch]'`) adds it, and its tests then run.
 install: $(STAMP)
 $(STAMP): pyproject.toml
 	scripts/slurm-box install
-	# torch pinned first: 2.13.0 is the CPU build this platform provides; an unpinned torch pulls CUDA wheels
-	$(PIP) install --quiet --disable-pip-version-check "torch==2.13.0"
-	$(PIP) install --quiet --disable-pip-version-check -e ".[dev,mpi,torch]"
+	$(PIP) --version >/dev/null 2>&1 || python3 -m venv --clear $(VENV)
+	$(PIP) install --quiet --disable-pip-version-check -e ".[$(EXTRAS)]"
 	@touch $(STAMP)
 
 demo: install

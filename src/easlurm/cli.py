@@ -108,8 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("easlurm: aborted", err=True)
         return 130
+    except click.UsageError as exc:  # a missing file or option: one line like every other error
+        where = f"; see '{exc.ctx.command_path} -h'" if exc.ctx is not None else ""
+        click.echo(f"easlurm: error: {exc.format_message()}{where}", err=True)
+        return 2
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"easlurm: error: {exc.format_message()}", err=True)
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)

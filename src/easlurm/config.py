@@ -9,8 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from easlurm.errors import ConfigError
 
 #: Every known setting with its default. A section's keys are closed: an unknown key is an error,
@@ -90,23 +88,36 @@ class Config:
             raise ConfigError(f"unknown configuration section {name!r}")
         return dict(self.values[name])
 
-    def merge(self, layer: Mapping[str, Any], source: str) -> None:
-        """Apply one layer, validating section and key names and value types against DEFAULTS."""
+    def merge(
+        self, layer: Mapping[str, Any], source: str, lines: Mapping[tuple[str, ...], int] | None = None
+    ) -> None:
+        """Apply one layer, validating section and key names and value types against DEFAULTS.
+
+        `lines` (from yaml_key_lines) puts the line of the offending section or key into an error."""
+
+        def at(*path: str) -> str:
+            line = (lines or {}).get(path)
+            return f"{source}:{line}" if line else source
+
         if not isinstance(layer, Mapping):
             raise ConfigError(
                 f"{source}: top level must be a mapping of sections, got {type(layer).__name__}"
             )
         for section, entries in layer.items():
             if section not in DEFAULTS:
-                raise ConfigError(f"{source}: unknown section {section!r} (known: {', '.join(DEFAULTS)})")
+                raise ConfigError(
+                    f"{at(str(section))}: unknown section {section!r} (known: {', '.join(DEFAULTS)})"
+                )
             if not isinstance(entries, Mapping):
-                raise ConfigError(f"{source}: section {section!r} must be a mapping")
+                raise ConfigError(f"{at(section)}: section {section!r} must be a mapping")
             for key, value in entries.items():
                 if key not in DEFAULTS[section]:
                     known = ", ".join(DEFAULTS[section])
-                    raise ConfigError(f"{source}: unknown key {section}.{key} (known: {known})")
+                    raise ConfigError(
+                        f"{at(section, str(key))}: unknown key {section}.{key} (known: {known})"
+                    )
                 self.values[section][key] = _coerce(
-                    DEFAULTS[section][key], value, f"{source}: {section}.{key}"
+                    DEFAULTS[section][key], value, f"{at(section, key)}: {section}.{key}"
                 )
                 self.origin[f"{section}.{key}"] = source
 
@@ -141,6 +152,8 @@ def read_yaml_file(path: Path) -> Any:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
+    import yaml  # here, not at import time: `scripts/slurm-box install` runs before PyYAML is installed
+
     try:
         return yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
@@ -150,19 +163,74 @@ def read_yaml_file(path: Path) -> Any:
         raise ConfigError(f"{path}{line}: invalid YAML ({problem})") from exc
 
 
+def yaml_key_lines(path: Path) -> dict[tuple[str, ...], int]:
+    """1-based line of each section and `section.key` of a YAML settings file, for error messages."""
+    import yaml
+
+    try:
+        node = yaml.compose(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    lines: dict[tuple[str, ...], int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for knode, vnode in node.value:
+            lines[(str(knode.value),)] = knode.start_mark.line + 1
+            if isinstance(vnode, yaml.MappingNode):
+                for k2, _ in vnode.value:
+                    lines[(str(knode.value), str(k2.value))] = k2.start_mark.line + 1
+    return lines
+
+
+def parse_env_scalar(raw: str) -> Any:
+    """An environment value as a YAML scalar (`0.2`, `true`, `null`); plain text where YAML fails.
+
+    Without PyYAML (`scripts/slurm-box install` on a bare machine) numbers, booleans and null are still
+    recognised, so `EASLURM_BOX__BASE_PORT=17017` works before any package is installed.
+    """
+    if raw == "":
+        return None
+    try:
+        import yaml
+    except ImportError:
+        return _stdlib_scalar(raw)
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+
+
+def _stdlib_scalar(raw: str) -> Any:
+    low = raw.strip().lower()
+    if low in ("null", "~"):
+        return None
+    if low in ("true", "yes", "on"):
+        return True
+    if low in ("false", "no", "off"):
+        return False
+    for kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            pass
+    return raw
+
+
 def env_layer(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     """`EASLURM_SECTION__KEY=value` variables as a layer; values are parsed as YAML scalars."""
     layer: dict[str, dict[str, Any]] = {}
-    for name, raw in environ.items():
-        if not name.startswith(ENV_PREFIX) or "__" not in name:
-            continue
-        section, _, key = name[len(ENV_PREFIX) :].lower().partition("__")
-        try:
-            value = yaml.safe_load(raw) if raw != "" else None
-        except yaml.YAMLError:
-            value = raw
+    for _, section, key, value in env_entries(environ):
         layer.setdefault(section, {})[key] = value
     return layer
+
+
+def env_entries(environ: Mapping[str, str]) -> list[tuple[str, str, str, Any]]:
+    """(variable name, section, key, parsed value) of every `EASLURM_SECTION__KEY` variable."""
+    out = []
+    for name, raw in environ.items():
+        if name.startswith(ENV_PREFIX) and "__" in name:
+            section, _, key = name[len(ENV_PREFIX) :].lower().partition("__")
+            out.append((name, section, key, parse_env_scalar(raw)))
+    return out
 
 
 def load_config(
@@ -175,13 +243,17 @@ def load_config(
     cfg = Config()
     for candidate in (system_file or SYSTEM_FILE, user_file()):
         if candidate.is_file():
-            cfg.merge(read_yaml_file(candidate), str(candidate))
+            cfg.merge(read_yaml_file(candidate), str(candidate), yaml_key_lines(candidate))
     if path is not None:
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"{p}: configuration file not found")
-        cfg.merge(read_yaml_file(p), str(p))
-    cfg.merge(env_layer(os.environ if environ is None else environ), "environment")
+        cfg.merge(read_yaml_file(p), str(p), yaml_key_lines(p))
+    for name, section, key, value in env_entries(os.environ if environ is None else environ):
+        try:
+            cfg.merge({section: {key: value}}, "environment")
+        except ConfigError as exc:  # name the variable the user set, not the setting it maps to
+            raise ConfigError(f"environment variable {name}{str(exc).removeprefix('environment')}") from None
     if overrides:
         cfg.merge({s: {k: v for k, v in e.items() if v is not None} for s, e in overrides.items()}, "flags")
     return cfg

@@ -20,7 +20,7 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 MISSING = (
     "mpirun not installed (apt-get install openmpi-bin libopenmpi-dev)"
     if shutil.which("mpirun") is None
-    else "mpi4py not installed (pip install mpi4py)"
+    else "mpi4py not installed (pip install 'easlurm[mpi]')"
     if importlib.util.find_spec("mpi4py") is None
     else None
 )

@@ -24,7 +24,7 @@ class MpiContext:
         try:
             from mpi4py import MPI
         except ImportError as exc:
-            raise ConfigError("MPI profiling needs mpi4py (pip install mpi4py)") from exc
+            raise ConfigError("MPI profiling needs mpi4py (pip install 'easlurm[mpi]')") from exc
         self.comm = comm if comm is not None else MPI.COMM_WORLD
         self.local = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
         self.rank = self.comm.Get_rank()

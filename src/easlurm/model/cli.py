@@ -5,12 +5,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import sys
 from typing import Any
 
 import click
 
 from easlurm.cli import LazyGroup, load_ctx_config
 from easlurm.errors import ConfigError
+from easlurm.progress import progressbar
 
 PREDICT_COLUMNS = (
     "GPUType",
@@ -274,7 +276,7 @@ def calibrate_cmd(
     base = load_params(base_path) if base_path else load_params()
     free_list = [f.strip() for f in free.split(",") if f.strip()] if free else None
     before = score(base, rows, catalogue)
-    with click.progressbar(length=maxiter, label="calibrating", file=click.get_text_stream("stderr")) as bar:
+    with progressbar(length=maxiter, label="calibrating", file=sys.stderr) as bar:
         res = calibrate(
             rows,
             base,
@@ -614,8 +616,8 @@ def evaluate_cmd(
     start = time.perf_counter()
     calibrates = scheme.held_out or refit
     if calibrates:
-        stderr = click.get_text_stream("stderr")
-        with click.progressbar(
+        stderr = sys.stderr
+        with progressbar(
             length=len(splits) * maxiter,
             label=f"calibrating ({scheme.label if scheme.held_out else 'in-sample'})",
             file=stderr,

@@ -13,6 +13,7 @@ import importlib.util
 import logging
 import math
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from typing import Any
 import click
 
 from easlurm.errors import ConfigError, ModelError
+from easlurm.progress import progressbar
 
 log = logging.getLogger(__name__)
 
@@ -604,9 +606,7 @@ def measure_cmd(
     if dev.startswith("cuda"):
         read, close = nvml_energy_reader(torch.device(dev).index or 0)
     try:
-        with click.progressbar(
-            length=len(configs) * sweeps, label="measuring", file=click.get_text_stream("stderr")
-        ) as bar:
+        with progressbar(length=len(configs) * sweeps, label="measuring", file=sys.stderr) as bar:
             results = measure(
                 configs,
                 gpu_name,

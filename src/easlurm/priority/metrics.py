@@ -21,7 +21,7 @@ class Metrics:
         try:
             import prometheus_client as pc
         except ImportError:
-            log.warning("prometheus-client not installed: no metrics")
+            log.warning("prometheus-client not installed: no metrics (pip install 'easlurm[metrics]')")
             return
         self.registry = r = pc.CollectorRegistry()
         self.cycle_s = pc.Histogram(
@@ -50,10 +50,16 @@ class Metrics:
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         """Expose /metrics over HTTP on a daemon thread."""
         if not self.enabled:
-            raise ConfigError("--metrics-port needs prometheus-client (pip install prometheus-client)")
+            raise ConfigError("--metrics-port needs prometheus-client (pip install 'easlurm[metrics]')")
         import prometheus_client as pc
 
-        pc.start_http_server(port, addr=addr, registry=self.registry)
+        port = check_port(port)
+        try:
+            pc.start_http_server(port, addr=addr, registry=self.registry)
+        except OSError as exc:
+            raise ConfigError(
+                f"--metrics-port {port}: cannot listen on {addr}:{port} ({exc.strerror})"
+            ) from exc
 
     def observe_cycle(self, phases_s: dict[str, float]) -> None:
         if self.enabled:
@@ -97,3 +103,10 @@ class Metrics:
         import prometheus_client as pc
 
         return str(pc.generate_latest(self.registry).decode())
+
+
+def check_port(port: object) -> int:
+    """A TCP port number from a flag or the configuration, or a ConfigError naming the option."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ConfigError(f"--metrics-port (sched.metrics_port): {port!r} is not a TCP port (1-65535)")
+    return port

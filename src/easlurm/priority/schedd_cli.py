@@ -31,7 +31,12 @@ CHOICES = ("zeus", "hades", "aurachronos", "charon", "pollux", "themis", "chrono
 )
 @click.option("--power-budget", type=str, default=None, help="Cluster GPU power budget, e.g. 4500W.")
 @click.option("--dry-run", is_flag=True, help="Log every decision, change nothing.")
-@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port.")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve Prometheus metrics on this port.",
+)
 @click.option("--decision-log", type=click.Path(dir_okay=False), default=None, help="JSONL decision log.")
 @click.option("--log-snapshots", is_flag=True, help="Also write each cycle's snapshot into the decision log.")
 @click.option("--hold-ttl", type=str, default=None, help="A daemon hold expires after this (default 10min).")
@@ -63,7 +68,7 @@ def schedd_cmd(
 ) -> None:
     """Drive Slurm with an energy-aware policy: order (SiteFactor), placement, power budget, preemption."""
     from easlurm.priority.daemon import Daemon, DaemonConfig
-    from easlurm.priority.metrics import Metrics
+    from easlurm.priority.metrics import Metrics, check_port
     from easlurm.slurm.sched_client import CliSchedClient
     from easlurm.units import parse_duration_s, parse_power_w
 
@@ -104,6 +109,10 @@ def schedd_cmd(
         name_prefix=only_names,
         nodes=tuple(n for n in only_nodes.split(",") if n) if only_nodes else None,
     )
+    if sched["metrics_port"] is not None:
+        check_port(
+            sched["metrics_port"]
+        )  # also with --once, which does not serve: a bad port is still an error
     metrics = Metrics(enabled=sched["metrics_port"] is not None or once)
     if sched["metrics_port"] is not None and not once:
         metrics.serve(int(sched["metrics_port"]))

@@ -13,6 +13,18 @@ from easlurm.sim.stats import MetricSummary
 
 _DPI = 110
 
+#: What a report says, in place of its plots, where matplotlib (the `plots` extra) is missing.
+PLOTS_MISSING = "Plots left out: matplotlib is not installed (pip install 'easlurm[plots]')."
+
+
+def available() -> bool:
+    """Whether matplotlib can be imported: without it reports are written without plots."""
+    try:
+        import matplotlib.figure  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
 
 def _figure(width: float = 7.0, height: float = 4.5) -> Any:
     try:

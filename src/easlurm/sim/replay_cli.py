@@ -11,6 +11,7 @@ import click
 from easlurm.cli import load_ctx_config
 from easlurm.errors import ConfigError
 from easlurm.model.cli import HARDWARE_OPTION
+from easlurm.progress import progressbar
 
 DEFAULT_POLICIES = "pollux,zeus,hades,aurachronos,charon"
 
@@ -162,8 +163,8 @@ def replay_cmd(
         click.echo(f"replay: {line}", err=True)
 
     def bar(jobs: Iterator[Any], n: int, label: str) -> Iterator[Any]:
-        stderr = click.get_text_stream("stderr")
-        with click.progressbar(jobs, length=n, label=f"replay {label}", file=stderr) as it:
+        stderr = sys.stderr
+        with progressbar(jobs, length=n, label=f"replay {label}", file=stderr) as it:
             yield from it
 
     result = replay(

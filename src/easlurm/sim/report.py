@@ -219,9 +219,13 @@ def write_report(
     if reference:
         _reference_section(doc, reference, summaries)
     plot_cfg = cfg.get("plots") or {}
+    can_plot = plots.available()
+    if not can_plot:  # the work is done: write the report without plots rather than fail
+        log.warning("%s", plots.PLOTS_MISSING)
+        doc.p(plots.PLOTS_MISSING)
     descriptions = cfg.get("experiments") or {}
     for experiment, exp_rows in group_rows(rows, ("experiment",)).items():
-        kinds = plot_cfg.get(experiment[0], PLOT_KINDS)
+        kinds = plot_cfg.get(experiment[0], PLOT_KINDS) if can_plot else ()
         doc.h(2, f"Experiment {experiment[0]}")
         if descriptions.get(experiment[0]):
             doc.p(str(descriptions[experiment[0]]))

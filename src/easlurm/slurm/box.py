@@ -10,9 +10,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,6 +32,12 @@ DEBIAN_PACKAGES = (
     "libslurm-dev",
     "openmpi-bin",
     "libopenmpi-dev",
+    # what `make install` needs on a minimal Debian: the virtual environment, and compilers for the SPANK
+    # plugin (and headers for any sdist pip must build)
+    "python3-venv",
+    "python3-dev",
+    "gcc",
+    "libc6-dev",
 )
 
 DB_PASSWORD = "easbox"  # a loopback-only throw-away database of the development cluster
@@ -420,7 +426,7 @@ class SlurmBox:
         installer = Path(__file__).resolve().parents[3] / "spank" / "install-box"
         if installer.is_file() and os.access(installer, os.X_OK):
             res = subprocess.run(
-                [str(installer), str(self.paths.root), shutil.which("python3") or "/usr/bin/python3"],
+                [str(installer), str(self.paths.root), sys.executable],
                 capture_output=True,
                 text=True,
                 check=False,
@@ -463,6 +469,7 @@ class SlurmBox:
                 [
                     "mariadb-install-db",
                     "--no-defaults",
+                    "--force",  # also where the host name does not resolve (a fresh root without /etc/hosts)
                     f"--datadir={datadir}",
                     "--user=root",
                     "--auth-root-authentication-method=socket",

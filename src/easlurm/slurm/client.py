@@ -134,8 +134,20 @@ class CliSlurmClient(SlurmClient):
             if attempt + 1 < attempts and _transient(err):
                 time.sleep(0.2 * (attempt + 1))
                 continue
-            raise SlurmError(f"{argv[0]} failed: {err}")
+            raise SlurmError(f"{argv[0]} failed: {err}{self._config_hint(err)}")
         raise AssertionError("unreachable")
+
+    def _config_hint(self, err: str) -> str:
+        """A hint where Slurm found no configuration at all (its DNS SRV fallback failed)."""
+        if "configuration source" not in err:
+            return ""
+        conf = self.env.get("SLURM_CONF")
+        if conf:
+            return f" (SLURM_CONF={conf}: is that file readable and slurmctld reachable?)"
+        return (
+            " (no Slurm configuration: set SLURM_CONF to your slurm.conf;"
+            ' for the local cluster: eval "$(scripts/slurm-box env)")'
+        )
 
     def submit_batch(
         self, script: str, args: Sequence[str] = (), wait: bool = False, sbatch: Sequence[str] = ("sbatch",)
@@ -168,7 +180,7 @@ class CliSlurmClient(SlurmClient):
         job_id = out.split(";")[0].splitlines()[0] if out else ""
         if not job_id:
             err = res.stderr.strip().replace("\n", "; ") or f"exit status {res.returncode}"
-            raise SlurmError(f"{argv[0]} failed: {err}")
+            raise SlurmError(f"{argv[0]} failed: {err}{self._config_hint(err)}")
         return job_id, res.returncode, res.stderr.strip()
 
     def sacct(self, selection: Sequence[str], fields: Sequence[str]) -> list[dict[str, str]]:

@@ -2,7 +2,7 @@
 
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="needs the [torch] extra: pip install 'easlurm[torch]'")
 nn = torch.nn
 
 from easlurm.model.torch_trace import trace_module  # noqa: E402

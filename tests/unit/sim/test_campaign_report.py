@@ -13,7 +13,7 @@ from easlurm.sim.campaign_run import load_rows, run_campaign
 from easlurm.sim.plots import pareto_front
 from easlurm.sim.report import build_report
 
-pytest.importorskip("matplotlib")
+pytest.importorskip("matplotlib", reason="needs the [plots] extra: pip install 'easlurm[plots]'")
 
 PLAN = {
     "name": "rep",

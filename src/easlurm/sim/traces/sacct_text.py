@@ -227,7 +227,7 @@ class SacctTextReader:
             need = [n for n in ("JobID", "Submit") if n.lower() not in idx and not (n == "JobID" and jobcol)]
             raise TraceError(
                 f"{self.path}:{header_line or 1}: header lacks {', '.join(need)} "
-                f"(not a sacct -P dump with a header? pass the --format columns)"
+                f"(not a sacct -P dump with a header? name its columns with --columns JobID,Submit,...)"
             )
         missing = {"start", "end", "alloctres", "reqtres", "user", "partition", "state", "timelimit"}
         self.stats.missing_fields.update(m for m in missing if m not in idx)
