@@ -291,11 +291,12 @@ def test_schedd_killed_daemon_restarted_leaves_no_hold(slurm_box: Any, blocker: 
 
 
 def test_schedd_order_zeus_and_pollux_differ(slurm_box: Any, tmp_path: Path) -> None:
-    """GPT-2 is shorter but draws more power than BERT: Pollux (time) starts GPT-2 first, Zeus (EDP) BERT,
-    as the oracle's ranking says; each job takes all 8 GPUs so the start order is the queue order."""
+    """GPT-2 is shorter but draws about twice the power of BERT (whose 32 samples per GPU are launch-bound):
+    Pollux (time) starts GPT-2 first, Zeus (EDP) BERT, as the oracle's ranking says; each job takes all 8 GPUs
+    so the start order is the queue order."""
     specs = {
         "gpt2": "model=gpt2,steps=3400,batch=256,gpus=8",
-        "bert": "model=bert-base,steps=10000,batch=256,gpus=8",
+        "bert": "model=bert-base,steps=18000,batch=256,gpus=8",
     }
     firsts = {}
     for policy in ("zeus", "pollux"):

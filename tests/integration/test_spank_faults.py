@@ -69,7 +69,8 @@ def test_agent_missing_or_crashing_leaves_no_record(slurm_box: Any, tmp_path: Pa
 def test_hanging_agent_never_delays_the_step_and_ends_itself(slurm_box: Any, tmp_path: Path) -> None:
     """A wedged GPU driver (nvmlShutdown never returns): the step goes on after `timeout_ms`, and the agent,
     left to finish in the background, is ended by its own spank.late_limit_s bound (SIGALRM)."""
-    script = 't0=$(date +%s.%N); srun sleep 1; t1=$(date +%s.%N); echo step_s=$(echo "$t1 - $t0" | bc)'
+    # awk, not bc: a minimal Debian has no bc
+    script = 't0=$(date +%s.%N); srun sleep 1; t1=$(date +%s.%N); awk "BEGIN {print \\"step_s=\\" $t1 - $t0}"'
     hang = ("env=EASLURM_FAKE_NVML_HANG_SHUTDOWN=1", "env=EASLURM_SPANK__LATE_LIMIT_S=3")
     with plugin_with_fake_sensors(slurm_box, *hang, timeout_ms=500):
         job = run_job(slurm_box, tmp_path, script=script)
