@@ -258,6 +258,10 @@ def build_rows(
             state = (row.get("State") or "").split(" ")[0]
             if step is not None and state in INTERRUPTED_STATES:
                 flags.append(f"ended:{state.lower()}")
+            elif step is not None and run < last_run[job] and state != "COMPLETED":
+                # a later run exists, so the requeue ended this one: its batch script, killed by the
+                # requeue, shows FAILED or CANCELLED depending on how the signal reached it
+                flags.append("ended:requeued")
             values["EnergyFlags"] = ",".join(f for f in flags if f)
         elif job in damaged:
             values["EnergyFlags"] = "damaged"

@@ -136,3 +136,22 @@ def test_republish_orders_runs_then_steps() -> None:
         "0+r1",
         "batch+r1",
     ]
+
+
+def test_a_batch_step_killed_by_the_requeue_is_flagged_even_when_sacct_says_failed() -> None:
+    """The requeue's signal can leave the first run's batch script FAILED rather than CANCELLED: a later
+    run exists, so that step still ended by the requeue; a step that completed is not flagged."""
+    steps = [
+        StepRecord(7, "batch", 1, [node("a100-1", 100.0)]),
+        StepRecord(7, "0", 1, [node("a100-1", 300.0, 5.0)]),
+        StepRecord(7, "batch", 1, [node("a100-1", 110.0)], run=1),
+        StepRecord(7, "0", 1, [node("a100-1", 330.0, 5.0)], run=1),
+    ]
+    rows = sacct_rows(encode_admin_comment(steps))
+    rows[1]["State"] = "FAILED"
+    every, _ = build_rows(rows, duplicates=True)
+    assert every[1]["EnergyFlags"] == "ended:requeued"
+    assert "ended" not in every[2]["EnergyFlags"]  # the first run's step 0 completed before the requeue
+    rows[4]["State"] = "FAILED"  # the last run's own failure is not a requeue
+    every, _ = build_rows(rows, duplicates=True)
+    assert "ended" not in every[4]["EnergyFlags"]
