@@ -153,9 +153,12 @@ def test_replay_matches_what_the_cluster_did(captured: dict[str, Any], fmt: str)
     assert res.mapping.mapped == len(ran_gpu) == base["completed_jobs"] == 9
     assert res.mapping.excluded["cpu_only"] == 1
     recorded_jct = sum(j.end_s - j.submit_s for j in ran_gpu) / len(ran_gpu)
+    recorded_run = sum(j.end_s - j.start_s for j in ran_gpu) / len(ran_gpu)
     assert base["mean_jct_s"] == pytest.approx(recorded_jct)
     for policy in ("zeus", "pollux"):
         run = res.run(policy)["metrics"]
         assert run["completed_jobs"] == 9
-        assert abs(run["mean_jct_s"] - recorded_jct) <= 3.0
+        # on the idle replica every job starts within the 1 s step: never later than the box started it
+        # (whose own scheduling delay grows on a loaded machine), never faster than it ran
+        assert recorded_run - 1.5 <= run["mean_jct_s"] <= recorded_jct + 1.5
         assert run["busy_energy_kwh"] == pytest.approx(base["busy_energy_kwh"], rel=0.10)
