@@ -83,6 +83,12 @@ class _Problem:
         ]
         self.nfev = 0
         self.prior_weight = 1.0
+        # the prior's centre and widths depend on the base and free set only: computed once, not per call
+        lo, hi = np.array(self.bounds()).reshape(-1, 2).T
+        self._x0 = self.encode(base).reshape(-1, 1) if self.free else np.zeros((0, 1))
+        self._sigma = np.where(self.log_scale, PRIOR_SIGMA_LOG10, PRIOR_SIGMA_RANGE * (hi - lo)).reshape(
+            -1, 1
+        )
 
     def bounds(self) -> list[tuple[float, float]]:
         out = []
@@ -126,10 +132,7 @@ class _Problem:
     def prior(self, x: np.ndarray) -> np.ndarray:
         """Penalty of encoded vectors x (n_free, S) for leaving the base values (a Gaussian prior)."""
         x = np.asarray(x, dtype=np.float64).reshape(len(self.free), -1)
-        x0 = self.encode(self.base).reshape(-1, 1)
-        lo, hi = np.array(self.bounds()).T
-        sigma = np.where(self.log_scale, PRIOR_SIGMA_LOG10, PRIOR_SIGMA_RANGE * (hi - lo)).reshape(-1, 1)
-        return np.sum(((x - x0) / sigma) ** 2, axis=0) * self.prior_weight
+        return np.sum(((x - self._x0) / self._sigma) ** 2, axis=0) * self.prior_weight
 
     def losses(self, x: np.ndarray) -> np.ndarray:
         return self.data_losses(x) + (self.prior(x) if self.free else 0.0)
