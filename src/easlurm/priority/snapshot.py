@@ -20,6 +20,9 @@ class NodeState:
     idle_power_w: float
     tdp_w: float
     min_power_limit_w: float | None = None
+    #: how a GPU of this node may hold two jobs: "none" (exclusive), "time-slice" (Slurm gres/shard,
+    #: CUDA time-slicing) or "mps" (the site runs the MPS daemon); see docs/colocation.md
+    sharing: str = "none"
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,9 @@ class RunningJob:
     last_checkpoint_s: float | None = None
     checkpoint_interval_s: float | None = None
     predicted_power_w: float | None = None
+    #: the job declared it may share its GPU (SPEC `share`), and the running job it shares with
+    shareable: bool = False
+    colocated_with: str | None = None
 
     def work_lost_gpu_s(self, now_s: float) -> float:
         """GPU-seconds a preemption now would throw away (since the last checkpoint, else the start)."""
@@ -82,6 +88,8 @@ class PendingJob:
     image_size: int | None = None
     preemptions: int = 0
     observed_power_ratio: float | None = None
+    #: the job declared it may share a GPU with another declared job (SPEC `share`)
+    shareable: bool = False
 
     @property
     def remaining_samples(self) -> float:
@@ -130,7 +138,10 @@ class ClusterSnapshot:
 
 @dataclass(frozen=True)
 class StartJob:
-    """Start a pending job on one node with a GPU count, global batch, GPU type and optional limit (W/GPU)."""
+    """Start a pending job on one node with a GPU count, global batch, GPU type and optional limit (W/GPU).
+
+    `colocate_with` names a running one-GPU job whose GPU this one-GPU job joins (the node's free GPU
+    count does not change); None: the job gets GPUs of its own."""
 
     job_id: str
     node: str
@@ -139,6 +150,7 @@ class StartJob:
     gpu_type: str
     power_limit_w: float | None = None
     predicted_power_w: float | None = None
+    colocate_with: str | None = None
 
 
 @dataclass(frozen=True)

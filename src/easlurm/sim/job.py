@@ -31,6 +31,7 @@ class JobSpec:
     recorded_start_s: float | None = None
     recorded_end_s: float | None = None
     power_limit_options_w: tuple[float, ...] = ()
+    shareable: bool = False
 
     def __post_init__(self) -> None:
         if self.total_steps <= 0:
