@@ -41,6 +41,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _oracle_files_not_inherited() -> Iterator[None]:
+    """Commands export `oracle.params`/`oracle.hardware` for their child processes (os.environ); an
+    in-process CLI test must not hand its files to the tests after it."""
+    names = ("EASLURM_ORACLE__PARAMS", "EASLURM_ORACLE__HARDWARE")
+    saved = {name: os.environ.get(name) for name in names}
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 @dataclass
 class BoxHandle:
     """What a Slurm integration test needs: the box, client environment and small job helpers."""

@@ -1,5 +1,6 @@
 """The one place an oracle and its GPU catalogue are built, so a user catalogue (`--hardware FILE`,
-`oracle.hardware`) reaches every command, worker process and Slurm task that predicts."""
+`oracle.hardware`) and calibrated parameters (`oracle.params`) reach every command, worker process and
+Slurm task that predicts."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ from typing import Any
 
 from easlurm.config import ENV_PREFIX
 from easlurm.model.hardware import Catalogue, load_catalogue, load_user_catalogue
+from easlurm.model.params import OracleParams, load_params
 
 #: Child processes (campaign workers, Slurm array tasks) inherit the user catalogue through this.
 HARDWARE_ENV = f"{ENV_PREFIX}ORACLE__HARDWARE"
+#: ... and the oracle parameter file through this.
+PARAMS_ENV = f"{ENV_PREFIX}ORACLE__PARAMS"
 
 
 def hardware_setting(cfg: Any = None) -> str | None:
@@ -25,17 +29,67 @@ def hardware_setting(cfg: Any = None) -> str | None:
     return str(value) if value else None
 
 
+def params_setting(cfg: Any = None) -> str | None:
+    """The oracle parameter file: `oracle.params` of `cfg`, else of the effective configuration."""
+    if cfg is None:
+        from easlurm.config import load_config
+
+        cfg = load_config()
+    value = cfg.get("oracle.params")
+    return str(value) if value else None
+
+
+def use_params(path: str | None) -> OracleParams:
+    """Validate a parameter file now (errors before any work) and export it for child processes."""
+    params = oracle_params(path)
+    if path:
+        os.environ[PARAMS_ENV] = str(Path(path).resolve())
+    return params
+
+
+def oracle_params(path: str | Path | None = None) -> OracleParams:
+    """The shipped parameters, or `path`'s; parsed once per file version (campaigns build hundreds of
+    oracles: parsing the YAML each time took a quarter of a 10-hour run)."""
+    if not path:
+        return _shipped_params()
+    p = Path(path).resolve()
+    try:
+        mtime = p.stat().st_mtime_ns
+    except OSError as exc:
+        from easlurm.errors import ModelError
+
+        raise ModelError(f"{path}: cannot read oracle parameters ({exc.strerror})") from exc
+    return _user_params(str(p), mtime)
+
+
+@functools.lru_cache(maxsize=1)
+def _shipped_params() -> OracleParams:
+    return load_params()
+
+
+@functools.lru_cache(maxsize=8)
+def _user_params(path: str, mtime_ns: int) -> OracleParams:
+    return load_params(path)
+
+
+def default_params() -> OracleParams:
+    """The parameters the configuration names (files, EASLURM_ORACLE__PARAMS): for code with no flags."""
+    return oracle_params(params_setting())
+
+
+def apply_oracle_config(cfg: Any, hardware_flag: str | None = None) -> Catalogue:
+    """A command's oracle settings: its `--hardware` flag, else `oracle.hardware`, and `oracle.params`,
+    validated and exported for child processes; returns the catalogue."""
+    use_params(params_setting(cfg))
+    return use_hardware(hardware_flag or hardware_setting(cfg))
+
+
 def use_hardware(path: str | None) -> Catalogue:
     """Validate a `--hardware FILE` now (errors before any work) and export it for child processes."""
     cat = catalogue(path)
     if path:
         os.environ[HARDWARE_ENV] = str(Path(path).resolve())
     return cat
-
-
-def apply_hardware(cfg: Any, flag: str | None) -> Catalogue:
-    """A command's catalogue: its `--hardware` flag, else `oracle.hardware`; exported for child processes."""
-    return use_hardware(flag or hardware_setting(cfg))
 
 
 def catalogue(hardware: str | Path | None = None) -> Catalogue:
@@ -70,12 +124,13 @@ def default_catalogue() -> Catalogue:
 def build_oracle(
     params: Any = None, hardware: str | Path | None = None, *, cache_size: int = 4096, use_config: bool = True
 ) -> Any:
-    """An analytical Oracle over `params` (an OracleParams, a YAML path or None for the shipped ones) and
-    the catalogue of `hardware` (None: the configured one when `use_config`, else the shipped one)."""
+    """An analytical Oracle over `params` (an OracleParams or a YAML path) and the catalogue of `hardware`;
+    None for either: the configured one when `use_config`, else the shipped one."""
     from easlurm.model.oracle import Oracle
-    from easlurm.model.params import OracleParams, load_params
 
-    p = params if isinstance(params, OracleParams) else load_params(params)
+    if params is None and use_config:
+        params = params_setting()
+    p = params if isinstance(params, OracleParams) else oracle_params(params)
     if hardware is None and use_config:
         hardware = hardware_setting()
     return Oracle(p, catalogue=catalogue(hardware), cache_size=cache_size)

@@ -61,10 +61,10 @@ HARDWARE_OPTION = click.option(
 
 
 def _oracle(ctx: click.Context, params_path: str | None, hardware_path: str | None = None) -> Any:
-    from easlurm.model.build import apply_hardware, build_oracle
+    from easlurm.model.build import apply_oracle_config, build_oracle
 
     cfg = load_ctx_config(ctx, {"oracle": {"params": params_path}} if params_path else None)
-    apply_hardware(cfg, hardware_path)
+    apply_oracle_config(cfg, hardware_path)
     return build_oracle(
         cfg.get("oracle.params"),
         hardware_path or cfg.get("oracle.hardware"),
@@ -264,12 +264,12 @@ def calibrate_cmd(
     """Fit the oracle's parameters to a measurement CSV and save them as a versioned YAML."""
     import dataclasses
 
-    from easlurm.model.build import apply_hardware
+    from easlurm.model.build import apply_oracle_config
     from easlurm.model.calibrate import calibrate, cross_validate, score
     from easlurm.model.dataset import read_measurements
     from easlurm.model.params import OracleParams, load_params, save_params
 
-    catalogue = apply_hardware(load_ctx_config(ctx), hardware_path)
+    catalogue = apply_oracle_config(load_ctx_config(ctx), hardware_path)
     rows = read_measurements(measurements)
     for m in rows:
         catalogue.resolve(m.gpu)  # a GPU the catalogue lacks is one clear error before fitting
@@ -344,7 +344,7 @@ def calibrate_cmd(
 @click.pass_context
 def list_cmd(ctx: click.Context, hardware_path: str | None) -> None:
     """List the zoo models and the catalogue GPUs."""
-    from easlurm.model.build import apply_hardware
+    from easlurm.model.build import apply_oracle_config
     from easlurm.model.zoo import MODEL_NAMES, default_size, get_workload, model_family
     from easlurm.table import render_table
 
@@ -363,7 +363,7 @@ def list_cmd(ctx: click.Context, hardware_path: str | None) -> None:
         )
     click.echo(render_table(["Model", "Family", "Params", "Size", "FwdGFLOPs"], rows))
     click.echo()
-    cat = apply_hardware(load_ctx_config(ctx), hardware_path)
+    cat = apply_oracle_config(load_ctx_config(ctx), hardware_path)
     gpus = [
         {
             "GPU": k,

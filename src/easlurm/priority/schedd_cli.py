@@ -82,9 +82,9 @@ def schedd_cmd(
         "state_save_dir": state_save_dir,
     }
     cfg = load_ctx_config(ctx, {"sched": overrides})
-    from easlurm.model.build import apply_hardware
+    from easlurm.model.build import apply_oracle_config
 
-    apply_hardware(cfg, hardware_path)
+    apply_oracle_config(cfg, hardware_path)
     sched = cfg.section("sched")
     name = str(sched["policy"]).lower()
     if name.split("-")[0] not in CHOICES:

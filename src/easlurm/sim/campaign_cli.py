@@ -89,9 +89,9 @@ def campaign_cmd(
     from easlurm.sim.campaign_run import load_rows, pending_runs, run_campaign, write_tables
 
     cfg = load_ctx_config(ctx)
-    from easlurm.model.build import apply_hardware
+    from easlurm.model.build import apply_oracle_config
 
-    apply_hardware(cfg, hardware_path)
+    apply_oracle_config(cfg, hardware_path)
     plan = load_plan(plan_file, defaults=cfg.section("sim"))
     check_names(plan)
     runs = plan.runs()

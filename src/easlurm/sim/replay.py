@@ -181,7 +181,9 @@ def replay(
         for run_seed in seeds if seeds is not None else [seed]:
             seen: Any = truth_c
             if noise_sigma > 0:
-                noisy = NoisyOracle(sigma=noise_sigma, seed=run_seed, catalogue=truth.catalogue)
+                noisy = NoisyOracle(
+                    sigma=noise_sigma, seed=run_seed, params=truth.params, catalogue=truth.catalogue
+                )
                 seen = CalibratedOracle(noisy, scales)
             run_mapper = TraceMapper(cluster, truth, run_options)
             run_mapper._step = mapper._step  # same placements, same answers: share the cache

@@ -126,9 +126,9 @@ def replay_cmd(
     from easlurm.units import parse_power_w
 
     cfg = load_ctx_config(ctx, {"sim": {"cluster": cluster_path, "noise_sigma": noise_sigma}})
-    from easlurm.model.build import apply_hardware
+    from easlurm.model.build import apply_oracle_config
 
-    apply_hardware(cfg, hardware_path)
+    apply_oracle_config(cfg, hardware_path)
     names = [p.strip().lower() for p in policies.split(",") if p.strip()]
     unknown = [p for p in names if p not in POLICY_NAMES]
     if unknown or not names:

@@ -105,9 +105,9 @@ def run_cmd(
             "sched": {"power_budget_w": parse_power_w(budget, "--budget") if budget else None},
         },
     )
-    from easlurm.model.build import apply_hardware
+    from easlurm.model.build import apply_oracle_config
 
-    apply_hardware(cfg, hardware_path)
+    apply_oracle_config(cfg, hardware_path)
     sim, sched = cfg.section("sim"), cfg.section("sched")
     merged = {**policy_params_from_config(policy.lower(), sched), **dict(_param(p) for p in params)}
     spec = SimSpec(

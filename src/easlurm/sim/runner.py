@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import math
 from collections.abc import Iterable
@@ -50,27 +49,18 @@ def _json_float(v: Any) -> Any:
     return v
 
 
-@functools.lru_cache(maxsize=1)
-def _shipped_params() -> Any:
-    """The packaged oracle parameters, parsed once per process (campaigns run hundreds of simulations;
-    parsing the YAML took a quarter of a 10-hour run)."""
-    from easlurm.model import load_params
+def _configured_model() -> tuple[Any, Any]:
+    """The configured parameters and GPU catalogue (user files included; each parsed once per version)."""
+    from easlurm.model.build import default_catalogue, default_params
 
-    return load_params()
-
-
-def _shipped_model() -> tuple[Any, Any]:
-    """The parameters and the configured GPU catalogue (user file included; cached per file version)."""
-    from easlurm.model.build import default_catalogue
-
-    return _shipped_params(), default_catalogue()
+    return default_params(), default_catalogue()
 
 
 def make_oracles(noise_sigma: float, seed: int) -> tuple[Any, Any]:
     """(what the policy sees, what really happens): a seeded noisy oracle over the analytical one."""
     from easlurm.model.oracle import NoisyOracle, Oracle
 
-    params, catalogue = _shipped_model()
+    params, catalogue = _configured_model()
     truth = Oracle(params=params, catalogue=catalogue)
     if noise_sigma <= 0:
         return truth, truth
