@@ -144,6 +144,10 @@ class Prediction:
     feasible: np.ndarray | None = None
     grad_accum: np.ndarray | None = None
     peak_mem_gib: np.ndarray | None = None  # one GPU's peak memory at the micro-batch used (GiB)
+    #: fractions of a step one GPU keeps tensor/SM compute, HBM, or any kernel busy (NaN if infeasible)
+    compute_busy: np.ndarray | None = None
+    hbm_busy: np.ndarray | None = None
+    gpu_busy: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.step_time_s)
@@ -248,6 +252,9 @@ class Oracle:
             feasible=res.feasible,
             grad_accum=res.grad_accum.astype(np.int64),
             peak_mem_gib=res.peak_mem_bytes / 2**30,
+            compute_busy=res.compute_busy,
+            hbm_busy=res.hbm_busy,
+            gpu_busy=res.gpu_busy,
         )
 
     def predict(self, workload: Workload, placements: Placements) -> Prediction:
@@ -347,4 +354,7 @@ class NoisyOracle(Oracle):
             res.t_comm_s,
             res.clock_scale,
             res.peak_mem_bytes,
+            res.compute_busy,
+            res.hbm_busy,
+            res.gpu_busy,
         )
