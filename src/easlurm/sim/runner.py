@@ -166,7 +166,11 @@ def run_simulation(spec: SimSpec) -> SimResult:
     load = spec.load_jobs_per_h if spec.load_jobs_per_h is not None else scenario.load_jobs_per_h
     settings = dataclasses.replace(settings, load_jobs_per_h=load)
     budget = spec.power_budget_w if spec.power_budget_w is not None else scenario.power_budget_w
-    cluster = load_cluster(spec.cluster)
+    cluster = (
+        scenario.cluster
+        if spec.cluster is None and scenario.cluster is not None
+        else load_cluster(spec.cluster)
+    )
     seen, real = make_oracles(spec.noise_sigma, spec.seed)
     truth = Truth(real)
     cluster = cluster.resolved(real.catalogue)
