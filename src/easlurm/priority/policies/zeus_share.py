@@ -36,8 +36,8 @@ class ZeusShare(Zeus):
     After Zeus has placed what fits on free GPUs, each job still waiting whose minimum-EDP placement is one
     GPU and that declared itself shareable may join the GPU of a running shareable one-GPU job on a node
     that shares GPUs, when the oracle predicts for the pair, against running the two one after the other
-    on that GPU: a throughput gain (sum of speeds >= 1 + min_gain), no job slowed below min_speed, less
-    energy per unit of work, memory that fits, and no deadline of either put at risk (the shared end, with a
+    on that GPU: a throughput gain (sum of speeds >= 1 + min_gain), no job slowed below min_speed, energy
+    per unit of work at most max_energy_ratio times as much, memory that fits, and no deadline of either put at risk (the shared end, with a
     margin, before the deadline). The partner with the largest gain is taken; otherwise the job waits."""
 
     name = "zeus-share"
@@ -48,13 +48,16 @@ class ZeusShare(Zeus):
         min_gain: float = 0.2,
         min_speed: float = 0.5,
         deadline_margin: float = 1.2,
+        max_energy_ratio: float = 1.0,
         **params: Any,
     ) -> None:
         super().__init__(**params)
-        if min_gain < 0 or not 0 < min_speed <= 1 or deadline_margin < 1:
+        if min_gain < -1 or not 0 < min_speed <= 1 or deadline_margin < 1 or max_energy_ratio <= 0:
             raise ConfigError(
-                f"policy {self.name}: need min_gain >= 0, 0 < min_speed <= 1, deadline_margin >= 1"
+                f"policy {self.name}: need min_gain >= -1, 0 < min_speed <= 1, deadline_margin >= 1, "
+                "max_energy_ratio > 0"
             )
+        self.max_energy_ratio = float(max_energy_ratio)
         self.min_gain = float(min_gain)
         self.min_speed = float(min_speed)
         self.deadline_margin = float(deadline_margin)
@@ -155,7 +158,7 @@ class ZeusShare(Zeus):
         if not co.feasible or min(co.speed) < self.min_speed or co.throughput < 1.0 + self.min_gain:
             return None
         ratio = (co.power_w / co.throughput) / ((theirs.power_w + mine.power_w) / 2.0)
-        if ratio > 1.0:
+        if ratio > self.max_energy_ratio:
             return None
         now = cyc.snapshot.time_s
         if host.deadline_s is not None:
