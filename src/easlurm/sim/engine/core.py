@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import logging
 import math
 import time
@@ -23,13 +24,22 @@ log = logging.getLogger(__name__)
 
 
 class CountingEnvironment(simpy.Environment):
-    """A SimPy environment that counts the events it processes (for events/s figures)."""
+    """A SimPy environment that counts the events it processes (for events/s figures) and drops events
+    abandoned before they fire (a job's old completion time after its rate changed), so that they neither
+    count nor move the clock past the last real event."""
 
     def __init__(self) -> None:
         super().__init__()
         self.n_events = 0
+        self.abandoned: set[simpy.Event] = set()
+
+    def abandon(self, event: simpy.Event) -> None:
+        self.abandoned.add(event)
 
     def step(self) -> None:
+        queue = self._queue
+        while self.abandoned and queue and queue[0][3] in self.abandoned:
+            self.abandoned.discard(heapq.heappop(queue)[3])
         self.n_events += 1
         super().step()
 
@@ -444,7 +454,7 @@ class Simulator:
         )
         self._running_tuple = None
         if run.process is not None and run.process.is_alive:
-            run.process.interrupt("rerate")
+            self.env.abandon(run.process.target)  # the old completion never fires; the process ends unseen
         run.process = self.env.process(self._job(run, left / sps))
 
     def _release(self, run: Run) -> float:
