@@ -181,7 +181,7 @@ def fit_colocation(oracle: Any, pairs: Sequence[PairRun], free: Sequence[str] = 
 
     def predict(x: np.ndarray) -> np.ndarray:
         vals = {**base.values, **dict(zip(free, (float(v) for v in x), strict=True))}
-        out = []
+        out: list[float] = []
         for (a, b, g), pr in zip(views, pairs, strict=True):
             r = corun(a, b, g, pr.sharing, vals)
             out.extend(r.slowdown if r.feasible else (1e3, 1e3))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -189,3 +190,43 @@ def test_read_pairs_rejects_bad_rows_with_one_line(tmp_path: Path, rows: str, me
     with pytest.raises(EaslurmError, match=message) as info:
         read_pairs(f)
     assert "\n" not in str(info.value) and str(f) in str(info.value)
+
+
+def write_pairs_csv(path: Path, pairs: list[PairRun]) -> None:
+    lines = [HEADER.strip()]
+    for pr in pairs:
+        for j in pr.jobs:
+            lines.append(
+                f"{pr.pair_id},{j.model},{j.batch},{j.precision},{j.step_time_s_alone},{j.step_time_s_shared},"
+                f",{pr.gpu_power_w_shared},{pr.sharing.value}"
+            )
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_calibrate_pairs_cli_writes_parameters_the_oracle_reads(
+    oracle: Oracle, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`easlurm model calibrate-pairs` on a pairs CSV writes a parameter file with the fitted values."""
+    from easlurm.cli import main
+    from easlurm.model.params import load_params
+
+    known = [0.05, 0.4, 0.3]
+    csv_path, out = tmp_path / "pairs.csv", tmp_path / "params.yaml"
+    write_pairs_csv(csv_path, synthetic_pairs(oracle, known))
+    assert main(["model", "calibrate-pairs", str(csv_path), "-O", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["pairs"] > 20 and doc["mape_slowdown_pct"] < 0.5
+    params = load_params(out)
+    assert [params[n] for n in COLOC_PARAMS] == pytest.approx(known, abs=0.02)
+    assert params["beta_gemm"] == oracle.params["beta_gemm"]  # the rest is left as it was
+
+
+def test_corun_cli_reports_both_jobs(capsys: pytest.CaptureFixture[str]) -> None:
+    from easlurm.cli import main
+
+    assert main(["model", "corun", "bert-base:16", "distilbert:8", "--sharing", "mps", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["feasible"] and doc["throughput"] > 1.5
+    assert sum(j["power_w_shared"] for j in doc["jobs"]) == pytest.approx(doc["gpu_power_w"])
+    assert main(["model", "corun", "bert-base", "gpt2:8"]) != 0
+    assert "FIRST: expected MODEL:BATCH[:PRECISION]" in capsys.readouterr().err
