@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import zlib
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
@@ -330,7 +331,20 @@ class NoisyOracle(Oracle):
         if sigma < 0:
             raise ModelError(f"noise sigma must be >= 0, got {sigma}")
         self.sigma = sigma
+        self.seed = seed
         self.rng = np.random.default_rng(seed)
+        self._siblings: dict[str, NoisyOracle] = {}
+
+    def sibling(self, stream: str) -> NoisyOracle:
+        """The same oracle drawing its noise from its own named stream: predictions asked for on the side
+        (co-location) then leave the noise of every other prediction as it was."""
+        hit = self._siblings.get(stream)
+        if hit is None:
+            hit = NoisyOracle(self.sigma, seed=0, params=self.params, catalogue=self.catalogue)
+            hit.seed = self.seed
+            hit.rng = np.random.default_rng([self.seed, zlib.crc32(stream.encode())])
+            self._siblings[stream] = hit
+        return hit
 
     def _cacheable(self) -> bool:
         return False

@@ -41,10 +41,10 @@ SMALL_SHAREABLE: tuple[JobTemplate, ...] = (
 )
 #: large-batch jobs that saturate a GPU's compute or HBM: sharing should not happen
 LARGE_SHAREABLE: tuple[JobTemplate, ...] = (
-    JobTemplate("gpt2", "bf16", (16, 32), (1, 2, 4), shareable=True),
-    JobTemplate("vit-l16", "bf16", (128, 256), (1, 2, 4), shareable=True),
-    JobTemplate("resnet50", "fp32", (128, 256), (1, 2, 4), shareable=True),
-    JobTemplate("bert-large", "bf16", (128, 256), (1, 2, 4), shareable=True),
+    JobTemplate("gpt2", "bf16", (16, 32), (1,), shareable=True),
+    JobTemplate("vit-l16", "bf16", (128, 256), (1,), shareable=True),
+    JobTemplate("resnet50", "fp32", (128, 256), (1,), shareable=True),
+    JobTemplate("bert-large", "bf16", (128, 256), (1,), shareable=True),
 )
 #: two nodes of four H100 whose GPUs may be time-sliced between two jobs (Slurm gres/shard)
 SHARED_H100 = ClusterSpec.uniform(2, 4, "h100-sxm", sharing="time-slice")
@@ -102,17 +102,17 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "coloc-large": Scenario(
         "coloc-large",
-        "Co-location offered to large GPU-saturating jobs (8 time-sliced H100, 10-60 min jobs)",
+        "Co-location offered to large GPU-saturating one-GPU jobs (8 time-sliced H100, 10-60 min jobs, 16 jobs/h)",
         ("zeus", "zeus-share"),
         workload=WorkloadSettings(
-            load_jobs_per_h=12.0,
+            load_jobs_per_h=16.0,
             runtime_min_s=600.0,
             runtime_max_s=3600.0,
             templates=LARGE_SHAREABLE,
             reference_gpu="h100-sxm",
             reference_gpus=1,
         ),
-        loads_jobs_per_h=(12.0,),
+        loads_jobs_per_h=(16.0,),
         cluster=SHARED_H100,
     ),
 }

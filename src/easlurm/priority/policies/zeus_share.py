@@ -91,6 +91,9 @@ class ZeusShare(Zeus):
         starts: list[StartJob] = []
         taken: set[str] = set()
         oracle = cyc.cache.oracle
+        side = getattr(oracle, "sibling", None)
+        if side is not None:  # a noisy oracle: co-location draws from its own noise stream
+            oracle = side("colocation")
         for j in self.order(best_any, tier, score):
             job = cyc.jobs[j]
             if job.job_id in started or not job.shareable or int(cyc.n_gpus[best_any[j]]) != 1:
