@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,7 @@ from easlurm.priority.snapshot import ClusterSnapshot, Decision, StartJob
 from easlurm.sim.cluster import ClusterSpec, NodeSpec
 from easlurm.sim.engine import Truth
 from easlurm.sim.job import JobSpec
+from easlurm.sim.jobs_yaml import load_jobs
 from easlurm.sim.runner import SimSpec, run_simulation, simulate
 
 GPU = "h100-sxm"
@@ -175,3 +177,43 @@ def test_cluster_yaml_sharing_key() -> None:
 def test_job_share_must_be_a_boolean() -> None:
     with pytest.raises(ConfigError, match=r"^job j1: share must be true or false, got 'yes'$"):
         JobSpec("j1", "u", 0.0, "bert-base", 10, (16,), (1,), shareable="yes")  # type: ignore[arg-type]
+
+
+def test_job_list_yaml_sets_share_and_runs(tmp_path: Path) -> None:
+    """A job list with `share: true` on a one-GPU MPS node: zeus-share runs the two jobs together."""
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(
+        "jobs:\n"
+        "  - {id: a, model: bert-base, steps: 20000, batch: 16, share: true}\n"
+        "  - {id: b, submit: 1min, model: distilbert, steps: 20000, batch: 16, share: true, deadline: 2h}\n"
+    )
+    specs = load_jobs(jobs)
+    assert [(j.job_id, j.submit_s, j.shareable, j.urgent, j.deadline_s) for j in specs] == [
+        ("a", 0.0, True, False, None),
+        ("b", 60.0, True, True, 7260.0),
+    ]
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("nodes: [{name: h, gpu_type: h100-sxm, gpus: 1, sharing: mps}]\n")
+    res = run_simulation(
+        SimSpec(policy="zeus-share", hours=1.0, cluster=str(cluster), noise_sigma=0.0), specs
+    )
+    assert res.metrics["completed_jobs"] == 2 and res.metrics["colocated_jobs"] == 2
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        (
+            "{model: bert-base, steps: 10, batch: 16, share: yes please}",
+            r"jobs\[0\]\.share: must be true or false",
+        ),
+        ("{model: bert-base, steps: 10, batch: 16, shared: true}", r"jobs\[0\]\.shared: unknown field"),
+        ("{model: bert-base, steps: 0, batch: 16}", r"jobs\[0\]\.steps: must be an integer > 0"),
+    ],
+)
+def test_job_list_yaml_errors_name_file_and_field(tmp_path: Path, entry: str, message: str) -> None:
+    f = tmp_path / "jobs.yaml"
+    f.write_text(f"jobs:\n  - {entry}\n")
+    with pytest.raises(ConfigError, match=message) as info:
+        load_jobs(f)
+    assert str(info.value).startswith(str(f)) and "\n" not in str(info.value)
