@@ -30,6 +30,10 @@ class Pairing:
         return self.speed_partner + self.speed_job
 
 
+#: node sharing modes a job may join (anything else, "none" included, keeps GPUs exclusive)
+SHARED_MODES = ("time-slice", "mps")
+
+
 class ZeusShare(Zeus):
     """Zeus, plus co-location (docs/colocation.md).
 
@@ -72,7 +76,7 @@ class ZeusShare(Zeus):
     def colocate(self, cyc: Cycle, started: set[str]) -> tuple[StartJob, ...]:
         """Joins for waiting shareable jobs, in Zeus's order over all their options (free GPUs or not)."""
         snap = cyc.snapshot
-        sharing = {n.name: n.sharing for n in snap.nodes if n.sharing != "none"}
+        sharing = {n.name: n.sharing for n in snap.nodes if n.sharing in SHARED_MODES}
         hosts = [
             r
             for r in snap.running
