@@ -87,7 +87,8 @@ class CoRun:
     @property
     def slowdown(self) -> tuple[float, float]:
         """Shared step time / alone step time of each job (inf when infeasible)."""
-        return tuple(1.0 / s if s > 0 else math.inf for s in self.speed)  # type: ignore[return-value]
+        a, b = self.speed
+        return (1.0 / a if a > 0 else math.inf, 1.0 / b if b > 0 else math.inf)
 
     @property
     def throughput(self) -> float:

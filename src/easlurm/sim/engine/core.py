@@ -519,9 +519,10 @@ class Simulator:
 
 
 def _power_ratio(run: Run) -> float | None:
-    """Measured / predicted power of a run (None when the policy gave no prediction)."""
+    """Measured / predicted power of a run at its start (None when the policy gave no prediction); a job
+    that joined a shared GPU compares its share of the GPU's power with the share predicted for it."""
     predicted = run.start.predicted_power_w
-    return run.alone_power_w / predicted if predicted else None
+    return run.pieces[0][3] / predicted if predicted and run.pieces else None
 
 
 def _pending_from(spec: JobSpec) -> PendingJob:
