@@ -28,12 +28,17 @@ class Script:
     name = "script"
     time_sensitive = False
 
-    def __init__(self, actions: dict[float, Callable[[ClusterSnapshot], Decision]]) -> None:
+    def __init__(
+        self,
+        actions: dict[float, Callable[[ClusterSnapshot], Decision]],
+        otherwise: Callable[[ClusterSnapshot], Decision] | None = None,
+    ) -> None:
         self.actions = actions
+        self.otherwise = otherwise
         self.log: list[tuple[float, str]] = []
 
     def decide(self, snapshot: ClusterSnapshot, oracle: Any) -> Decision:
-        act = self.actions.get(snapshot.time_s)
+        act = self.actions.get(snapshot.time_s, self.otherwise)
         if act is None:
             return Decision()
         decision = act(snapshot)
@@ -129,6 +134,37 @@ def test_preempting_one_partner_restores_the_other(truth: Truth) -> None:
     assert got["b"]["wasted_energy_j"] == pytest.approx(co.job_power_w(1) * 200.0)
     times, power = res.power_times_s, res.power_w
     assert power[(times >= 300.0) & (times < t_a)].tolist() == pytest.approx([p_a])
+
+
+def restart_on_free_gpu(snap: ClusterSnapshot) -> Decision:
+    """Start the first waiting job alone when the GPU is free."""
+    if snap.nodes[0].free_gpus and snap.pending:
+        return start(snap.pending[0].job_id)(snap)
+    return Decision()
+
+
+def test_preempted_partner_keeps_the_work_of_its_last_checkpoint_at_the_shared_rate(truth: Truth) -> None:
+    """B shares A's GPU from 100 s, checkpoints every 150 s and is preempted at 300 s: it keeps the work of
+    its first 150 s, done at its shared speed, and finishes that much earlier when it runs again alone.
+    Its wasted energy is its share of the GPU's power over the last 50 s."""
+    a = job("a", "bert-base", 600.0, truth, 0.0)
+    b = job("b", "vit-b16", 800.0, truth, 100.0)
+    c = job("c", "resnet50", 50.0, truth, 300.0, share=False)
+    policy = Script(
+        {0.0: start("a"), 100.0: start("b", with_="a"), 300.0: lambda s: Decision(preempt=("b",))},
+        otherwise=restart_on_free_gpu,
+    )
+    res = simulate(
+        one_gpu(), [a, b, c], policy, noise_sigma=0.0, truth_oracle=truth, checkpoint_interval_s=150.0
+    )
+    co = truth.corun(a, BATCH, b, BATCH, GPU, "time-slice")
+    sps_b, _ = truth.rate(b, 1, BATCH, GPU, None)
+    got = rows(res)
+    restart = next(t for t, what in policy.log if what == "b" and t > 300.0)
+    kept = 150.0 * sps_b * co.speed[1]
+    assert got["b"]["end_s"] == pytest.approx(restart + (b.total_samples - kept) / sps_b)
+    assert got["b"]["wasted_energy_j"] == pytest.approx(co.job_power_w(1) * 50.0)
+    assert got["b"]["preemptions"] == 1
 
 
 @pytest.mark.parametrize(
