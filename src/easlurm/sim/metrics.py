@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from easlurm.sim.engine.core import JobRecord
+from easlurm.sim.engine.records import JobRecord
 from easlurm.sim.engine.ledger import PowerLedger
 
 J_PER_KWH = 3.6e6
