@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from easlurm.sim.engine.records import JobRecord
 from easlurm.sim.engine.ledger import PowerLedger
+from easlurm.sim.engine.records import JobRecord
 
 J_PER_KWH = 3.6e6
 NAN = math.nan
