@@ -702,6 +702,16 @@ MODEL_COMMANDS: dict[str, tuple[str, str]] = {
     ),
 }
 
+# co-location: predict two jobs sharing a GPU, fit the rule's parameters to measured co-runs
+MODEL_COMMANDS["corun"] = (
+    "easlurm.model.colocation_cli:corun_cmd",
+    "Predict two jobs sharing one GPU (time-slicing or MPS): speeds and power.",
+)
+MODEL_COMMANDS["calibrate-pairs"] = (
+    "easlurm.model.colocation_cli:calibrate_pairs_cmd",
+    "Fit the co-location parameters to a pairs CSV of measured co-runs.",
+)
+
 # `easlurm model measure` (torch training steps -> measurement CSV) lives in its own module.
 MODEL_COMMANDS["measure"] = (
     "easlurm.model.measure:measure_cmd",

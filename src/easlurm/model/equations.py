@@ -153,6 +153,12 @@ class StepResult:
     t_comm_s: np.ndarray
     clock_scale: np.ndarray
     peak_mem_bytes: np.ndarray  # one GPU's peak allocated memory at the micro-batch used
+    #: fractions of the step during which one GPU's tensor/SM compute, HBM, or any kernel (compute, HBM,
+    #: per-kernel gaps, optimizer) is busy; 1 - gpu_busy is host/launch/overhead time another process
+    #: could fill (docs/colocation.md)
+    compute_busy: np.ndarray
+    hbm_busy: np.ndarray
+    gpu_busy: np.ndarray
 
 
 def _sat(x: np.ndarray) -> np.ndarray:
@@ -234,13 +240,13 @@ def evaluate(
     t_comm = 2.0 * (n - 1.0) * p["l_hop_s"] + 2.0 * (n - 1.0) / n * w.grad_bytes / bw
     t_over = p["t_fixed_s"] + p["t_sync_s"] * np.log2(n)
 
-    def step_of(clock: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(step time, compute-busy time, memory-busy time) at an SM clock fraction."""
+    def step_of(clock: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(step time, compute-busy time, memory-busy time, kernel-busy time) at an SM clock fraction."""
         t_c = t_tc / clock
         t_m = np.maximum(t_mem * np.maximum(1.0, p["mem_clock_knee"] / clock), t_alu / clock)
         t_gpu = t_c + t_m + t_kern
         t_pass = np.maximum(t_gpu, t_host) * g_acc
-        return t_pass + t_opt + t_comm + t_over, t_c * g_acc, t_m * g_acc + t_opt
+        return t_pass + t_opt + t_comm + t_over, t_c * g_acc, t_m * g_acc + t_opt, t_gpu * g_acc + t_opt
 
     # eq. 4.14-4.15, by busy fractions: the active floor while the GPU holds work, compute and HBM on top
     dyn = (hw.tdp_w - hw.idle_w) * p["c_p"]
@@ -251,7 +257,7 @@ def evaluate(
         return hw.idle_w + dyn * dynamic / step
 
     ones = np.ones_like(t_tc)
-    step, busy_c, busy_m = step_of(ones)
+    step, busy_c, busy_m, busy_g = step_of(ones)
     p_full = power_of(step, busy_c, busy_m)
     # power limit: the SM clock drops until the step fits under the limit. Only the part of the power above a
     # floor (HBM, leakage) scales, as clock^alpha. Compute time follows the clock; memory time does not until
@@ -262,9 +268,25 @@ def evaluate(
     ratio = np.where(over, (limit - floor) / np.maximum(p_full - floor, 1e-9), 1.0)
     clock = np.clip(ratio, 1e-3, 1.0) ** (1.0 / p["cap_alpha"])
     if np.any(over):
-        step, busy_c, busy_m = step_of(clock * ones)
+        step, busy_c, busy_m, busy_g = step_of(clock * ones)
     power = n * np.minimum(p_full, limit)
     mem = peak_memory(w, micro, p)
-    step = np.where(feasible, step, np.inf)
     power = np.where(feasible, power, np.nan)
-    return StepResult(step, power, feasible, g_acc, t_tc * g_acc, t_comm * ones, clock * ones, mem * ones)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac_c, frac_m, frac_g = (
+            np.where(feasible, np.minimum(x / step, 1.0), np.nan) for x in (busy_c, busy_m, busy_g)
+        )
+    step = np.where(feasible, step, np.inf)
+    return StepResult(
+        step,
+        power,
+        feasible,
+        g_acc,
+        t_tc * g_acc,
+        t_comm * ones,
+        clock * ones,
+        mem * ones,
+        frac_c,
+        frac_m,
+        frac_g,
+    )

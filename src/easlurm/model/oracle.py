@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import zlib
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
@@ -144,6 +145,10 @@ class Prediction:
     feasible: np.ndarray | None = None
     grad_accum: np.ndarray | None = None
     peak_mem_gib: np.ndarray | None = None  # one GPU's peak memory at the micro-batch used (GiB)
+    #: fractions of a step one GPU keeps tensor/SM compute, HBM, or any kernel busy (NaN if infeasible)
+    compute_busy: np.ndarray | None = None
+    hbm_busy: np.ndarray | None = None
+    gpu_busy: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.step_time_s)
@@ -248,6 +253,9 @@ class Oracle:
             feasible=res.feasible,
             grad_accum=res.grad_accum.astype(np.int64),
             peak_mem_gib=res.peak_mem_bytes / 2**30,
+            compute_busy=res.compute_busy,
+            hbm_busy=res.hbm_busy,
+            gpu_busy=res.gpu_busy,
         )
 
     def predict(self, workload: Workload, placements: Placements) -> Prediction:
@@ -323,7 +331,20 @@ class NoisyOracle(Oracle):
         if sigma < 0:
             raise ModelError(f"noise sigma must be >= 0, got {sigma}")
         self.sigma = sigma
+        self.seed = seed
         self.rng = np.random.default_rng(seed)
+        self._siblings: dict[str, NoisyOracle] = {}
+
+    def sibling(self, stream: str) -> NoisyOracle:
+        """The same oracle drawing its noise from its own named stream: predictions asked for on the side
+        (co-location) then leave the noise of every other prediction as it was."""
+        hit = self._siblings.get(stream)
+        if hit is None:
+            hit = NoisyOracle(self.sigma, seed=0, params=self.params, catalogue=self.catalogue)
+            hit.seed = self.seed
+            hit.rng = np.random.default_rng([self.seed, zlib.crc32(stream.encode())])
+            self._siblings[stream] = hit
+        return hit
 
     def _cacheable(self) -> bool:
         return False
@@ -347,4 +368,7 @@ class NoisyOracle(Oracle):
             res.t_comm_s,
             res.clock_scale,
             res.peak_mem_bytes,
+            res.compute_busy,
+            res.hbm_busy,
+            res.gpu_busy,
         )

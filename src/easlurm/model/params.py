@@ -60,7 +60,29 @@ PARAM_SPECS: dict[str, tuple[float, float, float, str]] = {
     ),
     "mem_clock_knee": (0.8, 0.1, 1.0, "SM clock fraction below which memory-bound work slows down"),
     "mem_act_scale": (1.0, 0.1, 5.0, "activation memory held for backward relative to the layer count"),
+    # co-location of two jobs on one GPU (model/colocation.py, docs/colocation.md); priors, not yet fitted
+    "coloc_switch_frac": (
+        0.10,
+        0.0,
+        1.0,
+        "time-slicing: GPU time lost to context switches, as a fraction of each job's kernel time",
+    ),
+    "coloc_queue": (
+        0.30,
+        0.0,
+        2.0,
+        "slowdown per unit of the partner's GPU occupancy (own kernels queue behind or contend with it)",
+    ),
+    "coloc_mps_interference": (
+        0.50,
+        0.0,
+        3.0,
+        "MPS: inflation of each job's compute and HBM demand by concurrent kernels (SM sharing, L2 thrash)",
+    ),
 }
+
+#: the parameters of the co-location rule (fitted by `model.colocation.fit_colocation`, not by `calibrate`)
+COLOC_PARAMS = ("coloc_switch_frac", "coloc_queue", "coloc_mps_interference")
 
 #: operations a targeted scalar may modulate (time multipliers).
 SCALAR_OPS = ("gemm", "conv", "alu", "mem")

@@ -49,6 +49,12 @@ class RunningJob:
     #: the job declared it may share its GPU (SPEC `share`), and the running job it shares with
     shareable: bool = False
     colocated_with: str | None = None
+    #: what the job trains (as in PendingJob), so that a policy can predict how it shares a GPU
+    #: (None: unknown, the job is never offered as a partner)
+    model: str | None = None
+    precision: str = "bf16"
+    seq_len: int | None = None
+    image_size: int | None = None
 
     def work_lost_gpu_s(self, now_s: float) -> float:
         """GPU-seconds a preemption now would throw away (since the last checkpoint, else the start)."""

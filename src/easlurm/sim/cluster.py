@@ -7,21 +7,24 @@ from pathlib import Path
 from typing import Any
 
 from easlurm.errors import ConfigError, ModelError
+from easlurm.model.colocation import parse_sharing
 
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """One node: a name, a catalogue GPU type and a GPU count."""
+    """One node: a name, a catalogue GPU type, a GPU count and how its GPUs may be shared by two jobs
+    ("none", "time-slice" or "mps"; docs/colocation.md)."""
 
     name: str
     gpu_type: str
     n_gpus: int
+    sharing: str = "none"
 
 
 @dataclass(frozen=True)
 class ClusterSpec:
     """A list of nodes. YAML: `nodes: [{name: a100n, gpu_type: a100-40gb, gpus: 8, count: 1}, ...]`
-    (`count` > 1 expands to name0, name1, ...)."""
+    (`count` > 1 expands to name0, name1, ...; optional `sharing: none | time-slice | mps`)."""
 
     nodes: tuple[NodeSpec, ...]
     name: str = "cluster"
@@ -57,7 +60,7 @@ class ClusterSpec:
                 raise ModelError(
                     f"cluster {self.name}: unknown GPU type {n.gpu_type!r} (known: {', '.join(catalogue.keys())})"
                 )
-            nodes.append(NodeSpec(n.name, catalogue.resolve(n.gpu_type), n.n_gpus))
+            nodes.append(NodeSpec(n.name, catalogue.resolve(n.gpu_type), n.n_gpus, n.sharing))
         return ClusterSpec(tuple(nodes), self.name)
 
     @classmethod
@@ -66,12 +69,14 @@ class ClusterSpec:
         return cls((NodeSpec("a100n0", "a100-40gb", 8), NodeSpec("h100n0", "h100-sxm", 8)), "thesis-16")
 
     @classmethod
-    def uniform(cls, n_nodes: int, gpus_per_node: int, gpu_type: str) -> ClusterSpec:
+    def uniform(cls, n_nodes: int, gpus_per_node: int, gpu_type: str, sharing: str = "none") -> ClusterSpec:
         if n_nodes <= 0:
             raise ConfigError("cluster: n_nodes must be > 0")
+        parse_sharing(sharing, "cluster")
         short = gpu_type.split("-")[0]
-        nodes = tuple(NodeSpec(f"{short}n{i}", gpu_type, gpus_per_node) for i in range(n_nodes))
-        return cls(nodes, f"{n_nodes}x{gpus_per_node}-{gpu_type}")
+        nodes = tuple(NodeSpec(f"{short}n{i}", gpu_type, gpus_per_node, sharing) for i in range(n_nodes))
+        suffix = "" if sharing == "none" else f"-{sharing}"
+        return cls(nodes, f"{n_nodes}x{gpus_per_node}-{gpu_type}{suffix}")
 
     @classmethod
     def mixed(cls, groups: list[tuple[int, int, str]]) -> ClusterSpec:
@@ -90,7 +95,7 @@ class ClusterSpec:
             where = f"{source}: nodes[{i}]"
             if not isinstance(entry, dict):
                 raise ConfigError(f"{where}: expected a mapping")
-            unknown = set(entry) - {"name", "gpu_type", "gpus", "count"}
+            unknown = set(entry) - {"name", "gpu_type", "gpus", "count", "sharing"}
             if unknown:
                 raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
             try:
@@ -99,11 +104,12 @@ class ClusterSpec:
                 count = int(entry.get("count", 1))
             except (KeyError, TypeError, ValueError) as exc:
                 raise ConfigError(f"{where}: needs gpu_type (str), gpus (int), optional count (int)") from exc
+            sharing = parse_sharing(entry.get("sharing", "none"), f"{where}.sharing").value
             name = str(entry.get("name", gpu_type.split("-")[0] + "n"))
             if count == 1 and "count" not in entry:
-                nodes.append(NodeSpec(name, gpu_type, gpus))
+                nodes.append(NodeSpec(name, gpu_type, gpus, sharing))
             else:
-                nodes.extend(NodeSpec(f"{name}{j}", gpu_type, gpus) for j in range(count))
+                nodes.extend(NodeSpec(f"{name}{j}", gpu_type, gpus, sharing) for j in range(count))
         return cls(tuple(nodes), str(doc.get("name", source)))
 
     @classmethod

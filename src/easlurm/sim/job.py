@@ -40,6 +40,8 @@ class JobSpec:
             raise ConfigError(f"job {self.job_id}: batch_options and gpu_options must not be empty")
         if any(k <= 0 for k in self.gpu_options) or any(b <= 0 for b in self.batch_options):
             raise ConfigError(f"job {self.job_id}: GPU counts and batches must be > 0")
+        if not isinstance(self.shareable, bool):
+            raise ConfigError(f"job {self.job_id}: share must be true or false, got {self.shareable!r}")
 
     @property
     def total_samples(self) -> float:

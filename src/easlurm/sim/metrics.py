@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from easlurm.sim.engine.core import JobRecord
 from easlurm.sim.engine.ledger import PowerLedger
+from easlurm.sim.engine.records import JobRecord
 
 J_PER_KWH = 3.6e6
 NAN = math.nan
@@ -49,6 +49,7 @@ def job_rows(records: Sequence[JobRecord]) -> list[dict[str, Any]]:
                 "deadline_s": s.deadline_s,
                 "met_deadline": met,
                 "preemptions": r.preemptions,
+                "shared_s": r.shared_s,
             }
         )
     return rows
@@ -105,6 +106,8 @@ def compute(
         "time_over_budget_s": ledger.time_above_s(power_budget_w) if power_budget_w is not None else NAN,
         "preemptions": float(sum(r.preemptions for r in records)),
         "preempted_energy_kwh": sum(r.wasted_energy_j for r in records) / J_PER_KWH,
+        "colocated_jobs": float(sum(1 for r in records if r.shared_s > 0)),
+        "shared_job_h": sum(r.shared_s for r in records) / 3600.0,
     }
     for gpu_type, n in sorted(gpus_by_type.items()):
         key = "util_" + gpu_type.replace("-", "_")

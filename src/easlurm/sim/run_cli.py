@@ -69,6 +69,13 @@ def policy_params_from_config(policy: str, sched: dict[str, Any]) -> dict[str, A
 @click.option("--noise", type=float, default=None, help="Oracle noise sigma [sim.noise_sigma].")
 @click.option("--checkpoint-interval", default=None, help="Checkpoint every DURATION (default: none).")
 @click.option("--param", "params", multiple=True, help="Policy parameter KEY=VALUE (repeatable).")
+@click.option(
+    "--jobs",
+    "jobs_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Job list YAML to run instead of the scenario's workload (see docs/colocation.md).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON document (metrics, power series, jobs).")
 @HARDWARE_OPTION
 @click.pass_context
@@ -85,6 +92,7 @@ def run_cmd(
     noise: float | None,
     checkpoint_interval: str | None,
     params: tuple[str, ...],
+    jobs_file: str | None,
     as_json: bool,
 ) -> None:
     """Simulate POLICY on a scenario's workload and print its metrics."""
@@ -122,12 +130,18 @@ def run_cmd(
         checkpoint_interval_s=sim["checkpoint_interval_s"],
         policy_params=tuple(sorted(merged.items())),
     )
-    result = run_simulation(spec)
+    jobs = None
+    if jobs_file is not None:
+        from easlurm.sim.jobs_yaml import load_jobs
+
+        jobs = load_jobs(jobs_file)
+    result = run_simulation(spec, jobs)
     if as_json:
         click.echo(json.dumps(result.to_dict()))
         return
     m = result.metrics
-    click.echo(f"policy {spec.policy}  scenario {spec.scenario}  seed {spec.seed}  {spec.hours:g} h")
+    source = f"jobs {jobs_file}" if jobs_file else f"scenario {spec.scenario}"
+    click.echo(f"policy {spec.policy}  {source}  seed {spec.seed}  {spec.hours:g} h")
     for label, key, fmt in _SUMMARY:
         value = m.get(key, math.nan)
         click.echo(f"{label:<24} {'' if value != value else fmt.format(value)}")

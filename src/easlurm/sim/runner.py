@@ -142,8 +142,9 @@ def load_cluster(path: str | None) -> ClusterSpec:
     return ClusterSpec.default() if path is None else ClusterSpec.from_yaml(path)
 
 
-def run_simulation(spec: SimSpec) -> SimResult:
-    """One scenario run: the scenario's Poisson workload for `spec.seed`, `spec.hours` simulated."""
+def run_simulation(spec: SimSpec, jobs: list[JobSpec] | None = None) -> SimResult:
+    """One scenario run: the scenario's Poisson workload for `spec.seed` (or the given jobs, e.g. a job
+    list YAML), `spec.hours` simulated."""
     from easlurm.priority.policies import get_policy
     from easlurm.sim.engine import Truth
     from easlurm.sim.scenarios import get_scenario
@@ -156,7 +157,11 @@ def run_simulation(spec: SimSpec) -> SimResult:
     load = spec.load_jobs_per_h if spec.load_jobs_per_h is not None else scenario.load_jobs_per_h
     settings = dataclasses.replace(settings, load_jobs_per_h=load)
     budget = spec.power_budget_w if spec.power_budget_w is not None else scenario.power_budget_w
-    cluster = load_cluster(spec.cluster)
+    cluster = (
+        scenario.cluster
+        if spec.cluster is None and scenario.cluster is not None
+        else load_cluster(spec.cluster)
+    )
     seen, real = make_oracles(spec.noise_sigma, spec.seed)
     truth = Truth(real)
     cluster = cluster.resolved(real.catalogue)
@@ -164,11 +169,15 @@ def run_simulation(spec: SimSpec) -> SimResult:
     for n in cluster.nodes:
         max_per_type[n.gpu_type] = max(max_per_type.get(n.gpu_type, 0), n.n_gpus)
     horizon_s = spec.hours * 3600.0
-    jobs = poisson_jobs(settings, truth, max_per_type, seed=spec.seed, horizon_s=horizon_s)
+    stream = (
+        poisson_jobs(settings, truth, max_per_type, seed=spec.seed, horizon_s=horizon_s)
+        if jobs is None
+        else jobs
+    )
     policy = get_policy(spec.policy, **dict(spec.policy_params))
     return simulate(
         cluster,
-        jobs,
+        stream,
         policy,
         seed=spec.seed,
         oracle=seen,

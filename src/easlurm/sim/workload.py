@@ -28,6 +28,8 @@ class JobTemplate:
     gpu_options: tuple[int, ...] = (1, 2, 4, 8)
     seq_len: int | None = None
     image_size: int | None = None
+    #: jobs of this template declare they may share a GPU (SPEC `share`)
+    shareable: bool = False
 
 
 #: ViT-Base (FP32), ALBERT-base v2 (BF16), ResNet-50 (FP32), as in thesis 5.5.1
@@ -53,6 +55,9 @@ class WorkloadSettings:
     runtime_min_s: float = 180.0
     runtime_max_s: float = 1500.0
     templates: tuple[JobTemplate, ...] = field(default=THESIS_TEMPLATES)
+    #: the placement a job's size is expressed on (its largest batch on this many GPUs of this type)
+    reference_gpu: str = REFERENCE_GPU
+    reference_gpus: int = REFERENCE_GPUS
 
     def __post_init__(self) -> None:
         if self.load_jobs_per_h <= 0:
@@ -65,6 +70,8 @@ class WorkloadSettings:
             raise ConfigError("workload: majority_share must lie in (0, 1)")
         if not 0 < self.runtime_min_s <= self.runtime_max_s:
             raise ConfigError("workload: need 0 < runtime_min_s <= runtime_max_s")
+        if self.reference_gpus < 1:
+            raise ConfigError("workload: reference_gpus must be >= 1")
 
 
 def poisson_jobs(
@@ -118,7 +125,7 @@ def poisson_jobs(
                 image_size=tpl.image_size,
             )
             ref_sps = ref_rate[tpl] = truth.rate(
-                probe, REFERENCE_GPUS, max(tpl.batch_options), REFERENCE_GPU, None
+                probe, settings.reference_gpus, max(tpl.batch_options), settings.reference_gpu, None
             )[0]
         spec = JobSpec(
             job_id=f"j{n:06d}",
@@ -132,6 +139,7 @@ def poisson_jobs(
             precision=tpl.precision,
             seq_len=tpl.seq_len,
             image_size=tpl.image_size,
+            shareable=tpl.shareable,
         )
         if urgent:
             fastest_s = truth.fastest_runtime_s(spec, max_gpus_per_type)

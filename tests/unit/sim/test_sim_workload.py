@@ -57,7 +57,7 @@ def test_majority_user_submits_half_the_jobs(truth: Truth) -> None:
 
 
 def test_scenarios_follow_the_thesis_protocol() -> None:
-    assert set(SCENARIOS) == {"A", "B", "C", "D", "E", "charon-budget"}
+    assert set(SCENARIOS) == {"A", "B", "C", "D", "E", "charon-budget", "coloc-small", "coloc-large"}
     assert get_scenario("b").load_jobs_per_h == pytest.approx(18.0)
     assert get_scenario("charon-budget").power_budget_w == 4500.0
     assert len(get_scenario("D").loads_jobs_per_h) >= 5

@@ -14,6 +14,7 @@ from easlurm.priority.policies.hades import Hades
 from easlurm.priority.policies.pollux import Pollux
 from easlurm.priority.policies.themis import Themis
 from easlurm.priority.policies.zeus import Zeus
+from easlurm.priority.policies.zeus_share import ZeusShare
 from easlurm.priority.snapshot import ClusterSnapshot, Decision
 
 
@@ -37,6 +38,7 @@ REGISTRY: dict[str, tuple[type[BatchPacker], dict[str, Any]]] = {
     "chronos": (Chronos, {"malleable": False}),
     "chronos-malleable": (Chronos, {"malleable": True}),
     "zeus": (Zeus, {}),
+    "zeus-share": (ZeusShare, {}),
     "hades": (Hades, {}),
     "aurachronos": (AuraChronos, {}),
     "charon": (Charon, {}),
@@ -69,5 +71,6 @@ __all__ = [
     "Pollux",
     "Themis",
     "Zeus",
+    "ZeusShare",
     "get_policy",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import logging
 import math
 import time
@@ -16,6 +17,7 @@ from easlurm.priority.policy_call import call_policy
 from easlurm.priority.snapshot import ClusterSnapshot, Decision, NodeState, PendingJob, RunningJob, StartJob
 from easlurm.sim.cluster import ClusterSpec
 from easlurm.sim.engine.ledger import PowerLedger
+from easlurm.sim.engine.records import JobRecord, Run
 from easlurm.sim.engine.truth import Truth
 from easlurm.sim.job import JobSpec
 
@@ -23,48 +25,24 @@ log = logging.getLogger(__name__)
 
 
 class CountingEnvironment(simpy.Environment):
-    """A SimPy environment that counts the events it processes (for events/s figures)."""
+    """A SimPy environment that counts the events it processes (for events/s figures) and drops events
+    abandoned before they fire (a job's old completion time after its rate changed), so that they neither
+    count nor move the clock past the last real event."""
 
     def __init__(self) -> None:
         super().__init__()
         self.n_events = 0
+        self.abandoned: set[simpy.Event] = set()
+
+    def abandon(self, event: simpy.Event) -> None:
+        self.abandoned.add(event)
 
     def step(self) -> None:
+        queue = self._queue
+        while self.abandoned and queue and queue[0][3] in self.abandoned:
+            self.abandoned.discard(heapq.heappop(queue)[3])
         self.n_events += 1
         super().step()
-
-
-@dataclass
-class JobRecord:
-    """Outcome of one job (mutable while the simulation runs)."""
-
-    spec: JobSpec
-    start_s: float | None = None  # first start
-    end_s: float | None = None
-    energy_j: float = 0.0
-    wasted_energy_j: float = 0.0
-    gpu_s: float = 0.0
-    node: str | None = None
-    gpu_type: str | None = None
-    n_gpus: int | None = None
-    batch: int | None = None
-    power_limit_w: float | None = None
-    preemptions: int = 0
-
-
-@dataclass
-class Run:
-    """One running segment of a job."""
-
-    record: JobRecord
-    node: int
-    start: StartJob
-    samples_per_s: float
-    power_w: float
-    start_s: float
-    remaining_samples: float  # at the segment's start
-    state: RunningJob
-    process: Any = None
 
 
 @dataclass
@@ -107,7 +85,9 @@ class Simulator:
         self.nodes: list[NodeState] = []
         for n in cluster.nodes:
             idle_w, tdp_w, min_pl = config.type_facts[n.gpu_type]
-            self.nodes.append(NodeState(n.name, n.gpu_type, n.n_gpus, n.n_gpus, idle_w, tdp_w, min_pl))
+            self.nodes.append(
+                NodeState(n.name, n.gpu_type, n.n_gpus, n.n_gpus, idle_w, tdp_w, min_pl, sharing=n.sharing)
+            )
         self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
         self.max_node_gpus: dict[str, int] = {}
         for n in cluster.nodes:
@@ -118,7 +98,7 @@ class Simulator:
         self.ledger = PowerLedger(idle_w=sum(n.free_gpus * n.idle_power_w for n in self.nodes))
         self.busy_gpu_s_by_type: dict[str, float] = dict.fromkeys(self.max_node_gpus, 0.0)
         self._user_base: dict[str, float] = {}  # GPU-s = base + rate * now
-        self._user_rate: dict[str, int] = {}
+        self._user_rate: dict[str, float] = {}
         self.decisions = 0
         self.rejected = 0
         self.preemptions = 0
@@ -228,7 +208,7 @@ class Simulator:
         try:
             yield self.env.timeout(duration_s)
         except simpy.Interrupt:
-            return  # preemption already accounted by _preempt
+            return  # preemption already accounted by _preempt; a new rate has its own process
         self._finish(run)
 
     # -- state changes ---------------------------------------------------------------------------
@@ -260,6 +240,8 @@ class Simulator:
         if pend is None or node_i < 0:
             log.warning("rejected start of %s on %s: unknown job or node", st.job_id, st.node)
             return False
+        if st.colocate_with is not None:
+            return self._join(st, pend, node_i)
         node = self.nodes[node_i]
         if node.gpu_type != st.gpu_type or node.free_gpus < st.n_gpus or st.n_gpus <= 0:
             log.warning(
@@ -268,11 +250,81 @@ class Simulator:
             return False
         rec = self.records[st.job_id]
         sps, power_w = self.truth.rate(rec.spec, st.n_gpus, st.batch, st.gpu_type, st.power_limit_w)
-        now = self.now
         self._set_free(node_i, node.free_gpus - st.n_gpus)
+        self._begin(st, pend, node_i, sps, power_w, sps, power_w, 1.0, None)
+        self.ledger.change(self.now, power_w, -st.n_gpus * node.idle_power_w)
+        return True
+
+    def _join(self, st: StartJob, pend: PendingJob, node_i: int) -> bool:
+        """Start a one-GPU job on the GPU of a running one-GPU job: both change rate (co-location rule),
+        the node's free GPU count does not change, and the GPU's power is split between the two."""
+        node = self.nodes[node_i]
+        host = self.running.get(st.colocate_with or "")
+        rec = self.records[st.job_id]
+        why = None
+        if node.sharing == "none":
+            why = "node does not share GPUs"
+        elif host is None or host.node != node_i:
+            why = "partner is not running on this node"
+        elif host.partner is not None or host.start.n_gpus != 1 or st.n_gpus != 1:
+            why = "only two one-GPU jobs may share a GPU"
+        elif not (rec.spec.shareable and host.record.spec.shareable):
+            why = "both jobs must be shareable"
+        elif st.power_limit_w is not None or host.start.power_limit_w is not None:
+            why = "shared GPUs run without a power limit"
+        elif node.gpu_type != st.gpu_type:
+            why = f"node has {node.gpu_type}, not {st.gpu_type}"
+        if why is not None or host is None:
+            log.warning("rejected co-location of %s with %s: %s", st.job_id, st.colocate_with, why)
+            return False
+        co = self.truth.corun(
+            host.record.spec, host.start.batch, rec.spec, st.batch, st.gpu_type, node.sharing
+        )
+        if not co.feasible:
+            log.warning("rejected co-location of %s with %s: %s", st.job_id, host.start.job_id, co.reason)
+            return False
+        sps, power_w = self.truth.rate(rec.spec, 1, st.batch, st.gpu_type, None)
+        self._rerate(
+            host,
+            host.alone_samples_per_s * co.speed[0],
+            co.job_power_w(0),
+            co.power_share[0],
+            st.job_id,
+        )
+        run = self._begin(
+            st,
+            pend,
+            node_i,
+            sps * co.speed[1],
+            co.job_power_w(1),
+            sps,
+            power_w,
+            co.power_share[1],
+            host.start.job_id,
+        )
+        # the ledger moves by the shared GPU's power minus the host's alone power: counted once
+        self.ledger.change(self.now, run.power_w, 0.0)
+        return True
+
+    def _begin(
+        self,
+        st: StartJob,
+        pend: PendingJob,
+        node_i: int,
+        sps: float,
+        power_w: float,
+        alone_sps: float,
+        alone_power_w: float,
+        share: float,
+        partner: str | None,
+    ) -> Run:
+        """Create the run of a started job (GPUs already taken) and its completion process."""
+        now = self.now
+        rec = self.records[st.job_id]
         del self.pending[st.job_id]
         remaining = pend.remaining_samples
         duration = remaining / sps
+        spec = rec.spec
         state = RunningJob(
             job_id=st.job_id,
             user=pend.user,
@@ -288,38 +340,84 @@ class Simulator:
             expected_end_s=now + duration,
             checkpoint_interval_s=self.cfg.checkpoint_interval_s,
             predicted_power_w=st.predicted_power_w,
+            shareable=spec.shareable,
+            colocated_with=partner,
+            model=spec.model,
+            precision=spec.precision,
+            seq_len=spec.seq_len,
+            image_size=spec.image_size,
         )
         run = Run(rec, node_i, st, sps, power_w, now, remaining, state)
+        run.alone_samples_per_s, run.alone_power_w = alone_sps, alone_power_w
+        run.gpu_share, run.partner, run.piece_start_s = share, partner, now
+        run.pieces.append((0.0, 0.0, sps, power_w))
         self.running[st.job_id] = run
         self._running_tuple = None
         if rec.start_s is None:
             rec.start_s = now
         rec.node, rec.gpu_type, rec.n_gpus = st.node, st.gpu_type, st.n_gpus
         rec.batch, rec.power_limit_w = st.batch, st.power_limit_w
-        self.ledger.change(now, power_w, -st.n_gpus * node.idle_power_w)
         user = pend.user
-        self._user_base[user] = self._user_base.get(user, 0.0) - st.n_gpus * now
-        self._user_rate[user] = self._user_rate.get(user, 0) + st.n_gpus
+        charged = st.n_gpus * share
+        self._user_base[user] = self._user_base.get(user, 0.0) - charged * now
+        self._user_rate[user] = self._user_rate.get(user, 0) + charged
         run.process = self.env.process(self._job(run, duration))
-        return True
+        return run
+
+    def _settle(self, run: Run, now: float) -> None:
+        """Account the run's energy and GPU time since its last rate change."""
+        dt = now - run.piece_start_s
+        run.record.energy_j += run.power_w * dt
+        gpu_s = run.start.n_gpus * run.gpu_share * dt
+        run.record.gpu_s += gpu_s
+        self.busy_gpu_s_by_type[self.nodes[run.node].gpu_type] += gpu_s
+        if run.partner is not None:
+            run.record.shared_s += dt
+        run.piece_start_s = now
+
+    def _rerate(self, run: Run, sps: float, power_w: float, share: float, partner: str | None) -> None:
+        """A partner joined or left: settle the old rate, reschedule the completion (work done is kept)."""
+        now = self.now
+        self._settle(run, now)
+        rel = now - run.start_s
+        done = run.done_at(rel)
+        self.ledger.change(now, power_w - run.power_w, 0.0)
+        user = run.state.user
+        delta = run.start.n_gpus * (share - run.gpu_share)
+        self._user_base[user] -= delta * now
+        self._user_rate[user] += delta
+        run.samples_per_s, run.power_w, run.gpu_share, run.partner = sps, power_w, share, partner
+        run.pieces.append((rel, done, sps, power_w))
+        left = max(run.remaining_samples - done, 0.0)
+        run.state = dataclasses.replace(
+            run.state, power_w=power_w, expected_end_s=now + left / sps, colocated_with=partner
+        )
+        self._running_tuple = None
+        if run.process is not None and run.process.is_alive:
+            self.env.abandon(run.process.target)  # the old completion never fires; the process ends unseen
+        run.process = self.env.process(self._job(run, left / sps))
 
     def _release(self, run: Run) -> float:
-        """Free the run's GPUs and account its segment; returns the segment's length (s)."""
+        """Free the run's GPUs (or hand its shared GPU back to the partner) and account its segment;
+        returns the segment's length (s)."""
         now = self.now
         k = run.start.n_gpus
         node = self.nodes[run.node]
-        self._set_free(run.node, node.free_gpus + k)
-        self.ledger.change(now, -run.power_w, k * node.idle_power_w)
-        elapsed = now - run.start_s
-        run.record.energy_j += run.power_w * elapsed
-        run.record.gpu_s += k * elapsed
-        self.busy_gpu_s_by_type[node.gpu_type] += k * elapsed
+        self._settle(run, now)
+        if run.partner is None:
+            self._set_free(run.node, node.free_gpus + k)
+            self.ledger.change(now, -run.power_w, k * node.idle_power_w)
+        else:
+            self.ledger.change(now, -run.power_w, 0.0)
         user = run.state.user
-        self._user_base[user] += k * now
-        self._user_rate[user] -= k
+        self._user_base[user] += k * run.gpu_share * now
+        self._user_rate[user] -= k * run.gpu_share
         del self.running[run.start.job_id]
         self._running_tuple = None
-        return elapsed
+        partner = self.running.get(run.partner) if run.partner is not None else None
+        if partner is not None:
+            self._rerate(partner, partner.alone_samples_per_s, partner.alone_power_w, 1.0, None)
+        return now - run.start_s
 
     def _finish(self, run: Run) -> None:
         self._release(run)
@@ -332,8 +430,8 @@ class Simulator:
         elapsed = self._release(run)
         interval = self.cfg.checkpoint_interval_s
         kept_s = math.floor(elapsed / interval) * interval if interval else 0.0
-        remaining = max(run.remaining_samples - kept_s * run.samples_per_s, 0.0)
-        run.record.wasted_energy_j += run.power_w * (elapsed - kept_s)
+        remaining = max(run.remaining_samples - run.done_at(kept_s), 0.0)
+        run.record.wasted_energy_j += run.energy_between(kept_s, elapsed)
         run.record.preemptions += 1
         self.preemptions += 1
         if run.process is not None and run.process.is_alive:
@@ -356,17 +454,15 @@ class Simulator:
     def _close(self, end_s: float) -> None:
         """Account running jobs up to the end (they stay unfinished)."""
         for run in self.running.values():
-            elapsed = end_s - run.start_s
-            run.record.energy_j += run.power_w * elapsed
-            run.record.gpu_s += run.start.n_gpus * elapsed
-            self.busy_gpu_s_by_type[self.nodes[run.node].gpu_type] += run.start.n_gpus * elapsed
+            self._settle(run, end_s)
         self.ledger.close(end_s)
 
 
 def _power_ratio(run: Run) -> float | None:
-    """Measured / predicted power of a run (None when the policy gave no prediction)."""
+    """Measured / predicted power of a run at its start (None when the policy gave no prediction); a job
+    that joined a shared GPU compares its share of the GPU's power with the share predicted for it."""
     predicted = run.start.predicted_power_w
-    return run.power_w / predicted if predicted else None
+    return run.pieces[0][3] / predicted if predicted and run.pieces else None
 
 
 def _pending_from(spec: JobSpec) -> PendingJob:
@@ -387,4 +483,5 @@ def _pending_from(spec: JobSpec) -> PendingJob:
         precision=spec.precision,
         seq_len=spec.seq_len,
         image_size=spec.image_size,
+        shareable=spec.shareable,
     )

@@ -23,6 +23,7 @@ class Truth:
         self._rates: dict[tuple[Any, ...], tuple[float, float]] = {}
         self._fastest: dict[tuple[Any, ...], float] = {}
         self._workloads: dict[tuple[Any, ...], Any] = {}
+        self._coruns: dict[tuple[Any, ...], Any] = {}
 
     def workload(self, spec: JobSpec) -> Any:
         key = (spec.model, spec.precision, spec.seq_len, spec.image_size)
@@ -53,6 +54,23 @@ class Truth:
             if not (math.isfinite(sps) and sps > 0 and math.isfinite(pw)):
                 raise ModelError(f"{spec.model}: no valid prediction for {n_gpus}x{gpu_type} batch {batch}")
             hit = self._rates[key] = (sps, pw)
+        return hit
+
+    def corun(self, a: JobSpec, batch_a: int, b: JobSpec, batch_b: int, gpu_type: str, sharing: str) -> Any:
+        """The co-location rule's CoRun of two one-GPU jobs sharing one GPU (model/colocation.py)."""
+        key = (_template(a), batch_a, _template(b), batch_b, gpu_type, sharing)
+        hit = self._coruns.get(key)
+        if hit is None:
+            from easlurm.model.colocation import INFEASIBLE, GpuFacts, Sharing, corun, predict_solo
+
+            sa = predict_solo(self.oracle, self.workload(a), batch_a, gpu_type)
+            sb = predict_solo(self.oracle, self.workload(b), batch_b, gpu_type)
+            if sa is None or sb is None:
+                hit = INFEASIBLE
+            else:
+                facts = GpuFacts.of(self.oracle.catalogue.get(gpu_type), self.oracle.params)
+                hit = corun(sa, sb, facts, Sharing(sharing), self.oracle.params)
+            self._coruns[key] = hit
         return hit
 
     def fastest_runtime_s(self, spec: JobSpec, types: dict[str, int]) -> float:
@@ -88,3 +106,7 @@ class Truth:
             sps = np.asarray(pred.samples_per_s, dtype=np.float64)
             best = self._fastest[key] = float(np.nanmax(np.where(sps > 0, sps, np.nan)))
         return spec.total_samples / best
+
+
+def _template(spec: JobSpec) -> tuple[Any, ...]:
+    return (spec.model, spec.precision, spec.seq_len, spec.image_size)

@@ -1,0 +1,169 @@
+"""`easlurm model corun` and `easlurm model calibrate-pairs`: the co-location rule from the command line."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from typing import Any
+
+import click
+
+from easlurm.errors import ConfigError
+from easlurm.model.cli import HARDWARE_OPTION, _oracle
+
+
+def _job(text: str, option: str) -> tuple[str, int, str]:
+    """MODEL:BATCH[:PRECISION] -> (model, batch, precision)."""
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or not parts[0]:
+        raise ConfigError(f"{option}: expected MODEL:BATCH[:PRECISION], got {text!r}")
+    try:
+        batch = int(parts[1])
+    except ValueError:
+        raise ConfigError(f"{option}: batch must be an integer, got {parts[1]!r}") from None
+    if batch < 1:
+        raise ConfigError(f"{option}: batch must be >= 1, got {batch}")
+    return parts[0], batch, parts[2] if len(parts) == 3 else "bf16"
+
+
+@click.command("corun")
+@click.argument("first")
+@click.argument("second")
+@click.option("--gpu", default="h100-sxm", show_default=True, help="Catalogue GPU type.")
+@click.option(
+    "--sharing",
+    type=click.Choice(["time-slice", "mps"]),
+    default="time-slice",
+    show_default=True,
+    help="How the two processes share the GPU.",
+)
+@click.option("--params", "params_path", default=None, help="Oracle parameter YAML [oracle.params].")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document.")
+@HARDWARE_OPTION
+@click.pass_context
+def corun_cmd(
+    ctx: click.Context,
+    first: str,
+    second: str,
+    gpu: str,
+    sharing: str,
+    params_path: str | None,
+    as_json: bool,
+    hardware_path: str | None,
+) -> None:
+    """Predict two jobs (MODEL:BATCH[:PRECISION]) sharing one GPU: speeds, slowdowns, power."""
+    from easlurm.model.colocation import GpuFacts, Sharing, corun, predict_solo
+    from easlurm.model.zoo import get_workload
+
+    oracle = _oracle(ctx, params_path, hardware_path)
+    key = oracle.catalogue.resolve(gpu)
+    solos = []
+    for text, name in ((first, "FIRST"), (second, "SECOND")):
+        model, batch, precision = _job(text, name)
+        solo = predict_solo(oracle, get_workload(model, precision=precision), batch, key)
+        if solo is None:
+            raise ConfigError(f"{name}: {model} batch {batch} does not fit one {key}")
+        solos.append((text, solo))
+    co = corun(
+        solos[0][1],
+        solos[1][1],
+        GpuFacts.of(oracle.catalogue.get(key), oracle.params),
+        Sharing(sharing),
+        oracle.params,
+    )
+    doc: dict[str, Any] = {
+        "schema_version": 1,
+        "gpu": key,
+        "sharing": sharing,
+        "feasible": co.feasible,
+        "reason": co.reason or None,
+        "throughput": co.throughput if co.feasible else None,
+        "gpu_power_w": co.power_w if co.feasible else None,
+        "jobs": [
+            {
+                "job": text,
+                "step_time_s_alone": s.step_time_s,
+                "power_w_alone": s.power_w,
+                "compute_busy": s.compute_busy,
+                "hbm_busy": s.hbm_busy,
+                "gpu_busy": s.gpu_busy,
+                "peak_mem_gib": s.peak_mem_bytes / 2**30,
+                "speed": co.speed[i] if co.feasible else None,
+                "power_w_shared": co.job_power_w(i) if co.feasible else None,
+            }
+            for i, (text, s) in enumerate(solos)
+        ],
+    }
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+        return
+    for job in doc["jobs"]:
+        click.echo(
+            f"{job['job']:<24} alone {job['step_time_s_alone'] * 1e3:8.1f} ms {job['power_w_alone']:5.0f} W  "
+            f"busy: compute {job['compute_busy']:.2f} HBM {job['hbm_busy']:.2f} kernels {job['gpu_busy']:.2f}  "
+            f"mem {job['peak_mem_gib']:.1f} GiB"
+        )
+    if not co.feasible:
+        click.echo(f"cannot share: {co.reason}")
+        return
+    click.echo(
+        f"{sharing}: speeds {co.speed[0]:.2f} / {co.speed[1]:.2f}  throughput {co.throughput:.2f}  "
+        f"GPU power {co.power_w:.0f} W (split {co.job_power_w(0):.0f} / {co.job_power_w(1):.0f} W)"
+    )
+
+
+@click.command("calibrate-pairs")
+@click.argument("pairs", type=click.Path(dir_okay=False, exists=True))
+@click.option(
+    "-O", "--out", "out_path", default=None, help="Parameter YAML to write (default params-<date>.yaml)."
+)
+@click.option("--params", "params_path", default=None, help="Start from these parameters [oracle.params].")
+@click.option("--json", "as_json", is_flag=True, help="Report as one JSON document.")
+@HARDWARE_OPTION
+@click.pass_context
+def calibrate_pairs_cmd(
+    ctx: click.Context,
+    pairs: str,
+    out_path: str | None,
+    params_path: str | None,
+    as_json: bool,
+    hardware_path: str | None,
+) -> None:
+    """Fit the co-location parameters to measured co-runs (a pairs CSV) and save the parameter YAML."""
+    from easlurm.model.colocation_fit import fit_colocation, read_pairs
+    from easlurm.model.params import save_params
+
+    oracle = _oracle(ctx, params_path, hardware_path)
+    rows = read_pairs(pairs)
+    fit = fit_colocation(oracle, rows)
+    today = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
+    meta = {
+        **dict(oracle.params.meta),
+        "colocation": {
+            "date": today,
+            "data": pairs,
+            "pairs": fit.n_pairs,
+            "method": "scipy least_squares (trf) on log slowdowns, weak prior towards the previous values",
+            "mape_slowdown_pct": round(fit.mape_slowdown, 3),
+            "mape_slowdown_before_pct": round(fit.mape_slowdown_before, 3),
+            "mape_gpu_power_pct": None if fit.mape_power is None else round(fit.mape_power, 3),
+        },
+    }
+    params = dataclasses.replace(fit.params, version=f"{oracle.params.version}+coloc-{today}", meta=meta)
+    out = out_path or f"params-{today}.yaml"
+    save_params(params, out)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {"schema_version": 1, "out": out, "values": fit.values, **meta["colocation"]}, indent=2
+            )
+        )
+        return
+    values = "  ".join(f"{k}={v:.4g}" for k, v in fit.values.items())
+    power = "-" if fit.mape_power is None else f"{fit.mape_power:.2f}%"
+    click.echo(f"pairs: {fit.n_pairs}  {values}")
+    click.echo(
+        f"slowdown MAPE: {fit.mape_slowdown_before:.2f}% before, {fit.mape_slowdown:.2f}% after; GPU power {power}"
+    )
+    click.echo(f"wrote {out} (params_version {params.version})")

@@ -1,0 +1,125 @@
+"""A job list in YAML for the simulator (`easlurm sim run --jobs FILE`), each error one line naming the field."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from easlurm.errors import ConfigError
+from easlurm.sim.job import JobSpec
+from easlurm.units import parse_duration_s
+
+EXAMPLE = """\
+jobs:
+  - id: bert-1            # optional (default job<index>)
+    user: alice           # optional (default u0)
+    submit: 10min         # when it is submitted (default 0)
+    model: bert-base
+    steps: 20000          # at the first batch
+    batch: [16, 32]       # or one number; the first is the requested one
+    gpus: 1               # or a list; the first is the requested count
+    precision: bf16       # optional
+    deadline: 2h          # optional, after the submit time (makes the job urgent)
+    share: true           # may share a GPU with another shareable job (docs/colocation.md)
+"""
+
+_KEYS = {
+    "id",
+    "user",
+    "submit",
+    "model",
+    "steps",
+    "batch",
+    "gpus",
+    "gpu_types",
+    "precision",
+    "seq_len",
+    "image_size",
+    "deadline",
+    "urgent",
+    "malleable",
+    "share",
+    "power_limits",
+}
+
+
+def load_jobs(path: str | Path) -> list[JobSpec]:
+    """The jobs of a YAML job list, in submit order."""
+    from easlurm.config import read_yaml_file
+
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: job list not found")
+    return jobs_from_doc(read_yaml_file(p), str(p))
+
+
+def jobs_from_doc(doc: Any, source: str) -> list[JobSpec]:
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("jobs"), list) or not doc["jobs"]:
+        raise ConfigError(f"{source}: expected a mapping with a non-empty 'jobs' list")
+    jobs = [_job(entry, f"{source}: jobs[{i}]", i) for i, entry in enumerate(doc["jobs"])]
+    ids = [j.job_id for j in jobs]
+    dup = next((x for x in ids if ids.count(x) > 1), None)
+    if dup is not None:
+        raise ConfigError(f"{source}: job id {dup!r} appears twice")
+    return sorted(jobs, key=lambda j: j.submit_s)
+
+
+def _job(entry: Any, where: str, index: int) -> JobSpec:
+    if not isinstance(entry, Mapping):
+        raise ConfigError(f"{where}: expected a mapping")
+    unknown = set(entry) - _KEYS
+    if unknown:
+        raise ConfigError(f"{where}.{sorted(unknown)[0]}: unknown field (known: {', '.join(sorted(_KEYS))})")
+    model = entry.get("model")
+    if not isinstance(model, str) or not model:
+        raise ConfigError(f"{where}.model: a model name is required")
+    submit_s = parse_duration_s(entry.get("submit", 0), f"{where}.submit")
+    deadline = entry.get("deadline")
+    deadline_s = None if deadline is None else submit_s + parse_duration_s(deadline, f"{where}.deadline")
+    share = entry.get("share", False)
+    if not isinstance(share, bool):
+        raise ConfigError(f"{where}.share: must be true or false, got {share!r}")
+    urgent = entry.get("urgent", deadline_s is not None)
+    malleable = entry.get("malleable", True)
+    for key, value in (("urgent", urgent), ("malleable", malleable)):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}.{key}: must be true or false, got {value!r}")
+    types = entry.get("gpu_types")
+    return JobSpec(
+        job_id=str(entry.get("id", f"job{index}")),
+        user=str(entry.get("user", "u0")),
+        submit_s=submit_s,
+        model=model,
+        total_steps=_int(entry.get("steps"), f"{where}.steps"),
+        batch_options=_ints(entry.get("batch"), f"{where}.batch"),
+        gpu_options=_ints(entry.get("gpus", 1), f"{where}.gpus"),
+        gpu_types=None
+        if types is None
+        else tuple(str(t) for t in (types if isinstance(types, list) else [types])),
+        malleable=malleable,
+        urgent=urgent,
+        deadline_s=deadline_s,
+        precision=str(entry.get("precision", "bf16")),
+        seq_len=None if entry.get("seq_len") is None else _int(entry.get("seq_len"), f"{where}.seq_len"),
+        image_size=None
+        if entry.get("image_size") is None
+        else _int(entry.get("image_size"), f"{where}.image_size"),
+        power_limit_options_w=tuple(float(w) for w in _ints(entry["power_limits"], f"{where}.power_limits"))
+        if "power_limits" in entry
+        else (),
+        shareable=share,
+    )
+
+
+def _int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{where}: must be an integer > 0, got {value!r}")
+    return value
+
+
+def _ints(value: Any, where: str) -> tuple[int, ...]:
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise ConfigError(f"{where}: must not be empty")
+    return tuple(_int(v, where) for v in items)

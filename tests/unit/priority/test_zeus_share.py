@@ -1,0 +1,124 @@
+"""Zeus-share: a waiting shareable one-GPU job joins a running one when the pair gains, never otherwise."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from easlurm.errors import ConfigError
+from easlurm.model import Oracle
+from easlurm.priority.policies import get_policy
+from easlurm.priority.snapshot import ClusterSnapshot, NodeState, PendingJob, RunningJob
+
+GPU = "h100-sxm"
+NOW = 1000.0
+
+
+@pytest.fixture(scope="module")
+def oracle() -> Oracle:
+    return Oracle()
+
+
+def snapshot(
+    *,
+    sharing: str = "time-slice",
+    host_model: str = "bert-base",
+    host_batch: int = 16,
+    host_share: bool = True,
+    host_deadline_s: float | None = None,
+    job_share: bool = True,
+    job_deadline_s: float | None = None,
+    free: int = 0,
+) -> ClusterSnapshot:
+    """One node of two H100: one GPU runs `host`, the other a job that cannot share; one job waits."""
+    node = NodeState("h0", GPU, 2, free, 70.0, 700.0, 200.0, sharing=sharing)
+    host = RunningJob(
+        "host",
+        "u1",
+        "h0",
+        GPU,
+        1,
+        host_batch,
+        250.0,
+        0.0,
+        deadline_s=host_deadline_s,
+        expected_end_s=NOW + 3600.0,
+        shareable=host_share,
+        model=host_model,
+        precision="bf16",
+    )
+    other = RunningJob(
+        "other", "u2", "h0", GPU, 1, 16, 250.0, 0.0, model="bert-base", expected_end_s=NOW + 60
+    )
+    job = PendingJob(
+        "job",
+        "u3",
+        NOW - 10.0,
+        "distilbert",
+        total_steps=20000,
+        remaining_steps=20000.0,
+        batch_options=(16,),
+        gpu_options=(1,),
+        deadline_s=job_deadline_s,
+        shareable=job_share,
+    )
+    return ClusterSnapshot(NOW, (node,), running=(host, other), pending=(job,))
+
+
+def test_joins_a_complementary_running_job(oracle: Oracle) -> None:
+    """Two launch-bound jobs: the waiting one starts on the host's GPU, no free GPU taken."""
+    decision = get_policy("zeus-share").decide(snapshot(), oracle)
+    (start,) = decision.starts
+    assert (start.job_id, start.node, start.n_gpus, start.colocate_with) == ("job", "h0", 1, "host")
+    assert start.predicted_power_w is not None and 0 < start.predicted_power_w < 700.0
+
+
+def test_zeus_never_colocates(oracle: Oracle) -> None:
+    assert get_policy("zeus").decide(snapshot(), oracle).starts == ()
+
+
+def test_a_free_gpu_is_taken_exclusively_first(oracle: Oracle) -> None:
+    (start,) = get_policy("zeus-share").decide(snapshot(free=1), oracle).starts
+    assert start.colocate_with is None
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"sharing": "none"}, "the node does not share GPUs"),
+        ({"job_share": False}, "the waiting job did not declare share"),
+        ({"host_share": False}, "the running job did not declare share"),
+        ({"host_model": "gpt2", "host_batch": 16}, "the host saturates the GPU: the pair would lose"),
+        ({"job_deadline_s": NOW + 500.0}, "the waiting job's deadline is at risk (it makes it alone)"),
+        ({"host_deadline_s": NOW + 3650.0}, "the host's deadline is at risk (it makes it alone)"),
+    ],
+)
+def test_refuses_to_colocate(oracle: Oracle, change: dict[str, object], why: str) -> None:
+    decision = get_policy("zeus-share").decide(snapshot(**change), oracle)  # type: ignore[arg-type]
+    assert decision.starts == (), why
+
+
+def test_deadlines_far_enough_allow_colocation(oracle: Oracle) -> None:
+    """The refusals above are the deadlines' doing: with room to spare the same pair is co-located; the
+    waiting job would meet its tight deadline (500 s) alone."""
+    from easlurm.model import Placements, get_workload
+
+    alone = oracle.predict(get_workload("distilbert", precision="bf16"), Placements.of(1, 16, GPU))
+    assert 20000 * float(alone.step_time_s[0]) < 500.0
+    snap = snapshot(job_deadline_s=NOW + 36000.0, host_deadline_s=NOW + 36000.0)
+    assert [s.colocate_with for s in get_policy("zeus-share").decide(snap, oracle).starts] == ["host"]
+
+
+def test_host_with_a_partner_or_unknown_model_is_not_offered(oracle: Oracle) -> None:
+    snap = snapshot()
+    paired = dataclasses.replace(snap.running[0], colocated_with="someone")
+    unknown = dataclasses.replace(snap.running[0], model=None)
+    for host in (paired, unknown):
+        alt = dataclasses.replace(snap, running=(host, snap.running[1]))
+        assert get_policy("zeus-share").decide(alt, oracle).starts == ()
+
+
+def test_bad_parameters_are_one_line() -> None:
+    with pytest.raises(ConfigError, match="zeus-share: need min_gain >= -1"):
+        get_policy("zeus-share", min_speed=0.0)
