@@ -41,7 +41,12 @@ MAIN_COLUMNS = (
     ("time_over_budget_s", "Over budget (min)", 1 / 60),
     ("preemptions", "Preemptions", 1.0),
     ("preempted_energy_kwh", "Preempted (kWh)", 1.0),
+    ("colocated_jobs", "Jobs shared", 1.0),
+    ("shared_job_h", "Shared (job-h)", 1.0),
 )
+#: Columns shown only where some run has a non-zero value (co-location: where a GPU was shared, which
+#: is where its gains and losses come from).
+SHOWN_WHEN_NONZERO = frozenset({"colocated_jobs", "shared_job_h"})
 #: Metrics tested pairwise in the report (all metrics are tested in tests.csv).
 TESTED = (
     "throughput_jobs_per_h",
@@ -306,7 +311,9 @@ def _experiment_section(
     plot_list: list[str],
 ) -> None:
     mine = [s for s in summaries if s.group[0] == experiment]
-    present = {s.metric for s in mine if s.mean is not None}
+    present = {
+        s.metric for s in mine if s.mean is not None and (s.metric not in SHOWN_WHEN_NONZERO or s.mean > 0)
+    }
     cols = [c for c in MAIN_COLUMNS if c[0] in present]
     table = []
     for group in dict.fromkeys(s.group for s in mine):

@@ -22,6 +22,7 @@ PLAN = {
     "experiments": [
         {"name": "B", "scenarios": ["B"], "policies": ["pollux", "zeus"]},
         {"name": "D", "scenarios": ["D"], "policies": ["pollux", "zeus"], "loads_jobs_per_h": [9, 18, 27]},
+        {"name": "share", "scenarios": ["coloc-small"], "policies": ["zeus", "zeus-share"]},
         {
             "name": "budget",
             "scenarios": ["charon-budget"],
@@ -71,6 +72,20 @@ def test_report_links_plots_that_exist(results: Path) -> None:
     assert any("power" in p for p in links) and any("pareto" in p for p in links)
     assert files.html is not None and "<table>" in files.html.read_text()
     assert (results / "summary.csv").is_file() and (results / "tests.csv").is_file()
+
+
+def test_shared_gpu_column_only_where_a_gpu_was_shared(results: Path) -> None:
+    """Where the gains of co-location come from: the experiment whose runs shared GPUs shows how many
+    jobs did; the others carry no column of zeros."""
+    md = build_report(results, report_cfg=PLAN["report"], title="Fake campaign").markdown.read_text()
+    sections = {s.split("\n", 1)[0]: s for s in md.split("## Experiment ")[1:]}
+    assert "| Jobs shared |" in sections["share"]
+    assert "| Jobs shared |" not in sections["B"] and "| Jobs shared |" not in sections["D"]
+    share_rows = [line for line in sections["share"].splitlines() if line.startswith("| coloc-small")]
+    assert [row.split(" | ")[2] for row in share_rows] == ["zeus", "zeus-share"]
+    assert share_rows[0].rstrip(" |").endswith("0 [0, 0]") and not share_rows[1].rstrip(" |").endswith(
+        "0 [0, 0]"
+    )
 
 
 def test_reference_ratio_is_computed_from_the_runs(results: Path) -> None:
