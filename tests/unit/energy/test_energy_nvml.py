@@ -142,8 +142,10 @@ def test_counter_is_read_at_start_and_stop_samples_come_from_the_power_field(
     nvml_env: pytest.MonkeyPatch,
 ) -> None:
     """The energy counter costs ~4 ms of CPU per call on an H100: between start and stop (and the slow
-    cadence) the samples come from the cheap power field, and the total still comes from the counter."""
+    cadence) the samples come from the cheap power field where the driver keeps no power samples, and
+    the total still comes from the counter."""
     nvml_env.setenv("EASLURM_FAKE_NVML_POWER_W", "250")
+    nvml_env.setenv("EASLURM_FAKE_NVML_NO_SAMPLES", "all")
     calls = {"energy": 0, "field": 0}
     real_energy, real_field = (
         fake_nvml.nvmlDeviceGetTotalEnergyConsumption,
