@@ -10,9 +10,9 @@ The last section gives the GPU sampler's own CPU per GPU with the CPU cost per N
 H100 (driver 580; nvmlDeviceGetSamples at an assumed 0.2 ms: its real cost must be measured on a GPU),
 before / field-per-tick / buffered, steady state apart from the fixed cost per run. Measured on the
 shared 2-core development machine, fake NVML, 4 GPUs, driver samples every 100 ms, 40 s runs, % of a core
-per GPU: 10 Hz: before 4.05, field-per-tick 0.262, buffered 0.017; 100 Hz: 19.6 (ticks skipped), 2.30,
-0.017 (the thread sleeps until the next drain or counter read); plus ~9 ms per GPU and run (two counter
-reads), which is most of a short run's cost.
+per GPU: 10 Hz: before 4.04, field-per-tick 0.260, buffered 0.025; 100 Hz: 20.1 (ticks skipped), 2.29,
+0.027 (the thread sleeps until the next drain, every 2 s, or counter read); plus ~9 ms per GPU and run
+(two counter reads), which is most of a short run's cost.
 
     python benchmarks/bench_profiler_overhead.py [--repeats 24] [--work-s 0.25] [--cost-s 5] [--only-nvml]
 """

@@ -173,6 +173,23 @@ def test_total_stays_exact_across_overflows(nvml_env: pytest.MonkeyPatch) -> Non
     assert dev.energy_j == pytest.approx(180.0 * dev.duration_s, rel=1e-3)
 
 
+def test_lost_gpu_keeps_the_timeline_up_to_the_last_drain(nvml_env: pytest.MonkeyPatch) -> None:
+    """The loss is seen at the next drain (at most MAX_POLL_S later): the other GPU is unaffected and the
+    lost one keeps its energy up to its last good drain."""
+    nvml_env.setenv("EASLURM_FAKE_NVML_COUNT", "2")
+    nvml_env.setenv("EASLURM_FAKE_NVML_LOST", "1:0.25")
+    nvml_env.setenv("EASLURM_FAKE_NVML_SAMPLE_MS", "10")
+    nvml_env.setattr(nvml_samples, "MAX_POLL_S", 0.05)
+    with EnergyProfiler(devices="gpu", interval_s=0.01, nvml_module=FAKE_NVML) as prof:
+        time.sleep(0.5)
+    r = prof.result
+    assert r is not None and r.device("gpu0").error is None
+    lost = r.device("gpu1")
+    assert lost.error is not None and "lost" in lost.error
+    assert lost.duration_s is not None and 0.1 < lost.duration_s < 0.3
+    assert lost.energy_j == pytest.approx(100.0 * lost.duration_s, rel=0.01)
+
+
 def test_nothing_new_is_not_an_error(nvml_env: pytest.MonkeyPatch) -> None:
     """NOT_FOUND (no sample newer than the last seen) is an empty drain, not a failure."""
     nvml_env.setenv("EASLURM_FAKE_NVML_SAMPLE_MS", "10000")
