@@ -136,28 +136,29 @@ def test_profile_timeline_comes_from_the_buffer_and_total_from_the_counter(
         rows = list(csv.DictReader(f))
     times = [float(r["time_s"]) for r in rows]
     inner = [b - a for a, b in itertools.pairwise(times[1:-1])]  # between driver samples
-    assert len(rows) == dev.samples and 10 <= len(rows) <= 16
+    assert len(rows) == dev.samples  # the first point, one per driver sample, the closing counter read
+    assert abs(len(rows) - 2 - dev.duration_s / 0.05) <= 2
     assert inner and all(s == pytest.approx(0.05, abs=1e-4) for s in inner)
 
 
 def test_overflow_is_detected_and_the_cadence_shortened(nvml_env: pytest.MonkeyPatch) -> None:
-    """A buffer of 5 samples 10 ms apart, drained after 200 ms: the gap after the last sample seen is
-    counted as lost samples and the drain period halves; the next drain is in time."""
+    """A buffer of 20 samples 10 ms apart, drained after 500 ms: the gap after the last sample seen is
+    counted as lost samples and the drain period halves; a drain within the buffer's span loses none."""
     nvml_env.setenv("EASLURM_FAKE_NVML_SAMPLE_MS", "10")
-    nvml_env.setenv("EASLURM_FAKE_NVML_SAMPLE_BUFFER", "5")
+    nvml_env.setenv("EASLURM_FAKE_NVML_SAMPLE_BUFFER", "20")
     sensor = _sensor(nvml_env)
     try:
         buf = sensor.buffer
-        assert buf is not None and buf.capacity == 5
-        assert buf.poll_s == pytest.approx(0.5 * 5 * 0.01)
-        time.sleep(0.2)
+        assert buf is not None and buf.capacity == 20
+        assert buf.poll_s == pytest.approx(0.5 * 20 * 0.01)
+        time.sleep(0.5)
         assert buf.due(time.monotonic())
-        assert len(buf.drain()) == 5
-        assert buf.stats.gaps == 1 and buf.stats.lost_samples >= 10
-        assert buf.poll_s == pytest.approx(0.0125)
-        time.sleep(0.02)
+        assert len(buf.drain()) == 20
+        assert buf.stats.gaps == 1 and buf.stats.lost_samples >= 25
+        assert buf.poll_s == pytest.approx(0.05)
+        time.sleep(0.03)
         buf.drain()
-        assert buf.stats.gaps == 1  # drained within the buffer's span: nothing lost
+        assert buf.stats.gaps == 1  # drained within the buffer's span (200 ms): nothing lost
     finally:
         sensor.close()
 
@@ -186,7 +187,7 @@ def test_lost_gpu_keeps_the_timeline_up_to_the_last_drain(nvml_env: pytest.Monke
     assert r is not None and r.device("gpu0").error is None
     lost = r.device("gpu1")
     assert lost.error is not None and "lost" in lost.error
-    assert lost.duration_s is not None and 0.1 < lost.duration_s < 0.3
+    assert lost.duration_s is not None and 0.0 < lost.duration_s < 0.3
     assert lost.energy_j == pytest.approx(100.0 * lost.duration_s, rel=0.01)
 
 
