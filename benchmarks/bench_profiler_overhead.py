@@ -6,7 +6,15 @@ workload runs in the profiled process itself (the worst case: the samplers compe
 Unprofiled and profiled runs are interleaved and the median ratio is reported, because the machine is
 shared.
 
-    python benchmarks/bench_profiler_overhead.py [--repeats 24] [--work-s 0.25] [--cost-s 5]
+The last section gives the GPU sampler's own CPU per GPU with the CPU cost per NVML call measured on an
+H100 (driver 580; nvmlDeviceGetSamples at an assumed 0.2 ms: its real cost must be measured on a GPU),
+before / field-per-tick / buffered, steady state apart from the fixed cost per run. Measured on the
+shared 2-core development machine, fake NVML, 4 GPUs, driver samples every 100 ms, 40 s runs, % of a core
+per GPU: 10 Hz: before 4.04, field-per-tick 0.260, buffered 0.025; 100 Hz: 20.1 (ticks skipped), 2.29,
+0.027 (the thread sleeps until the next drain, every 2 s, or counter read); plus ~9 ms per GPU and run
+(two counter reads), which is most of a short run's cost.
+
+    python benchmarks/bench_profiler_overhead.py [--repeats 24] [--work-s 0.25] [--cost-s 5] [--only-nvml]
 """
 
 from __future__ import annotations
@@ -96,42 +104,77 @@ def overhead(root: Path, n: int, interval_s: float, repeats: int) -> None:
     )
 
 
-#: CPU per call measured on an H100 (driver 580): the energy counter is the costly call.
-H100_COST_MS = os.environ.get("EASLURM_BENCH_NVML_COST_MS", "energy=4,field=0.2,power=0.2")
+#: CPU per call measured on an H100 (driver 580): the energy counter is the costly call. `samples` (one
+#: pynvml nvmlDeviceGetSamples call, which makes two C calls) is an assumption until measured on a GPU.
+H100_COST_MS = os.environ.get("EASLURM_BENCH_NVML_COST_MS", "energy=4,field=0.2,power=0.2,samples=0.2")
+
+#: (label, energy-counter period s, driver sample buffer used)
+NVML_MODES = (("before", 0.0, False), ("field-per-tick", 30.0, False), ("buffered", 30.0, True))
 
 
-def nvml_cost(root: Path, seconds: float) -> None:
-    """Sampler CPU per GPU with the fake NVML burning an H100's CPU per call, GPUs only: before (the
-    energy counter read at every sample) and after (counter at start, stop and every 30 s; samples
-    from the power field). Energy totals come from the counter in both."""
+def gpu_sampler_cpu(
+    hz: float, seconds: float, counter_period_s: float, buffered: bool
+) -> tuple[float, float]:
+    """(steady-state sampler CPU in % of a core, fixed CPU of open + first + closing reading in ms), per
+    GPU: the GPU sensors alone on the profiler's sampling threads."""
     import easlurm.energy.nvml as nvml_mod
+    from easlurm.energy.nvml import discover_nvml
+    from easlurm.energy.sampler import SensorSampler, sampling_threads
 
+    if buffered:
+        os.environ.pop("EASLURM_FAKE_NVML_NO_SAMPLES", None)
+    else:
+        os.environ["EASLURM_FAKE_NVML_NO_SAMPLES"] = "all"
+    nvml_mod.COUNTER_PERIOD_S = counter_period_s
+    try:
+        c0 = time.thread_time()
+        sensors, _ = discover_nvml(FAKE_NVML, None)
+        for s in sensors:
+            s.open()
+        samplers = [SensorSampler(s) for s in sensors]
+        threads = sampling_threads(samplers, 1.0 / hz, phase_t0=time.monotonic())
+        t0 = time.monotonic()
+        for th in threads:
+            th.start()
+        start_cpu = time.thread_time() - c0
+        time.sleep(seconds)
+        for th in threads:
+            th.stop()
+        duration = time.monotonic() - t0
+        for s in sensors:
+            s.close()
+    finally:
+        nvml_mod.COUNTER_PERIOD_S = 30.0
+        os.environ.pop("EASLURM_FAKE_NVML_NO_SAMPLES", None)
+    assert all(s.batched == buffered for s in sensors), "the fake's buffer did not open as asked"
+    n = len(sensors)
+    steady = sum(th.cpu_s - th.closing_cpu_s for th in threads) / duration / n
+    fixed = (start_cpu + sum(th.closing_cpu_s for th in threads)) / n
+    return 100 * steady, 1e3 * fixed
+
+
+def nvml_cost(seconds: float) -> None:
+    """Sampler CPU per GPU with the fake NVML burning an H100's CPU per call, GPUs only. Energy totals
+    come from the counter in every mode:
+      before          the energy counter read at every tick;
+      field-per-tick  the counter at start, stop and every 30 s, the power field at every tick;
+      buffered        the counter as above, the driver's power sample buffer drained every few seconds.
+    Steady state excludes the fixed cost of a run (opening, the first and the closing reading: two
+    counter reads), which is reported apart because it dominates short runs."""
     os.environ["EASLURM_FAKE_NVML_COST_MS"] = H100_COST_MS
     ngpu = int(os.environ["EASLURM_FAKE_NVML_COUNT"])
+    sample_ms = os.environ.get("EASLURM_FAKE_NVML_SAMPLE_MS", "100")
     print(
-        f"sampler CPU per GPU, fake NVML with H100 call costs ({H100_COST_MS} ms), {ngpu} GPUs, {seconds:.0f} s:"
+        f"GPU sampler CPU per GPU, fake NVML with H100 call costs ({H100_COST_MS} ms), driver power samples "
+        f"every {sample_ms} ms, {ngpu} GPUs, {seconds:.0f} s:"
     )
     try:
         for hz in (10, 100):
-            shares = {}
-            for label, period in (("before", 0.0), ("after", nvml_mod.COUNTER_PERIOD_S)):
-                nvml_mod.COUNTER_PERIOD_S = period
-                prof = EnergyProfiler(
-                    devices="gpu",
-                    interval_s=1.0 / hz,
-                    powercap_root=root,
-                    nvml_module=FAKE_NVML,
-                    sample_log=False,
-                )
-                with prof:
-                    time.sleep(seconds)
-                assert prof.result is not None
-                shares[label] = 100 * (prof.result.sampler_cpu_s or 0.0) / prof.result.duration_s / ngpu
-            nvml_mod.COUNTER_PERIOD_S = 30.0
-            print(
-                f"  {hz:4d} Hz: before {shares['before']:6.3f}% of a core per GPU, after {shares['after']:6.3f}%"
-                f" ({shares['before'] / max(shares['after'], 1e-9):.1f}x less)"
-            )
+            cells = []
+            for label, period, buffered in NVML_MODES:
+                steady, fixed = gpu_sampler_cpu(hz, seconds, period, buffered)
+                cells.append(f"{label} {steady:6.3f}% (+{fixed:4.1f} ms per run)")
+            print(f"  {hz:4d} Hz: " + ", ".join(cells))
     finally:
         del os.environ["EASLURM_FAKE_NVML_COST_MS"]
 
@@ -160,8 +203,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=24)
     ap.add_argument("--work-s", type=float, default=0.25)
     ap.add_argument("--cost-s", type=float, default=5.0, help="seconds per run of the NVML call-cost section")
+    ap.add_argument("--only-nvml", action="store_true", help="only the NVML call-cost section")
     args = ap.parse_args()
     os.environ.setdefault("EASLURM_FAKE_NVML_COUNT", "4")
+    if args.only_nvml:
+        nvml_cost(args.cost_s)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         fp = FakePowercap(Path(tmp) / "powercap", sockets=2, subzones=("core",))
         try:
@@ -173,7 +220,7 @@ def main() -> None:
             for interval_s in (0.1, 0.01):
                 overhead(fp.root, n, interval_s, args.repeats)
             max_rate(fp.root)
-            nvml_cost(fp.root, args.cost_s)
+            nvml_cost(args.cost_s)
         finally:
             fp.close()
 

@@ -11,6 +11,7 @@ from types import ModuleType
 from typing import Any
 
 from easlurm.energy.gpus import GpuRef
+from easlurm.energy.nvml_samples import PowerSampleBuffer
 from easlurm.energy.result import DeviceKind
 from easlurm.energy.sensor import Mode, Sensor, SensorStatus
 from easlurm.errors import SensorError
@@ -95,9 +96,11 @@ class NvmlGpuSensor(Sensor):
     """One physical GPU: nvmlDeviceGetTotalEnergyConsumption (mJ since driver load) or power (mW).
 
     Counter mode reads the counter at open, at the closing read (`want_exact`) and every
-    `counter_period_s`; between those reads the cumulative energy is the last counter value plus the
-    power field integrated (trapezoid), so totals stay exact from the counter and the samples are cheap.
-    `counter_period_s=0` reads the counter every time."""
+    `counter_period_s`; between those reads the cumulative energy is the last counter value plus power
+    integrated (trapezoid), so totals stay exact from the counter and the samples are cheap.
+    `counter_period_s=0` reads the counter every time. Power comes from the driver's own sample buffer
+    where NVML has one (`batched`: one call every few seconds, a timeline point per driver sample),
+    else from the instantaneous power field once per tick."""
 
     kind = DeviceKind.GPU
     node_level = False
@@ -121,6 +124,8 @@ class NvmlGpuSensor(Sensor):
         self._est_t = 0.0
         self._est_j = 0.0
         self._last_w: float | None = None
+        self.buffer: PowerSampleBuffer | None = None
+        self._started = False
 
     def open(self) -> None:
         nvml = self.lib.acquire()
@@ -134,6 +139,7 @@ class NvmlGpuSensor(Sensor):
                 self._use_field = self._instant_power_mw() is not None
             except Exception:  # no field (old drivers): every reading comes from the counter
                 self._use_field = False
+            self._open_buffer(nvml)
             return
         except nvml.NVMLError as exc:
             if nvml_error_class(exc) != "unsupported":
@@ -145,12 +151,29 @@ class NvmlGpuSensor(Sensor):
             self._use_field = self._instant_power_mw() is not None
         except Exception:
             self._use_field = False
+        if self._open_buffer(nvml):
+            return
         try:
             nvml.nvmlDeviceGetPowerUsage(self._handle)
         except nvml.NVMLError as exc:
             if not self._use_field:
                 self.close()
                 raise SensorError(f"{self.name}: no energy counter and no power reading ({exc})") from exc
+
+    def _open_buffer(self, nvml: ModuleType) -> bool:
+        """Use the driver's power sample buffer when it can be read; else power is read once per tick."""
+        buffer = PowerSampleBuffer(nvml, self._handle, self.name)
+        try:
+            why = buffer.open()
+        except Exception as exc:  # a quirk of the buffer must only cost the cheap path
+            why = f"{type(exc).__name__}: {exc}"
+        if why is not None:
+            log.info("%s: power read once per tick (%s)", self.name, why)
+            return False
+        self.buffer, self.batched = buffer, True
+        self.update_period_s = buffer.driver_period_s
+        self._last_w = buffer.last_w
+        return True
 
     def _instant_power_mw(self) -> float | None:
         """The instantaneous power field (NVML_FI_DEV_POWER_INSTANT, newer drivers), else None."""
@@ -181,19 +204,86 @@ class NvmlGpuSensor(Sensor):
     def want_exact(self) -> None:
         self._exact_next = True
 
+    def read_batch(self) -> list[tuple[float, float]] | None:
+        """Driver samples since the last drain as points (J since open, or W without a counter), then
+        the counter's exact value when due; [] on most ticks."""
+        nvml, buffer = self._nvml, self.buffer
+        if nvml is None or buffer is None:
+            raise SensorError(f"{self.name}: sensor not open")
+        now = time.monotonic()
+        energy = self.mode is Mode.ENERGY
+        if not self._started:
+            # The run starts now: power held since the buffer's last sample (a few ms).
+            self._started = True
+            if energy:
+                self._est_j += (self._last_w or 0.0) * max(now - self._est_t, 0.0)
+            self._est_t = now
+            return [(now, self._est_j if energy else self._last_w or 0.0)]
+        counter_due = energy and (self._exact_next or now - self._anchor_t >= self.counter_period_s)
+        if not (counter_due or self._exact_next or buffer.due(now)):
+            return []
+        try:
+            points = self._drain(buffer)
+            if buffer.stalled:
+                log.warning(
+                    "%s: no new driver power sample for a while; reading power once per tick", self.name
+                )
+                self.batched = False
+            if counter_due:
+                points.append((time.monotonic(), self._read_counter_j(nvml)))
+            elif self._exact_next and not energy and self._last_w is not None:
+                points.append((time.monotonic(), self._last_w))  # the last power, held to the end
+            self._exact_next = False
+            return points
+        except nvml.NVMLError as exc:
+            cls = nvml_error_class(exc)
+            if cls == "transient":
+                return None
+            if cls == "unsupported":
+                log.warning(
+                    "%s: driver power samples failed (%s); reading power once per tick", self.name, exc
+                )
+                self.batched = False
+                return []
+            raise SensorError(f"{self.name}: {exc}") from exc
+
+    def next_read_s(self) -> float | None:
+        """The next drain or counter read (the closing read is woken by the sampler's stop)."""
+        if self.buffer is None or not self._started:
+            return None
+        nxt = self.buffer.next_poll_s()
+        return min(nxt, self._anchor_t + self.counter_period_s) if self.mode is Mode.ENERGY else nxt
+
+    def _drain(self, buffer: PowerSampleBuffer) -> list[tuple[float, float]]:
+        """The new driver samples, integrated onto the last counter value in counter mode."""
+        points = []
+        for t, w in buffer.drain():
+            if t <= self._est_t:
+                self._last_w = w  # sampled before the last point (the counter's): only its power counts
+                continue
+            if self.mode is Mode.ENERGY:
+                last = self._last_w if self._last_w is not None else w
+                self._est_j += 0.5 * (last + w) * (t - self._est_t)
+                points.append((t, self._est_j))
+            else:
+                points.append((t, w))
+            self._est_t, self._last_w = t, w
+        return points
+
+    def _read_counter_j(self, nvml: ModuleType) -> float:
+        assert self._base_mj is not None
+        self._est_j = (float(nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)) - self._base_mj) * 1e-3
+        self._anchor_t = self._est_t = time.monotonic()
+        return self._est_j
+
     def _read_energy_j(self, nvml: ModuleType) -> float:
         """J since open: the counter when due, else the last counter value plus integrated power."""
         now = time.monotonic()
         due = self._exact_next or not self._use_field or now - self._anchor_t >= self.counter_period_s
         mw = None if due else self._instant_power_mw()
         if mw is None:
-            assert self._base_mj is not None
-            self._est_j = (
-                float(nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)) - self._base_mj
-            ) * 1e-3
-            self._anchor_t = self._est_t = now
             self._exact_next = False
-            return self._est_j
+            return self._read_counter_j(nvml)
         w = mw * 1e-3
         last = self._last_w if self._last_w is not None else w
         self._est_j += 0.5 * (last + w) * max(now - self._est_t, 0.0)
@@ -207,6 +297,8 @@ class NvmlGpuSensor(Sensor):
 
     def describe(self) -> str:
         extra = f" {self.note}" if self.note else ""
+        if self.buffer is not None and self.batched:
+            extra += f" (driver power samples every {self.buffer.driver_period_s:.3f} s)"
         return f"{self.uuid}{extra}"
 
 

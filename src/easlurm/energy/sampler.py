@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import math
 import threading
 import time
 from pathlib import Path
@@ -64,6 +65,9 @@ class SensorSampler:
         """Take one reading now; errors degrade this sensor, never the caller."""
         if self.error is not None:
             return
+        if self.sensor.batched:
+            self._sample_batch()
+            return
         try:
             t0 = time.monotonic()
             value = self.sensor.read()
@@ -75,14 +79,42 @@ class SensorSampler:
             self.degrade(f"{type(exc).__name__}: {exc}")
             return
         if value is None:
-            self.transient += 1
-            if self._last_ok is None:
-                self._last_ok = t
-            if self.transient >= MAX_TRANSIENT_FAILURES and t - self._last_ok >= MAX_UNKNOWN_S:
-                self.degrade(f"{self.transient} consecutive unknown values over {t - self._last_ok:.1f} s")
+            self._unknown(t)
             return
         self.transient = 0
         self._last_ok = t
+        self._add(t, value)
+
+    def _sample_batch(self) -> None:
+        """A buffering sensor: every reading carries its own time; ones not after the last are dropped."""
+        try:
+            readings = self.sensor.read_batch()
+        except SensorError as exc:
+            self.degrade(str(exc))
+            return
+        except Exception as exc:
+            self.degrade(f"{type(exc).__name__}: {exc}")
+            return
+        t = time.monotonic()
+        if readings is None:
+            self._unknown(t)
+            return
+        self.transient = 0
+        self._last_ok = t
+        last = self.integrator.t_last
+        for t_s, value in readings:
+            if last is None or t_s > last:
+                self._add(t_s, value)
+                last = t_s
+
+    def _unknown(self, t: float) -> None:
+        self.transient += 1
+        if self._last_ok is None:
+            self._last_ok = t
+        if self.transient >= MAX_TRANSIENT_FAILURES and t - self._last_ok >= MAX_UNKNOWN_S:
+            self.degrade(f"{self.transient} consecutive unknown values over {t - self._last_ok:.1f} s")
+
+    def _add(self, t: float, value: float) -> None:
         energy_j, power_w = self.integrator.add(t, value)
         if self.sample_log is not None:
             self.sample_log.write(t, self.sensor, energy_j, power_w)
@@ -106,6 +138,8 @@ class SamplingThread:
         self.interval_s = interval_s
         self.phase_t0 = phase_t0
         self.cpu_s = 0.0
+        #: CPU of the closing reading alone (a fixed cost per run, e.g. the GPU energy counter's).
+        self.closing_cpu_s = 0.0
         # A held lock that stop() releases: acquire(timeout) is one C call, cheaper than Event.wait.
         self._stop = threading.Lock()
         self._stop.acquire()
@@ -116,6 +150,18 @@ class SamplingThread:
     def _sample_all(self) -> None:
         for sp in self.samplers:
             sp.sample()
+
+    def _next_read_s(self) -> float | None:
+        """The earliest instant a sensor of this thread has work, when every live one buffers; else None."""
+        wake: float | None = None
+        for sp in self.samplers:
+            if sp.error is not None:
+                continue
+            t = sp.sensor.next_read_s() if sp.sensor.batched else None
+            if t is None:
+                return None
+            wake = t if wake is None else min(wake, t)
+        return wake
 
     def start(self) -> None:
         """First reading synchronously (so every sensor starts together), then the thread."""
@@ -130,14 +176,19 @@ class SamplingThread:
             now = time.monotonic()
             # Next tick of the shared grid; ticks missed by an overrun are skipped, not burst.
             tick = max(tick + 1, int((now - base) / self.interval_s) + 1)
+            wake = self._next_read_s()
+            if wake is not None:  # buffering sensors only: sleep to the first grid tick with work
+                tick = max(tick, math.ceil((wake - base) / self.interval_s))
             deadline = base + tick * self.interval_s
             if self._stop.acquire(timeout=max(deadline - now, 0.0)):
                 break
             self._sample_all()
         for sp in self.samplers:
             sp.sensor.want_exact()
+        cpu1 = time.thread_time()
         self._sample_all()  # the closing reading, taken after stop was asked
         self.cpu_s = time.thread_time() - cpu0
+        self.closing_cpu_s = time.thread_time() - cpu1
 
     def request_stop(self) -> None:
         """Wake the thread for its closing reading (idempotent)."""

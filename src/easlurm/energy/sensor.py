@@ -37,6 +37,8 @@ class Sensor(ABC):
     update_period_s: float = 0.0
     #: Node-level sensors (RAPL, perf, DRAM model) are read by one MPI rank per node only.
     node_level: bool = True
+    #: The sampler calls read_batch() instead of read(): the device buffers timed samples itself.
+    batched: bool = False
 
     def open(self) -> None:  # noqa: B027 - most sensors need no set-up
         """Acquire the device; raises SensorError with the reason when it cannot be read."""
@@ -44,6 +46,16 @@ class Sensor(ABC):
     @abstractmethod
     def read(self) -> float | None:
         """J since open (ENERGY) or W (POWER); None for a transient unknown value."""
+
+    def read_batch(self) -> list[tuple[float, float]] | None:
+        """For `batched` sensors: the readings since the last call as (monotonic s, J or W), oldest
+        first; [] when none is new; None for a transient unknown."""
+        raise NotImplementedError(f"{type(self).__name__} reads one value at a time")
+
+    def next_read_s(self) -> float | None:
+        """For `batched` sensors: the monotonic instant (s) the next read_batch() has work, so the
+        sampler may sleep until then; None: read at every tick."""
+        return None
 
     def close(self) -> None:  # noqa: B027
         """Release the device; never raises."""

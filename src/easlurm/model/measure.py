@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 
 PRECISIONS = ("fp32", "tf32", "bf16")
 OPTIMIZERS = ("adamw", "sgd")
+#: What one step is: a training step (forward, backward, optimizer) or an inference forward pass.
+MODES = ("train", "infer")
 #: Zoo models `measure` can build, and the library each needs beyond torch.
 TORCH_MODELS: dict[str, str] = {
     "shufflenet-small": "torch",
@@ -55,6 +57,7 @@ class MeasureConfig:
     optimizer: str = "adamw"
     seq_len: int | None = None
     image_size: int | None = None
+    mode: str = "train"
 
 
 @dataclass(frozen=True)
@@ -258,39 +261,59 @@ def set_precision(torch: Any, precision: str) -> None:
     torch.backends.cudnn.benchmark = True
 
 
-def measure_one(
-    cfg: MeasureConfig,
-    device: str,
-    timing: Timing = Timing(),
-    energy_j: Callable[[], float | None] | None = None,
-) -> Run:
-    """Build, warm up and time one configuration; `energy_j` reads a cumulative GPU energy counter (J)."""
+@dataclass
+class Prepared:
+    """A built, warmed-up configuration: `step()` runs one step asynchronously, `sync()` waits for the
+    device; `peak_mem_gib()` is the peak memory allocated since the warm-up began (None on a CPU)."""
+
+    config: MeasureConfig
+    step: Callable[[], None]
+    sync: Callable[[], None]
+    warm_step_s: float
+    n_params: int
+    peak_mem_gib: Callable[[], float | None]
+
+
+def prepare(cfg: MeasureConfig, device: str, timing: Timing = Timing()) -> Prepared:
+    """Build one configuration and warm it up (at least `min_warmup_steps` and `warmup_s`)."""
     torch = import_torch()
     dev = torch.device(device)
     cuda = dev.type == "cuda"
     set_precision(torch, cfg.precision)
     torch.manual_seed(0)
     model, loss_of = build(torch, cfg, dev)
-    model.train()
     n_params = sum(int(p.numel()) for p in model.parameters())
-    params = list(model.parameters())
-    opt = (
-        torch.optim.SGD(params, lr=1e-3, momentum=0.9)
-        if cfg.optimizer == "sgd"
-        else torch.optim.AdamW(params, lr=1e-4)
-    )
     autocast = cfg.precision == "bf16"
 
     def sync() -> None:
         if cuda:
             torch.cuda.synchronize(dev)
 
-    def step() -> None:
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=autocast):
-            loss = loss_of(model)
-        loss.backward()
-        opt.step()
+    if cfg.mode == "infer":
+        model.eval()
+
+        def step() -> None:
+            with (
+                torch.inference_mode(),
+                torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=autocast),
+            ):
+                loss_of(model)
+
+    else:
+        model.train()
+        params = list(model.parameters())
+        opt = (
+            torch.optim.SGD(params, lr=1e-3, momentum=0.9)
+            if cfg.optimizer == "sgd"
+            else torch.optim.AdamW(params, lr=1e-4)
+        )
+
+        def step() -> None:
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=autocast):
+                loss = loss_of(model)
+            loss.backward()
+            opt.step()
 
     if cuda:
         torch.cuda.reset_peak_memory_stats(dev)
@@ -306,23 +329,36 @@ def measure_one(
         if n % 10 == 0:
             sync()
     sync()
-    warm_step_s = (time.perf_counter() - t0) / n
-    steps = max(1, math.ceil(timing.window_s / max(warm_step_s, 1e-6)))
+
+    def peak() -> float | None:
+        return float(torch.cuda.max_memory_allocated(dev)) / 2**30 if cuda else None
+
+    return Prepared(cfg, step, sync, (time.perf_counter() - t0) / n, n_params, peak)
+
+
+def measure_one(
+    cfg: MeasureConfig,
+    device: str,
+    timing: Timing = Timing(),
+    energy_j: Callable[[], float | None] | None = None,
+) -> Run:
+    """Build, warm up and time one configuration; `energy_j` reads a cumulative GPU energy counter (J)."""
+    p = prepare(cfg, device, timing)
+    steps = max(1, math.ceil(timing.window_s / max(p.warm_step_s, 1e-6)))
     while True:
-        sync()
+        p.sync()
         e0 = energy_j() if energy_j else None
         w0 = time.perf_counter()
         for _ in range(steps):
-            step()
-        sync()
+            p.step()
+        p.sync()
         window = time.perf_counter() - w0
         e1 = energy_j() if energy_j else None
         if window >= timing.window_s or steps > 1_000_000:
             break
         steps = math.ceil(steps * timing.window_s / max(window, 1e-9) * 1.05)
     power = None if e0 is None or e1 is None else (e1 - e0) / window
-    peak = torch.cuda.max_memory_allocated(dev) / 2**30 if cuda else None
-    return Run(window / steps, power, peak, n_params, steps)
+    return Run(window / steps, power, p.peak_mem_gib(), p.n_params, steps)
 
 
 def nvml_energy_reader(
@@ -359,6 +395,8 @@ def nvml_energy_reader(
         return None, lambda: None
 
     def read() -> float | None:
+        for s in opened:
+            s.want_exact()  # the counter itself, not the sensor's estimate between counter reads
         vals = [s.read() for s in opened]
         return None if any(v is None for v in vals) else float(sum(v for v in vals if v is not None))
 
@@ -499,7 +537,13 @@ def device_gpu_name(device: str) -> str:
 
 
 @click.command("measure")
-@click.option("--model", "models", required=True, help="Zoo models, comma list (e.g. resnet50,bert-base).")
+@click.option("--model", "models", default=None, help="Zoo models, comma list (e.g. resnet50,bert-base).")
+@click.option(
+    "--pairs",
+    default=None,
+    help="Co-located pairs instead of --model: A+B[,C+D...], each MODEL:BATCH[:PRECISION][:train|infer] "
+    "(e.g. bert-base:32+resnet50:64); each job alone, then both at once on the device.",
+)
 @click.option("--batch", "batches", default="32", show_default=True, help="Per-step batch sizes, comma list.")
 @click.option(
     "--precision", "precisions", default="bf16", show_default=True, help="fp32, tf32, bf16; comma list."
@@ -533,7 +577,8 @@ def device_gpu_name(device: str) -> str:
 @click.pass_context
 def measure_cmd(
     ctx: click.Context,
-    models: str,
+    models: str | None,
+    pairs: str | None,
     batches: str,
     precisions: str,
     optimizer: str,
@@ -551,7 +596,8 @@ def measure_cmd(
     time_limit: str | None,
     gres: str,
 ) -> None:
-    """Time training steps of zoo models (torch) and write a measurement CSV for `easlurm model calibrate`."""
+    """Time training steps of zoo models (torch) and write a measurement CSV for `easlurm model calibrate`;
+    with --pairs, two jobs alone and sharing the device, for the co-location model."""
     import datetime as dt
 
     from easlurm.model.cli import _int_list
@@ -560,6 +606,31 @@ def measure_cmd(
     timing = Timing(parse_duration_s(warmup, "--warmup"), parse_duration_s(window, "--window"))
     if timing.window_s <= 0:
         raise ConfigError("--window must be > 0")
+    today = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
+    if (models is None) == (pairs is None):
+        raise ConfigError("give either --model or --pairs")
+    if pairs is not None:
+        from easlurm.model.measure_pairs import pairs_command, parse_pairs
+
+        if slurm:
+            raise ConfigError("--pairs runs on this machine's device; it has no --slurm mode")
+        for param, option, why in (
+            ("batches", "--batch", "each job names its batch: MODEL:BATCH"),
+            ("sweeps", "--sweeps", "every job and pair is run once"),
+        ):
+            if ctx.get_parameter_source(param) is not click.core.ParameterSource.DEFAULT:
+                raise ConfigError(f"{option}: not with --pairs ({why})")
+        if cpu_threads is not None and cpu_threads < 1:
+            raise ConfigError("--cpu-threads must be >= 1")
+        prec = _csv_list(precisions)
+        if len(prec) != 1:
+            raise ConfigError(
+                "--precision: one value with --pairs (a job may name its own: MODEL:BATCH:PREC)"
+            )
+        parsed = parse_pairs(pairs, prec[0], optimizer, seq_len, image_size)
+        pairs_command(parsed, out_path or f"pairs-{today}.csv", timing, device, gpu, cpu_threads)
+        return
+    assert models is not None
     configs = configurations(
         _csv_list(models),
         _int_list(batches, "--batch"),
@@ -570,7 +641,6 @@ def measure_cmd(
     )
     if sweeps < 1:
         raise ConfigError("--sweeps must be >= 1")
-    today = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
     out = out_path or f"measurements-{today}.csv"
     if slurm:
         from easlurm.model.measure_slurm import measure_on_slurm

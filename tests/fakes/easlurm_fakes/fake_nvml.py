@@ -10,9 +10,14 @@ so a test can compare measured energy with power x duration. Settings are read a
   EASLURM_FAKE_NVML_UNKNOWN_EVERY=5    every 5th reading raises NVML_ERROR_UNKNOWN (transient)
   EASLURM_FAKE_NVML_INIT_ERROR=12      nvmlInit raises that code (12 = LIBRARY_NOT_FOUND)
   EASLURM_FAKE_NVML_MIG=2              each GPU exposes that many MIG instances
-  EASLURM_FAKE_NVML_COST_MS=energy=4,field=0.2,power=0.2
+  EASLURM_FAKE_NVML_COST_MS=energy=4,field=0.2,power=0.2,samples=0.2
                                        CPU each call burns in the calling thread (as measured on an H100,
-                                       driver 580: the energy counter is the costly call); default none
+                                       driver 580: the energy counter is the costly call; `samples` is one
+                                       pynvml nvmlDeviceGetSamples call, an assumption); default none
+  EASLURM_FAKE_NVML_SAMPLE_MS=100      the driver's power sample period for nvmlDeviceGetSamples (ms)
+  EASLURM_FAKE_NVML_SAMPLE_BUFFER=120  samples the driver keeps per GPU (older ones are overwritten); the
+                                       buffer is full at nvmlInit, as on a node that has been up a while
+  EASLURM_FAKE_NVML_NO_SAMPLES=0,2|all GPUs whose nvmlDeviceGetSamples raises NOT_SUPPORTED
   EASLURM_FAKE_NVML_HANG_SHUTDOWN=1    nvmlShutdown never returns (a wedged driver; like ctypes, the GIL
                                        is released while it waits)
 Power limits (mW in the API, as NVML), which outlive the process like a driver's setting when
@@ -25,6 +30,7 @@ EASLURM_FAKE_NVML_LIMITS_FILE names a JSON file ({index: mW}); in memory otherwi
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import json
 import os
@@ -63,6 +69,28 @@ NVML_ERROR_UNKNOWN = 999
 
 NVML_FI_DEV_POWER_INSTANT = 186
 NVML_VALUE_TYPE_UNSIGNED_INT = 1
+NVML_TOTAL_POWER_SAMPLES = 0
+NVML_GPU_UTILIZATION_SAMPLES = 1
+
+
+class c_nvmlValue_t(ctypes.Union):
+    """As pynvml: the value union of a sample (power samples use uiVal, mW)."""
+
+    _fields_ = [
+        ("dVal", ctypes.c_double),
+        ("uiVal", ctypes.c_uint),
+        ("ulVal", ctypes.c_ulong),
+        ("ullVal", ctypes.c_ulonglong),
+        ("sllVal", ctypes.c_longlong),
+        ("siVal", ctypes.c_int),
+        ("usVal", ctypes.c_ushort),
+    ]
+
+
+class c_nvmlSample_t(ctypes.Structure):
+    """As pynvml: one driver sample, timeStamp in CPU wall-clock microseconds."""
+
+    _fields_ = [("timeStamp", ctypes.c_ulonglong), ("sampleValue", c_nvmlValue_t)]
 
 
 class NVMLError(Exception):
@@ -172,6 +200,14 @@ class _State:
             self.gpus.append(gpu)
         self.migs = {u: _Mig(u, g) for g in self.gpus for u in g.migs}
         self.t0 = time.monotonic()
+        self.sample_period_us = round(float(env.get("EASLURM_FAKE_NVML_SAMPLE_MS", "100")) * 1000)
+        self.sample_buffer = int(env.get("EASLURM_FAKE_NVML_SAMPLE_BUFFER", "120"))
+        no_samples = env.get("EASLURM_FAKE_NVML_NO_SAMPLES", "")
+        self.no_samples = {
+            i for i in range(count) if no_samples == "all" or i in _ints(no_samples.replace("all", ""))
+        }
+        # The driver's sample grid (wall-clock us): a whole buffer already taken before nvmlInit.
+        self.sample_origin_us = int(time.time() * 1e6) - self.sample_buffer * self.sample_period_us
         self.offset_mj = 123_456_789  # energy since "driver load"
         lo, hi = env.get("EASLURM_FAKE_NVML_LIMIT_RANGE_W", "100:700").split(":")
         self.limit_range_mw = (round(float(lo) * 1000), round(float(hi) * 1000))
@@ -360,6 +396,28 @@ def nvmlDeviceGetFieldValues(handle: _Gpu, fieldIds: list[int]) -> list[_FieldVa
         else:
             out.append(_FieldValue(fid, NVML_ERROR_NOT_SUPPORTED, 0))
     return out
+
+
+def nvmlDeviceGetSamples(
+    device: _Gpu, sampling_type: int, timeStamp: int
+) -> tuple[int, list[c_nvmlSample_t]]:
+    """As pynvml: (sample value type, samples newer than timeStamp (us), oldest first) from the driver's
+    bounded buffer; timeStamp=0 returns the whole buffer; NOT_FOUND when no sample is newer."""
+    _burn("samples")
+    st, gpu, _ = _check(device)
+    if sampling_type != NVML_TOTAL_POWER_SAMPLES or gpu.index in st.no_samples:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    period = st.sample_period_us
+    newest = (int(time.time() * 1e6) - st.sample_origin_us) // period  # index of the newest sample
+    first = max(newest - st.sample_buffer + 1, 0, (timeStamp - st.sample_origin_us) // period + 1)
+    if first > newest:
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+    samples = (c_nvmlSample_t * (newest - first + 1))()
+    mw = round(gpu.power_w * 1000.0)
+    for i, k in enumerate(range(first, newest + 1)):
+        samples[i].timeStamp = st.sample_origin_us + k * period
+        samples[i].sampleValue.uiVal = mw
+    return NVML_VALUE_TYPE_UNSIGNED_INT, samples[0 : len(samples)]
 
 
 def _limit_gpu(handle: Any) -> tuple[_State, _Gpu]:

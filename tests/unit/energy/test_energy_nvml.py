@@ -71,14 +71,17 @@ def test_no_energy_counter_falls_back_to_power_polling(nvml_env: pytest.MonkeyPa
 
 
 def test_lost_gpu_degrades_only_that_sensor(nvml_env: pytest.MonkeyPatch) -> None:
+    """Power read per tick: the loss is seen at the next tick."""
     nvml_env.setenv("EASLURM_FAKE_NVML_COUNT", "2")
+    nvml_env.setenv("EASLURM_FAKE_NVML_NO_SAMPLES", "all")
     nvml_env.setenv("EASLURM_FAKE_NVML_LOST", "1:0.2")
     r = _profile(0.5).result
     assert r is not None
     assert r.device("gpu0").error is None and r.device("gpu0").energy_j is not None
     lost = r.device("gpu1")
     assert lost.error is not None and "lost" in lost.error
-    assert lost.duration_s is not None and lost.duration_s < 0.35  # energy up to the loss is kept
+    assert lost.duration_s is not None and 0.0 < lost.duration_s < 0.35  # energy up to the loss is kept
+    assert lost.energy_j == pytest.approx(100.0 * lost.duration_s, rel=0.01)
 
 
 def test_unknown_values_are_skipped_not_fatal(nvml_env: pytest.MonkeyPatch) -> None:
@@ -142,8 +145,10 @@ def test_counter_is_read_at_start_and_stop_samples_come_from_the_power_field(
     nvml_env: pytest.MonkeyPatch,
 ) -> None:
     """The energy counter costs ~4 ms of CPU per call on an H100: between start and stop (and the slow
-    cadence) the samples come from the cheap power field, and the total still comes from the counter."""
+    cadence) the samples come from the cheap power field where the driver keeps no power samples, and
+    the total still comes from the counter."""
     nvml_env.setenv("EASLURM_FAKE_NVML_POWER_W", "250")
+    nvml_env.setenv("EASLURM_FAKE_NVML_NO_SAMPLES", "all")
     calls = {"energy": 0, "field": 0}
     real_energy, real_field = (
         fake_nvml.nvmlDeviceGetTotalEnergyConsumption,

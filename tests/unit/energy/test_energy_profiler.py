@@ -107,6 +107,7 @@ def test_memory_stays_bounded_with_many_samples(nvml_env: pytest.MonkeyPatch) ->
     """Nothing is kept per sample: the sampler's state does not grow with the number of samples."""
     import sys
 
+    nvml_env.setenv("EASLURM_FAKE_NVML_SAMPLE_MS", "1")  # the driver's buffer gives a point per ms
     prof = EnergyProfiler(devices="gpu", interval_s=0.001, nvml_module=FAKE_NVML, sample_log=False)
     with prof:
         time.sleep(0.5)
@@ -131,6 +132,7 @@ def test_one_sampling_thread_per_backend_not_per_device(
     import threading
 
     nvml_env.setenv("EASLURM_FAKE_NVML_COUNT", "4")
+    nvml_env.setenv("EASLURM_FAKE_NVML_SAMPLE_MS", "10")  # GPU points come from the driver's buffer
     prof = EnergyProfiler(
         devices="gpu,cpu,dram",
         interval_s=0.02,
