@@ -42,7 +42,7 @@ _DURATION = re.compile(r"^[0-9]{1,9}(\.[0-9]{1,6})?(ms|s|m|min|h|d)?$")
 SPEC_MAX_CHARS = 1024
 INTERVAL_RANGE_S = (0.010, 60.0)
 DEADLINE_RANGE_S = (0.001, 366 * 86400.0)
-_WORDS = ("all", "gpu", "cpu", "dram", "urgent")
+_WORDS = ("all", "gpu", "cpu", "dram", "urgent", "share")
 _KEYS = ("interval", "deadline", "model", "steps", "batch", "gpus")
 
 
@@ -58,6 +58,8 @@ class ProfileSpec:
     gpus: tuple[int, ...] = ()
     deadline_s: float | None = None
     urgent: bool = False
+    #: the job may share its one GPU with another declared job (docs/colocation-live.md)
+    share: bool = False
 
     def hints(self) -> dict[str, Any]:
         """The workload hints only (JSON-safe), for the scheduler."""
@@ -71,6 +73,8 @@ class ProfileSpec:
             out["gpus"] = list(self.gpus)
         if self.urgent:
             out["urgent"] = True
+        if self.share:
+            out["share"] = True
         return out
 
 
@@ -116,7 +120,7 @@ def parse_spec(text: str | None) -> ProfileSpec:
         if not eq:
             if item not in _WORDS:
                 raise ConfigError(
-                    f"--energy-profile: unknown item {item!r} (devices: all,gpu,cpu,dram; flag: urgent; "
+                    f"--energy-profile: unknown item {item!r} (devices: all,gpu,cpu,dram; flags: urgent,share; "
                     f"keys: {','.join(_KEYS)})"
                 )
             if item in words:
@@ -134,6 +138,11 @@ def parse_spec(text: str | None) -> ProfileSpec:
     model = values.get("model")
     if model is not None and not _NAME.match(model):
         raise ConfigError(f"--energy-profile: bad name in 'model={model[:40]}' (1..64 of A-Za-z0-9._-)")
+    gpus = _int_list(values["gpus"], "gpus") if "gpus" in values else ()
+    if "share" in words and gpus not in ((), (1,)):
+        raise ConfigError(
+            f"--energy-profile: 'share' is for one-GPU jobs, got 'gpus={values['gpus'][:40]}' (use gpus=1)"
+        )
     return ProfileSpec(
         devices=tuple(k for k in DEVICE_KINDS if k in devices) if devices else DEVICE_KINDS,
         interval_s=_duration(values["interval"], "interval", *INTERVAL_RANGE_S)
@@ -142,11 +151,12 @@ def parse_spec(text: str | None) -> ProfileSpec:
         model=model,
         steps=_int(values["steps"], "steps") if "steps" in values else None,
         batch=_int_list(values["batch"], "batch") if "batch" in values else (),
-        gpus=_int_list(values["gpus"], "gpus") if "gpus" in values else (),
+        gpus=gpus,
         deadline_s=_duration(values["deadline"], "deadline", *DEADLINE_RANGE_S)
         if "deadline" in values
         else None,
         urgent="urgent" in words,
+        share="share" in words,
     )
 
 

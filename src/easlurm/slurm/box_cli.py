@@ -16,7 +16,7 @@ from easlurm.slurm.box import SlurmBox
 def make_box() -> SlurmBox:
     """The box configured by the `box` section (EASLURM_BOX__DIR and friends)."""
     cfg = load_config().section("box")
-    return SlurmBox(cfg["dir"], cfg["cluster_name"], cfg["base_port"])
+    return SlurmBox(cfg["dir"], cfg["cluster_name"], cfg["base_port"], cfg["shards_per_gpu"])
 
 
 def main(argv: list[str] | None = None) -> int:
