@@ -41,7 +41,8 @@ DEBIAN_PACKAGES = (
 )
 
 DB_PASSWORD = "easbox"
-#: gres/shard per GPU: two jobs may share one GPU (docs/colocation-live.md); 0 offers whole GPUs only.
+#: gres/shard per GPU (docs/colocation-live.md): the daemon pairs jobs on GPUs with 3 or more (a lone job
+#: takes all but one); 0 offers whole GPUs only.
 DEFAULT_SHARDS_PER_GPU = 3
 #: Slurm keeps a GRES count in 64 bits, but a GPU time-sliced between more jobs than this is no longer
 #: "co-location": a larger value is a typo.
@@ -49,10 +50,15 @@ MAX_SHARDS_PER_GPU = 64
 
 
 def check_shards_per_gpu(value: object, where: str) -> int:
-    """A shard count per GPU (0 disables sharing); one line naming `where` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SHARDS_PER_GPU:
+    """A shard count per GPU: 0 (whole GPUs only) or 2..MAX; one line naming `where` otherwise."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value == 1
+        or not 0 <= value <= MAX_SHARDS_PER_GPU
+    ):
         raise ConfigError(
-            f"{where}: shards per GPU must be a whole number from 0 to {MAX_SHARDS_PER_GPU}, got {value!r}"
+            f"{where}: shards per GPU must be 0 (whole GPUs only) or 2..{MAX_SHARDS_PER_GPU}, got {value!r}"
         )
     return value  # a loopback-only throw-away database of the development cluster
 
@@ -172,11 +178,12 @@ class SlurmBox:
         cluster_name: str = "easbox",
         base_port: int = 16817,
         shards_per_gpu: int = DEFAULT_SHARDS_PER_GPU,
+        shards_source: str = "box.shards_per_gpu",
     ):
         self.paths = BoxPaths(Path(root) if root else default_box_dir())
         self.cluster_name = cluster_name
         self.ports = Ports(base_port)
-        self.shards_per_gpu = check_shards_per_gpu(shards_per_gpu, "box.shards_per_gpu")
+        self.shards_per_gpu = check_shards_per_gpu(shards_per_gpu, shards_source)
         self._children: dict[str, subprocess.Popen[bytes]] = {}
 
     # ---- environment -------------------------------------------------------------------------------
