@@ -179,6 +179,19 @@ class DeviceRecord:
     in_total: bool = True
     #: The window this device's readings span (first to last sample), s.
     duration_s: float | None = None
+    #: A GPU shared with another job: how its energy was split ("utilisation" or "time"), this step's
+    #: share, and the whole GPU's energy over the window (context only: never summed across jobs).
+    apportioned: str | None = None
+    share: float | None = None
+    whole_gpu_energy_j: float | None = None
+
+    def apportion(self, share: float, method: str) -> None:
+        """Keep `share` (0..1) of this GPU's energy and power; the rest belongs to the other jobs."""
+        self.whole_gpu_energy_j = self.energy_j
+        self.energy_j = None if self.energy_j is None else self.energy_j * share
+        self.mean_power_w = None if self.mean_power_w is None else self.mean_power_w * share
+        self.share = share
+        self.apportioned = method
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DeviceRecord:
@@ -319,6 +332,11 @@ class StepRecord:
         return sum(d.samples for n in self.nodes for d in n.devices)
 
     @property
+    def apportioned_devices(self) -> list[str]:
+        """Devices holding a share of a GPU used by other jobs too, as "gpu0:utilisation"."""
+        return sorted({f"{d.name}:{d.apportioned}" for n in self.nodes for d in n.devices if d.apportioned})
+
+    @property
     def modelled_kinds(self) -> list[str]:
         """Device kinds whose energy is (partly) modelled rather than measured (the DRAM model)."""
         return sorted({d.kind for n in self.nodes for d in n.devices if d.modelled})
@@ -343,6 +361,7 @@ class StepRecord:
             "mean_power_w": self.mean_power_w,
             "edp_j_s": self.edp,
             "modelled": self.modelled_kinds,
+            "apportioned": self.apportioned_devices,
             "nodes": [n.to_dict() for n in self.nodes],
         }
 
@@ -442,6 +461,7 @@ def _per_kind(node: NodeRecord) -> NodeRecord:
                 modelled=any(d.modelled for d in chosen),
                 source="+".join(sorted({d.source for d in chosen})),
                 error="; ".join(d.error for d in chosen if d.error) or None,
+                apportioned="+".join(sorted({d.apportioned for d in chosen if d.apportioned})) or None,
             )
         )
     return NodeRecord(
