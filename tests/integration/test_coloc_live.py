@@ -132,6 +132,7 @@ def test_two_shareable_jobs_share_one_gpu_and_split_its_energy(
         f"{NODE} to be free of other tests' jobs",
     )
     cfg = DaemonConfig(interval_s=1.0, name_prefix="coloc-it-", nodes=(NODE,), decision_log=None)
+    # with the zeus-share policy: DaemonConfig(policy="zeus-share", ...) and no policy= argument
     daemon = Daemon(CliSchedClient(env=slurm_box.env), cfg, policy=PairShareable())
     ids: list[str] = []
     with plugin_with_fake_sensors(slurm_box, f"env=EASLURM_FAKE_NVML_PROCS_DIR={registry}") as spool:

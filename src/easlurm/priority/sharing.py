@@ -19,7 +19,7 @@ import logging
 from collections.abc import Iterable, Mapping
 
 from easlurm.priority.snapshot import StartJob
-from easlurm.slurm.sched_client import SlurmJob, SlurmNode
+from easlurm.slurm.sched_client import SlurmJob, SlurmNode, first_node
 
 log = logging.getLogger(__name__)
 
@@ -32,18 +32,12 @@ def sharing_mode(node: SlurmNode) -> str:
     return "time-slice" if node.shards_per_gpu >= MIN_SHARDS_PER_GPU else "none"
 
 
-def _first_node(nodes: str) -> str:
-    from easlurm.priority.slurm_snapshot import first_node
-
-    return first_node(nodes)
-
-
 def gpu_use(jobs: Iterable[SlurmJob], node: str) -> tuple[set[int], dict[int, int]]:
     """(GPUs held whole by `gpu` jobs, shards allocated per GPU index) on `node` from running jobs."""
     whole: set[int] = set()
     shards: dict[int, int] = {}
     for job in jobs:
-        if not job.running or not job.gpu_indices or _first_node(job.nodes) != node or job.node_count != 1:
+        if not job.running or not job.gpu_indices or first_node(job.nodes) != node or job.node_count != 1:
             continue
         if job.shards:
             for idx in job.gpu_indices:
@@ -81,7 +75,7 @@ def share_placement(
             return None
     else:
         partner = jobs.get(start.colocate_with)
-        if partner is None or not partner.running or _first_node(partner.nodes) != node.name:
+        if partner is None or not partner.running or first_node(partner.nodes) != node.name:
             log.info("job %s: partner %s is not running on %s", start.job_id, start.colocate_with, node.name)
             return None
         if not partner.shards or len(partner.gpu_indices) != 1:
@@ -117,7 +111,7 @@ def colocations(jobs: Iterable[SlurmJob]) -> dict[str, str]:
     by_gpu: dict[tuple[str, int], list[str]] = {}
     for job in jobs:
         if job.running and job.shards and len(job.gpu_indices) == 1 and job.node_count == 1:
-            by_gpu.setdefault((_first_node(job.nodes), job.gpu_indices[0]), []).append(job.job_id)
+            by_gpu.setdefault((first_node(job.nodes), job.gpu_indices[0]), []).append(job.job_id)
     out: dict[str, str] = {}
     for ids in by_gpu.values():
         if len(ids) == 2:

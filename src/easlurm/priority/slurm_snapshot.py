@@ -16,7 +16,7 @@ from easlurm.errors import ConfigError, EaslurmError
 from easlurm.priority.holds import foreign_hold
 from easlurm.priority.sharing import colocations, sharing_mode
 from easlurm.priority.snapshot import ClusterSnapshot, NodeState, PendingJob, RunningJob
-from easlurm.slurm.sched_client import SlurmJob, SlurmNode
+from easlurm.slurm.sched_client import SlurmJob, SlurmNode, first_node
 
 log = logging.getLogger(__name__)
 
@@ -163,15 +163,6 @@ def pending_job(job: SlurmJob, spec: ProfileSpec, pinned_types: tuple[str, ...] 
         preemptions=job.restarts,
         shareable=share,
     )
-
-
-def first_node(nodes: str) -> str:
-    """First host of a Slurm hostlist ("h100-[1-2]" -> "h100-1")."""
-    if "[" not in nodes:
-        return nodes.split(",")[0]
-    head, _, rest = nodes.partition("[")
-    first = rest.split("]")[0].split(",")[0].split("-")[0]
-    return head + first
 
 
 def expand_hostlist(text: str) -> set[str]:

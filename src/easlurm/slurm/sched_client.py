@@ -159,6 +159,15 @@ def _gpu_idx(text: str) -> tuple[int, ...]:
     return ()
 
 
+def first_node(nodes: str) -> str:
+    """First host of a Slurm hostlist ("h100-[1-2]" -> "h100-1")."""
+    if "[" not in nodes:
+        return nodes.split(",")[0]
+    head, _, rest = nodes.partition("[")
+    first = rest.split("]")[0].split(",")[0].split("-")[0]
+    return head + first
+
+
 def _epoch(value: Any) -> float | None:
     """Slurm JSON times: 0 means unset."""
     if isinstance(value, dict):  # later Slurm versions: {"set": bool, "number": N}
@@ -369,6 +378,7 @@ __all__ = [
     "SchedClient",
     "SlurmJob",
     "SlurmNode",
+    "first_node",
     "gpu_seconds_by_user",
     "parse_gres",
     "parse_idx",
