@@ -137,7 +137,7 @@ def test_two_shareable_jobs_share_one_gpu_and_split_its_energy(
     ids: list[str] = []
     with plugin_with_fake_sensors(slurm_box, f"env=EASLURM_FAKE_NVML_PROCS_DIR={registry}") as spool:
         try:
-            a = submit(slurm_box, tmp_path, "a", UTIL_A, 30, registry)
+            a = submit(slurm_box, tmp_path, "a", UTIL_A, 40, registry)
             ids.append(a)
 
             def cycle_until_running(job_id: str) -> None:

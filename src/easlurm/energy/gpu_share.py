@@ -26,8 +26,12 @@ from easlurm.errors import SensorError
 
 log = logging.getLogger(__name__)
 
-#: Seconds between looks at a GPU's processes and counter (two NVML calls and one counter read).
+#: Seconds between looks at who runs on a GPU (nvmlDeviceGetComputeRunningProcesses). While another job
+#: is there (and at once when one arrives or leaves), each look also reads the energy counter and the
+#: processes' samples; alone, only every ALONE_PERIOD_S: the counter read costs milliseconds of CPU
+#: (about 4 ms on an H100), too much for every step at 2 Hz.
 SHARE_PERIOD_S = 0.5
+ALONE_PERIOD_S = 5.0
 NVML_ERROR_NOT_FOUND = 6
 #: The key of the watching step's own processes.
 OWN = "self"
@@ -73,7 +77,8 @@ class GpuShare:
     total_j: float = 0.0
     own_j: float = 0.0
     others: set[str] = field(default_factory=set)
-    by_utilisation_j: float = 0.0  # energy of intervals split by SM samples
+    shared_j: float = 0.0  # energy of the intervals another job was on the GPU
+    by_utilisation_j: float = 0.0  # ... of which split by SM samples
 
     @property
     def shared(self) -> bool:
@@ -86,7 +91,7 @@ class GpuShare:
     @property
     def method(self) -> ShareMethod:
         """Utilisation when most of the shared energy was split by samples."""
-        if self.by_utilisation_j >= 0.5 * self.total_j:
+        if self.by_utilisation_j >= 0.5 * self.shared_j:
             return ShareMethod.UTILISATION
         return ShareMethod.TIME
 
@@ -141,6 +146,8 @@ class _Gpu:
         self.last_mj = energy_mj
         self.last_us = int(time.time() * 1e6)
         self.last_fraction = 1.0
+        self.last_full = time.monotonic()
+        self.others_last = False
 
 
 class ShareWatcher:
@@ -198,49 +205,53 @@ class ShareWatcher:
         while not self._stop.wait(self.period_s):
             self.tick()
 
-    def tick(self) -> None:
-        """One look at every GPU: the energy since the last look, split by who ran there."""
+    def tick(self, full: bool = False) -> None:
+        """One look at every GPU: the energy since the last full look, split by who ran there."""
         nvml = self._nvml
         if nvml is None:
             return
         with self._lock:
             for gpu in self._gpus:
                 try:
-                    self._tick_gpu(nvml, gpu)
+                    self._tick_gpu(nvml, gpu, full)
                 except nvml.NVMLError as exc:
                     if nvml_error_class(exc) != "transient":
                         log.warning("gpu%d: sharing no longer watched: %s", gpu.share.index, exc)
                         self._gpus.remove(gpu)
                         break
 
-    def _tick_gpu(self, nvml: ModuleType, gpu: _Gpu) -> None:
+    def _tick_gpu(self, nvml: ModuleType, gpu: _Gpu, full: bool) -> None:
         procs = nvml.nvmlDeviceGetComputeRunningProcesses(gpu.handle)
         present = {self.owners.owner(int(p.pid)) for p in procs}
+        others_now = bool(present - {OWN})
+        shared = others_now or gpu.others_last
+        if not (full or shared or time.monotonic() - gpu.last_full >= ALONE_PERIOD_S):
+            return
         samples: list[Sample] = []
-        try:
-            raw = nvml.nvmlDeviceGetProcessUtilization(gpu.handle, gpu.last_us)
-            samples = [Sample(int(s.pid), int(s.timeStamp), float(s.smUtil)) for s in raw]
-        except nvml.NVMLError as exc:
-            # NOT_FOUND: no sample since the last look; NOT_SUPPORTED: no per-process accounting
-            if getattr(exc, "value", None) != NVML_ERROR_NOT_FOUND and nvml_error_class(exc) == "gone":
-                raise
+        if shared:
+            try:
+                raw = nvml.nvmlDeviceGetProcessUtilization(gpu.handle, gpu.last_us)
+                samples = [Sample(int(s.pid), int(s.timeStamp), float(s.smUtil)) for s in raw]
+            except nvml.NVMLError as exc:
+                # NOT_FOUND: no sample since the last look; NOT_SUPPORTED: no per-process accounting
+                if getattr(exc, "value", None) != NVML_ERROR_NOT_FOUND and nvml_error_class(exc) == "gone":
+                    raise
+        now_us = int(time.time() * 1e6)
         energy_mj = float(nvml.nvmlDeviceGetTotalEnergyConsumption(gpu.handle))
         delta_j = max(energy_mj - gpu.last_mj, 0.0) * 1e-3
-        gpu.last_mj = energy_mj
+        gpu.last_mj, gpu.last_full = energy_mj, time.monotonic()
         owner = {s.pid: self.owners.owner(s.pid) for s in samples}
         present |= set(owner.values())
-        if samples:
-            gpu.last_us = max(s.time_us for s in samples)
+        gpu.last_us = max((s.time_us for s in samples), default=now_us) if shared else now_us
         shares = instant_shares(samples, owner)
-        fraction: float | None
-        if shares:
-            fraction = sum(shares) / len(shares)
-            gpu.share.by_utilisation_j += delta_j
-        else:
-            fraction = time_share(present)
+        fraction = sum(shares) / len(shares) if shares else time_share(present)
         if fraction is None:
             fraction = gpu.last_fraction
         gpu.last_fraction = fraction
+        if shared:
+            gpu.share.shared_j += delta_j
+            gpu.share.by_utilisation_j += delta_j if shares else 0.0
+        gpu.others_last = others_now
         gpu.share.others |= present - {OWN}
         gpu.share.total_j += delta_j
         gpu.share.own_j += fraction * delta_j
@@ -250,7 +261,7 @@ class ShareWatcher:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5.0)
-        self.tick()
+        self.tick(full=True)
         out = {g.share.index: g.share for g in self._gpus if g.share.shared}
         self.close()
         return out

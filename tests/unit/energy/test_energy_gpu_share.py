@@ -186,3 +186,24 @@ def test_sacct_flags_an_apportioned_step() -> None:
     values = step_values(step)
     assert values["GPUEnergy"] == pytest.approx(300.0)
     assert "apportioned:gpu3:time" in values["EnergyFlags"].split(",")
+
+
+def test_alone_the_costly_counter_is_read_rarely(
+    two_processes: list[int], procs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The energy counter costs ms of CPU: alone on the GPU, looks only ask who is there."""
+    (procs / f"{two_processes[1]}.json").unlink()
+    reads: list[int] = []
+    real = fake_nvml.nvmlDeviceGetTotalEnergyConsumption
+    monkeypatch.setattr(
+        fake_nvml, "nvmlDeviceGetTotalEnergyConsumption", lambda h: reads.append(1) or real(h)
+    )
+    a = _watch(two_processes, two_processes[0])
+    for _ in range(5):
+        a.tick()
+    assert len(reads) == 1  # at start only
+    doc = {"pid": two_processes[1], "gpu": 0, "sm_util": 60, "start_s": time.time()}
+    (procs / f"{two_processes[1]}.json").write_text(json.dumps(doc))
+    a.tick()
+    assert len(reads) == 2  # another job arrived: read at once
+    assert a.stop()[0].others == {"other"}
