@@ -106,7 +106,9 @@ def test_join_only_where_slurm_puts_the_last_shard_on_the_partners_gpu() -> None
     assert share_placement(partner_first["9"], start, shard_node(per_gpu=2), partner_first) is None
 
 
-def test_three_jobs_on_one_gpu_pair_none() -> None:
+def test_pairs_come_from_the_allocation_not_the_decision() -> None:
+    """A join that Slurm put on another GPU is no pair; three jobs on one GPU pair none of them."""
+    assert colocations([running("1", (3,), shards=2), running("9", (0,), shards=1)]) == {}
     jobs = [running("1", (0,), shards=1), running("2", (0,), shards=1), running("3", (0,), shards=1)]
     assert colocations(jobs) == {}
     assert colocations([running("1", (0,), shards=2), running("2", (0,), shards=1, node_name="h100-1")]) == {}
