@@ -24,7 +24,8 @@ static const struct key_rule KEYS[] = {
 };
 #define NKEYS (sizeof(KEYS) / sizeof(KEYS[0]))
 
-static const char *const WORDS[] = {"all", "gpu", "cpu", "dram", "urgent"};
+static const char *const WORDS[] = {"all", "gpu", "cpu", "dram", "urgent", "share"};
+#define WORD_SHARE 5
 #define NWORDS (sizeof(WORDS) / sizeof(WORDS[0]))
 
 #define NAME_MAX_LEN 64
@@ -138,7 +139,7 @@ static int check_item(const char *item, size_t n, unsigned *seen_keys, unsigned 
 			}
 		}
 		return fail(err, errlen,
-			    "unknown item (devices: all,gpu,cpu,dram; flag: urgent; keys: "
+			    "unknown item (devices: all,gpu,cpu,dram; flags: urgent,share; keys: "
 			    "interval,deadline,model,steps,batch,gpus)",
 			    item, n);
 	}
@@ -183,6 +184,22 @@ static int check_item(const char *item, size_t n, unsigned *seen_keys, unsigned 
 		    "unknown key (keys: interval,deadline,model,steps,batch,gpus)", item, klen);
 }
 
+/* 'share' is for one-GPU jobs: a gpus= list, when given, must be exactly "1". */
+static int check_share(const char *spec, size_t len, char *err, size_t errlen)
+{
+	size_t start = 0;
+	for (size_t i = 0; i <= len; i++) {
+		if (i == len || spec[i] == ',') {
+			const char *item = spec + start;
+			size_t n = i - start;
+			if (n >= 5 && memcmp(item, "gpus=", 5) == 0 && !(n == 6 && item[5] == '1'))
+				return fail(err, errlen, "'share' is for one-GPU jobs (use gpus=1)", item, n);
+			start = i + 1;
+		}
+	}
+	return 0;
+}
+
 int eas_spec_check(const char *spec, char *err, size_t errlen)
 {
 	unsigned seen_keys = 0, seen_words = 0;
@@ -212,5 +229,7 @@ int eas_spec_check(const char *spec, char *err, size_t errlen)
 	/* words: bit 0 all, 1 gpu, 2 cpu, 3 dram */
 	if ((seen_words & 1u) && (seen_words & 0xeu))
 		return fail(err, errlen, "'all' cannot be combined with a device list", "", 0);
+	if (seen_words & (1u << WORD_SHARE))
+		return check_share(spec, len, err, errlen);
 	return 0;
 }

@@ -31,6 +31,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "dir": None,
         "cluster_name": "easbox",
         "base_port": 16817,
+        "shards_per_gpu": 3,
     },
     "oracle": {
         "params": None,

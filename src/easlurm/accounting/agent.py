@@ -391,6 +391,7 @@ class NodeAgent:
         self.spool_ok = False
         self._stop = threading.Event()
         self.power_cap: StepCap | None = None
+        self.share_watcher: Any = None
 
     def prepare_spool(self) -> bool:
         """Create the job and step directories; False (logged) when the spool cannot take records.
@@ -443,10 +444,48 @@ class NodeAgent:
                 sample_log=bool(self.settings.get("sample_log", True)) and out_dir is not None,
             )
             self.profiler.start()
+            if "gpu" in spec.devices and self.ctx.gpus:
+                self._watch_sharing()
         except Exception as exc:  # a profiler must never hurt the job: record why and go on
             log.error("step %d.%s: profiler did not start: %s", self.ctx.job_id, self.ctx.step, exc)
             self.error = f"profiler did not start: {exc}"
             self.profiler = None
+
+    def _watch_sharing(self) -> None:
+        """Watch the step's GPUs for other jobs' processes (co-location on gres/shard): a GPU shared
+        with another job is apportioned in the record (see easlurm.energy.gpu_share)."""
+        from easlurm.energy.gpu_share import ShareWatcher
+
+        watcher = ShareWatcher(
+            [int(g) for g in self.ctx.gpus or []],
+            self.ctx.stepd_pid,
+            self.settings.get("nvml_module", "pynvml"),
+        )
+        if watcher.start():
+            self.share_watcher = watcher
+
+    def _apportion(self, rec: NodeRecord) -> None:
+        """Replace each shared GPU's whole energy by this step's share (never fails the record)."""
+        try:
+            shares = self.share_watcher.stop()
+        except Exception as exc:
+            log.warning("step %d.%s: GPU sharing not apportioned: %s", self.ctx.job_id, self.ctx.step, exc)
+            return
+        for index, share in shares.items():
+            fraction = share.fraction
+            dev = next((d for d in rec.devices if d.kind == "gpu" and d.name == f"gpu{index}"), None)
+            if dev is None or fraction is None:
+                continue
+            dev.apportion(fraction, share.method.value)
+            log.info(
+                "step %d.%s: gpu%d shared with %s: %.1f%% of its energy by %s",
+                self.ctx.job_id,
+                self.ctx.step,
+                index,
+                ",".join(sorted(share.others)),
+                100.0 * fraction,
+                share.method.value,
+            )
 
     def request_stop(self, stop_time: float | None = None) -> None:
         if stop_time is not None and self.stop_time is None:
@@ -463,6 +502,8 @@ class NodeAgent:
             try:
                 result = self.profiler.stop()
                 rec = node_record_from_profile(result, self.ctx.node_id, self.ctx.step_start_time, end)
+                if self.share_watcher is not None:
+                    self._apportion(rec)
                 rec.error = self.error
                 rec.host = self.ctx.node_name or rec.host
                 return rec

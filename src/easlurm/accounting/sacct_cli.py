@@ -57,7 +57,9 @@ ENERGY_COLUMNS: dict[str, tuple[str, str]] = {
     ),
     "EnergyFlags": (
         "energy_flags",
-        "partial, modelled:<kinds>, degraded:<devices>, detail:<level>, spool (read from the spool files), "
+        "partial, modelled:<kinds>, degraded:<devices>, detail:<level>, apportioned:<gpu>:<how> (a GPU "
+        "shared with another job: this step's share, split by utilisation or time), spool (read from the "
+        "spool files), "
         "damaged, ended:<state> (a step ended by cancel, requeue, preemption, time limit ...), "
         "job-total (a job row's sum of its steps)",
     ),
@@ -91,6 +93,8 @@ def _flags(step: StepRecord) -> str:
         flags.append("degraded:" + "+".join(degraded))
     if step.detail != "device":
         flags.append(f"detail:{step.detail}")
+    if step.apportioned_devices:
+        flags.append("apportioned:" + "+".join(step.apportioned_devices))
     return ",".join(flags)
 
 
@@ -132,6 +136,7 @@ def device_values(node: NodeRecord, dev: DeviceRecord) -> dict[str, Any]:
             for f in (
                 "modelled" if dev.modelled else "",
                 "sub-domain" if not dev.in_total else "",
+                f"apportioned:{dev.apportioned}" if dev.apportioned else "",
                 dev.source,
             )
             if f

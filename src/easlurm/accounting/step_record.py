@@ -42,7 +42,7 @@ _DURATION = re.compile(r"^[0-9]{1,9}(\.[0-9]{1,6})?(ms|s|m|min|h|d)?$")
 SPEC_MAX_CHARS = 1024
 INTERVAL_RANGE_S = (0.010, 60.0)
 DEADLINE_RANGE_S = (0.001, 366 * 86400.0)
-_WORDS = ("all", "gpu", "cpu", "dram", "urgent")
+_WORDS = ("all", "gpu", "cpu", "dram", "urgent", "share")
 _KEYS = ("interval", "deadline", "model", "steps", "batch", "gpus")
 
 
@@ -58,6 +58,8 @@ class ProfileSpec:
     gpus: tuple[int, ...] = ()
     deadline_s: float | None = None
     urgent: bool = False
+    #: the job may share its one GPU with another declared job (docs/colocation-live.md)
+    share: bool = False
 
     def hints(self) -> dict[str, Any]:
         """The workload hints only (JSON-safe), for the scheduler."""
@@ -71,6 +73,8 @@ class ProfileSpec:
             out["gpus"] = list(self.gpus)
         if self.urgent:
             out["urgent"] = True
+        if self.share:
+            out["share"] = True
         return out
 
 
@@ -116,7 +120,7 @@ def parse_spec(text: str | None) -> ProfileSpec:
         if not eq:
             if item not in _WORDS:
                 raise ConfigError(
-                    f"--energy-profile: unknown item {item!r} (devices: all,gpu,cpu,dram; flag: urgent; "
+                    f"--energy-profile: unknown item {item!r} (devices: all,gpu,cpu,dram; flags: urgent,share; "
                     f"keys: {','.join(_KEYS)})"
                 )
             if item in words:
@@ -134,6 +138,11 @@ def parse_spec(text: str | None) -> ProfileSpec:
     model = values.get("model")
     if model is not None and not _NAME.match(model):
         raise ConfigError(f"--energy-profile: bad name in 'model={model[:40]}' (1..64 of A-Za-z0-9._-)")
+    gpus = _int_list(values["gpus"], "gpus") if "gpus" in values else ()
+    if "share" in words and gpus not in ((), (1,)):
+        raise ConfigError(
+            f"--energy-profile: 'share' is for one-GPU jobs, got 'gpus={values['gpus'][:40]}' (use gpus=1)"
+        )
     return ProfileSpec(
         devices=tuple(k for k in DEVICE_KINDS if k in devices) if devices else DEVICE_KINDS,
         interval_s=_duration(values["interval"], "interval", *INTERVAL_RANGE_S)
@@ -142,11 +151,12 @@ def parse_spec(text: str | None) -> ProfileSpec:
         model=model,
         steps=_int(values["steps"], "steps") if "steps" in values else None,
         batch=_int_list(values["batch"], "batch") if "batch" in values else (),
-        gpus=_int_list(values["gpus"], "gpus") if "gpus" in values else (),
+        gpus=gpus,
         deadline_s=_duration(values["deadline"], "deadline", *DEADLINE_RANGE_S)
         if "deadline" in values
         else None,
         urgent="urgent" in words,
+        share="share" in words,
     )
 
 
@@ -169,6 +179,19 @@ class DeviceRecord:
     in_total: bool = True
     #: The window this device's readings span (first to last sample), s.
     duration_s: float | None = None
+    #: A GPU shared with another job: how its energy was split ("utilisation" or "time"), this step's
+    #: share, and the whole GPU's energy over the window (context only: never summed across jobs).
+    apportioned: str | None = None
+    share: float | None = None
+    whole_gpu_energy_j: float | None = None
+
+    def apportion(self, share: float, method: str) -> None:
+        """Keep `share` (0..1) of this GPU's energy and power; the rest belongs to the other jobs."""
+        self.whole_gpu_energy_j = self.energy_j
+        self.energy_j = None if self.energy_j is None else self.energy_j * share
+        self.mean_power_w = None if self.mean_power_w is None else self.mean_power_w * share
+        self.share = share
+        self.apportioned = method
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DeviceRecord:
@@ -309,6 +332,11 @@ class StepRecord:
         return sum(d.samples for n in self.nodes for d in n.devices)
 
     @property
+    def apportioned_devices(self) -> list[str]:
+        """Devices holding a share of a GPU used by other jobs too, as "gpu0:utilisation"."""
+        return sorted({f"{d.name}:{d.apportioned}" for n in self.nodes for d in n.devices if d.apportioned})
+
+    @property
     def modelled_kinds(self) -> list[str]:
         """Device kinds whose energy is (partly) modelled rather than measured (the DRAM model)."""
         return sorted({d.kind for n in self.nodes for d in n.devices if d.modelled})
@@ -333,6 +361,7 @@ class StepRecord:
             "mean_power_w": self.mean_power_w,
             "edp_j_s": self.edp,
             "modelled": self.modelled_kinds,
+            "apportioned": self.apportioned_devices,
             "nodes": [n.to_dict() for n in self.nodes],
         }
 
@@ -432,6 +461,7 @@ def _per_kind(node: NodeRecord) -> NodeRecord:
                 modelled=any(d.modelled for d in chosen),
                 source="+".join(sorted({d.source for d in chosen})),
                 error="; ".join(d.error for d in chosen if d.error) or None,
+                apportioned="+".join(sorted({d.apportioned for d in chosen if d.apportioned})) or None,
             )
         )
     return NodeRecord(

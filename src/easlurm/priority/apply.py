@@ -13,6 +13,7 @@ from typing import Any
 
 from easlurm.errors import SlurmError
 from easlurm.priority import holds
+from easlurm.priority.sharing import share_placement
 from easlurm.priority.snapshot import ClusterSnapshot, Decision, StartJob
 from easlurm.slurm.sched_client import SchedClient, SlurmJob, SlurmNode
 
@@ -97,6 +98,34 @@ def placement_fields(job: SlurmJob, start: StartJob, node: SlurmNode | None) -> 
     return fields
 
 
+def feasible_starts(
+    decision: Decision, snapshot: ClusterSnapshot, ctx: PlanContext
+) -> tuple[list[StartJob], dict[str, dict[str, str]]]:
+    """The decision's starts that Slurm can realise, and the placement fields of each pending one.
+
+    A shareable job (SPEC `share`, on gres/shard) is placed on shards of one GPU of its node: alone, or
+    on the GPU of `colocate_with`; a start Slurm would put elsewhere is dropped this cycle (logged)."""
+    shareable = {p.job_id for p in snapshot.pending if p.shareable}
+    starts: list[StartJob] = []
+    places: dict[str, dict[str, str]] = {}
+    for start in decision.starts:
+        job = ctx.jobs.get(start.job_id)
+        node = ctx.nodes.get(start.node)
+        if start.job_id in shareable or start.colocate_with is not None:
+            if start.job_id not in shareable:
+                log.info("job %s: not shareable, cannot join %s", start.job_id, start.colocate_with)
+                continue
+            if job is not None and job.pending:
+                place = share_placement(job, start, node, ctx.jobs)
+                if place is None:
+                    continue
+                places[start.job_id] = place
+        elif job is not None and job.pending:
+            places[start.job_id] = placement_fields(job, start, node)
+        starts.append(start)
+    return starts, places
+
+
 def plan(
     decision: Decision,
     snapshot: ClusterSnapshot,
@@ -123,6 +152,8 @@ def plan(
             log.info("not preempting job %s again within the cooldown", job_id)
             continue
         actions.append(Action(Kind.REQUEUE, job_id, reason="preempted"))
+    feasible, places = feasible_starts(decision, snapshot, ctx)
+    decision = Decision(starts=tuple(feasible), preempt=decision.preempt, hold=decision.hold)
     for start in decision.starts:
         env = {"EASLURM_BATCH_SIZE": str(start.batch), "EASLURM_GPUS": str(start.n_gpus)}
         env["EASLURM_GPU_TYPE"] = start.gpu_type
@@ -150,11 +181,12 @@ def plan(
     queue += [j for j in ranking if j not in started and j not in to_hold][: max(top_k - len(queue), 0)]
     ranked = set(queue)
     for start in decision.starts:
-        job = ctx.jobs.get(start.job_id)
-        if job is not None and job.pending:
-            place = placement_fields(job, start, ctx.nodes.get(start.node))
-            if place:
-                actions.append(Action(Kind.PLACE, start.job_id, place, f"{start.n_gpus}x{start.gpu_type}"))
+        place = places.get(start.job_id)
+        if place:
+            why = f"{start.n_gpus}x{start.gpu_type}"
+            if start.colocate_with is not None:
+                why += f" beside {start.colocate_with}"
+            actions.append(Action(Kind.PLACE, start.job_id, place, why))
     for i, job_id in enumerate(queue):
         job = ctx.jobs.get(job_id)
         if job is None or not job.pending:

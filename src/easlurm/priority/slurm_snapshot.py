@@ -14,8 +14,9 @@ from typing import Any
 from easlurm.accounting.step_record import ProfileSpec, parse_spec
 from easlurm.errors import ConfigError, EaslurmError
 from easlurm.priority.holds import foreign_hold
+from easlurm.priority.sharing import colocations, sharing_mode
 from easlurm.priority.snapshot import ClusterSnapshot, NodeState, PendingJob, RunningJob
-from easlurm.slurm.sched_client import SlurmJob, SlurmNode
+from easlurm.slurm.sched_client import SlurmJob, SlurmNode, first_node
 
 log = logging.getLogger(__name__)
 
@@ -125,12 +126,21 @@ def gpu_facts_from_catalogue(catalogue: Any) -> Callable[[str], GpuFacts | None]
     return lookup
 
 
+def shareable(job: SlurmJob, spec: ProfileSpec | None) -> bool:
+    """A job the daemon may place beside another: SPEC `share` and a one-node gres/shard request (Slurm
+    22.05 cannot turn a pending `gpu` request into shards, so `share` with --gres=gpu stays exclusive)."""
+    return (
+        spec is not None and spec.share and job.shards > 0 and job.gpus_per_node == 0 and job.node_count <= 1
+    )
+
+
 def pending_job(job: SlurmJob, spec: ProfileSpec, pinned_types: tuple[str, ...] | None = None) -> PendingJob:
     """A declared pending job; the first GPU option is the job's current request when it is in the list.
     A job pinned to nodes (`--nodelist`) keeps to their GPU types (`pinned_types`)."""
     assert spec.model is not None and spec.steps is not None
-    requested = job.n_gpus or 1
-    gpus = spec.gpus or (requested,)
+    share = shareable(job, spec)
+    requested = 1 if share else job.n_gpus or 1
+    gpus = (1,) if share else spec.gpus or (requested,)
     if requested in gpus:
         gpus = (requested, *(g for g in gpus if g != requested))
     malleable = len(gpus) > 1 or len(spec.batch) > 1
@@ -151,16 +161,8 @@ def pending_job(job: SlurmJob, spec: ProfileSpec, pinned_types: tuple[str, ...] 
         urgent=spec.urgent,
         deadline_s=job.submit_s + spec.deadline_s if spec.deadline_s is not None else None,
         preemptions=job.restarts,
+        shareable=share,
     )
-
-
-def first_node(nodes: str) -> str:
-    """First host of a Slurm hostlist ("h100-[1-2]" -> "h100-1")."""
-    if "[" not in nodes:
-        return nodes.split(",")[0]
-    head, _, rest = nodes.partition("[")
-    first = rest.split("]")[0].split(",")[0].split("-")[0]
-    return head + first
 
 
 def expand_hostlist(text: str) -> set[str]:
@@ -197,9 +199,19 @@ def build_snapshot(
             log.warning("node %s: GPU type %r not in the catalogue; not scheduled", n.name, n.gpu_type)
             continue
         nodes.append(
-            NodeState(n.name, n.gpu_type, n.total_gpus, n.free_gpus, f.idle_w, f.tdp_w, f.min_power_limit_w)
+            NodeState(
+                n.name,
+                n.gpu_type,
+                n.total_gpus,
+                n.free_gpus,
+                f.idle_w,
+                f.tdp_w,
+                f.min_power_limit_w,
+                sharing=sharing_mode(n),
+            )
         )
     known = {n.name for n in nodes}
+    pairs = colocations(inputs.jobs)
     pending: list[PendingJob] = []
     running: list[RunningJob] = []
     for job in inputs.jobs:
@@ -212,8 +224,9 @@ def build_snapshot(
                     pinned = tuple(sorted({n.gpu_type for n in nodes if n.name in names})) or None
                 pending.append(pending_job(job, spec, pinned))
             continue
-        if not job.running or job.n_gpus <= 0:
+        if not job.running or (job.n_gpus <= 0 and not job.shards):
             continue
+        n_gpus = max(job.n_gpus, 1)  # a shard job uses (part of) one GPU
         node = first_node(job.nodes)
         gtype = job.gpu_type or next((n.gpu_type for n in nodes if n.name == node), None)
         if node not in known or gtype is None:
@@ -221,19 +234,19 @@ def build_snapshot(
         declared = spec if schedulable(spec) else None
         predicted = None
         if declared is not None and predict_power_w is not None:
-            predicted = predict_power_w(job.job_id, declared, gtype, job.n_gpus, declared.batch[0])
+            predicted = predict_power_w(job.job_id, declared, gtype, n_gpus, declared.batch[0])
         measured = inputs.measured_power_w.get(job.job_id)
         power = predicted if measured is None else measured
         if power is None or not math.isfinite(power):
             f = facts(gtype)
-            power = job.n_gpus * (f.tdp_w if f is not None else 0.0)
+            power = n_gpus * (f.tdp_w if f is not None else 0.0)
         running.append(
             RunningJob(
                 job_id=job.job_id,
                 user=job.user,
                 node=node,
                 gpu_type=gtype,
-                n_gpus=job.n_gpus,
+                n_gpus=n_gpus,
                 batch=declared.batch[0] if declared is not None else 0,
                 power_w=float(power),
                 # beside a measurement only: the pair tells how far off the predictions are
@@ -244,6 +257,8 @@ def build_snapshot(
                 deadline_s=job.submit_s + declared.deadline_s
                 if declared is not None and declared.deadline_s is not None
                 else None,
+                shareable=bool(spec is not None and spec.share and job.shards),
+                colocated_with=pairs.get(job.job_id),
             )
         )
     pending.sort(key=lambda p: (p.submit_s, int(p.job_id) if p.job_id.isdigit() else 0))

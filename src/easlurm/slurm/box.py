@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from easlurm.errors import SlurmError
+from easlurm.errors import ConfigError, SlurmError
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,27 @@ DEBIAN_PACKAGES = (
     "libc6-dev",
 )
 
-DB_PASSWORD = "easbox"  # a loopback-only throw-away database of the development cluster
+DB_PASSWORD = "easbox"
+#: gres/shard per GPU (docs/colocation-live.md): the daemon pairs jobs on GPUs with 3 or more (a lone job
+#: takes all but one); 0 offers whole GPUs only.
+DEFAULT_SHARDS_PER_GPU = 3
+#: Slurm keeps a GRES count in 64 bits, but a GPU time-sliced between more jobs than this is no longer
+#: "co-location": a larger value is a typo.
+MAX_SHARDS_PER_GPU = 64
+
+
+def check_shards_per_gpu(value: object, where: str) -> int:
+    """A shard count per GPU: 0 (whole GPUs only) or 2..MAX; one line naming `where` otherwise."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value == 1
+        or not 0 <= value <= MAX_SHARDS_PER_GPU
+    ):
+        raise ConfigError(
+            f"{where}: shards per GPU must be 0 (whole GPUs only) or 2..{MAX_SHARDS_PER_GPU}, got {value!r}"
+        )
+    return value  # a loopback-only throw-away database of the development cluster
 
 
 @dataclass(frozen=True)
@@ -152,10 +172,18 @@ class Ports:
 class SlurmBox:
     """Install, start, stop and inspect the local cluster."""
 
-    def __init__(self, root: str | Path | None = None, cluster_name: str = "easbox", base_port: int = 16817):
+    def __init__(
+        self,
+        root: str | Path | None = None,
+        cluster_name: str = "easbox",
+        base_port: int = 16817,
+        shards_per_gpu: int = DEFAULT_SHARDS_PER_GPU,
+        shards_source: str = "box.shards_per_gpu",
+    ):
         self.paths = BoxPaths(Path(root) if root else default_box_dir())
         self.cluster_name = cluster_name
         self.ports = Ports(base_port)
+        self.shards_per_gpu = check_shards_per_gpu(shards_per_gpu, shards_source)
         self._children: dict[str, subprocess.Popen[bytes]] = {}
 
     # ---- environment -------------------------------------------------------------------------------
@@ -265,7 +293,7 @@ class SlurmBox:
             "KillWait=5",
             "MinJobAge=30",
             "Waittime=0",
-            "GresTypes=gpu",
+            "GresTypes=gpu,shard" if self.shards_per_gpu else "GresTypes=gpu",
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_Core",
             "SchedulerType=sched/backfill",
@@ -284,13 +312,16 @@ class SlurmBox:
             "AccountingStorageHost=localhost",
             f"AccountingStoragePort={ports.slurmdbd}",
             f"AccountingStoragePass={p.munge_socket}",
-            "AccountingStorageTRES=gres/gpu,gres/gpu:a100,gres/gpu:h100",
+            "AccountingStorageTRES=gres/gpu,gres/gpu:a100,gres/gpu:h100"
+            + (",gres/shard" if self.shards_per_gpu else ""),
             "JobAcctGatherType=jobacct_gather/linux",
             "JobAcctGatherFrequency=30",
             "JobCompType=jobcomp/none",
         ]
         for i, node in enumerate(NODES):
             gres = f" Gres=gpu:{node.gpu_type}:{node.gpus}" if node.gpu_type else ""
+            if node.gpu_type and self.shards_per_gpu:
+                gres += f",shard:{node.gpus * self.shards_per_gpu}"
             feat = f" Features={node.gpu_type}" if node.gpu_type else " Features=cpu"
             lines.append(
                 f"NodeName={node.name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={ports.slurmd(i)} "
@@ -311,6 +342,13 @@ class SlurmBox:
                     f"NodeName={node.name} Name=gpu Type={node.gpu_type} "
                     f"File={self.paths.dev / node.name}/nvidia[0-{node.gpus - 1}]"
                 )
+                # one line per GPU: each GPU gets the same number of shards, tied to its device file
+                # (Slurm gives the shards the GPU's type)
+                for i in range(node.gpus if self.shards_per_gpu else 0):
+                    lines.append(
+                        f"NodeName={node.name} Name=shard Count={self.shards_per_gpu} "
+                        f"File={self.paths.dev / node.name}/nvidia{i}"
+                    )
         return "\n".join(lines) + "\n"
 
     def _slurmdbd_conf(self) -> str:

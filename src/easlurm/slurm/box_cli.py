@@ -15,8 +15,11 @@ from easlurm.slurm.box import SlurmBox
 
 def make_box() -> SlurmBox:
     """The box configured by the `box` section (EASLURM_BOX__DIR and friends)."""
-    cfg = load_config().section("box")
-    return SlurmBox(cfg["dir"], cfg["cluster_name"], cfg["base_port"])
+    config = load_config()
+    cfg = config.section("box")
+    origin = config.origin.get("box.shards_per_gpu")
+    where = f"{origin}: box.shards_per_gpu" if origin else "box.shards_per_gpu"
+    return SlurmBox(cfg["dir"], cfg["cluster_name"], cfg["base_port"], cfg["shards_per_gpu"], where)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,10 @@ _USABLE_NODE_STATES = {"idle", "mixed", "allocated"}
 _BAD_NODE_FLAGS = {"DRAIN", "DRAINING", "DRAINED", "DOWN", "FAIL", "FAILING", "MAINTENANCE", "NOT_RESPONDING"}
 _GRES_ITEM = re.compile(r"^gpu(?::(?P<type>[A-Za-z0-9_.\-]+?))?(?::(?P<count>\d+))?(?:\(.*\))?$")
 _ALLOC_GPU = re.compile(r"(?:^|,)gres/gpu=(\d+)")
+_SHARD_ITEM = re.compile(
+    r"^(?:gres[:/])?shard(?::[A-Za-z0-9_.\-]*?)?[:=](?P<count>\d+)(?:\((?P<detail>.*)\))?$"
+)
+_IDX = re.compile(r"IDX:(?P<idx>[0-9,\-]+)")
 #: scontrol update keys the daemon may set (a closed list: nothing else is ever changed).
 UPDATABLE_FIELDS = (
     "SiteFactor",
@@ -30,6 +34,7 @@ UPDATABLE_FIELDS = (
     "NumNodes",
     "TresPerNode",
     "Partition",
+    "NodeList",
 )
 
 
@@ -57,6 +62,10 @@ class SlurmJob:
     restarts: int = 0
     time_limit_s: float | None = None
     required_nodes: str = ""
+    #: gres/shard per node (requested while pending, allocated while running), and the GPU indices
+    #: of the job's GPUs or shards on its node (running jobs; from `gres_detail` "(IDX:0-1)")
+    shards: int = 0
+    gpu_indices: tuple[int, ...] = ()
 
     @property
     def n_gpus(self) -> int:
@@ -82,6 +91,12 @@ class SlurmNode:
     gpu_type: str | None
     total_gpus: int
     used_gpus: int
+    #: gres/shard configured on the node (0: its GPUs are offered whole only)
+    total_shards: int = 0
+
+    @property
+    def shards_per_gpu(self) -> int:
+        return self.total_shards // self.total_gpus if self.total_gpus > 0 else 0
 
     @property
     def usable(self) -> bool:
@@ -106,6 +121,51 @@ def parse_gres(text: str) -> tuple[str | None, int]:
             gtype, count = None, gtype  # "gpu:2": a count, no type
         return gtype, int(count) if count is not None else 1
     return None, 0
+
+
+def _gres_items(text: str) -> list[str]:
+    """A GRES list split at the commas outside parentheses ("gpu:h100:2(IDX:1-2),shard:1(IDX:0)")."""
+    return [i.strip() for i in re.split(r",(?![^(]*\))", text or "") if i.strip()]
+
+
+def parse_idx(text: str) -> tuple[int, ...]:
+    """GPU indices of a "(IDX:0-1,4)" suffix; () for "IDX:N/A" or none."""
+    m = _IDX.search(text or "")
+    if m is None:
+        return ()
+    out: list[int] = []
+    for part in m.group("idx").split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit() and (not hi or hi.isdigit()):
+            out.extend(range(int(lo), int(hi or lo) + 1))
+    return tuple(out)
+
+
+def parse_shards(text: str) -> tuple[int, tuple[int, ...]]:
+    """(count, GPU indices) of the shard entry of a GRES string ("gres:shard:2", "shard:2(IDX:0)",
+    "shard:h100:24"); (0, ()) when there is none. In `sinfo` gres_used the count is not the number of
+    shards in use (22.05 prints the number of GPUs holding shards): use the indices there."""
+    for item in _gres_items(text):
+        m = _SHARD_ITEM.match(item)
+        if m:
+            return int(m.group("count")), parse_idx(m.group("detail") or "")
+    return 0, ()
+
+
+def _gpu_idx(text: str) -> tuple[int, ...]:
+    for item in _gres_items(text):
+        if item.startswith("gpu"):
+            return parse_idx(item)
+    return ()
+
+
+def first_node(nodes: str) -> str:
+    """First host of a Slurm hostlist ("h100-[1-2]" -> "h100-1")."""
+    if "[" not in nodes:
+        return nodes.split(",")[0]
+    head, _, rest = nodes.partition("[")
+    first = rest.split("]")[0].split(",")[0].split("-")[0]
+    return head + first
 
 
 def _epoch(value: Any) -> float | None:
@@ -136,8 +196,12 @@ def parse_squeue_json(text: str) -> list[SlurmJob]:
     for j in _doc(text, "squeue --json").get("jobs") or ():
         state = str(j.get("job_state", ""))
         detail = j.get("gres_detail") or []
+        shards, indices = parse_shards(str(detail[0]) if state == "RUNNING" and detail else "")
+        if not shards:
+            shards = parse_shards(str(j.get("tres_per_node") or ""))[0]
         if state == "RUNNING" and detail:
             gtype, per_node = parse_gres(str(detail[0]))
+            indices = indices or _gpu_idx(str(detail[0]))
         else:
             gtype, per_node = parse_gres(str(j.get("tres_per_node") or ""))
             if per_node == 0 and j.get("tres_per_job"):
@@ -170,6 +234,8 @@ def parse_squeue_json(text: str) -> list[SlurmJob]:
                 restarts=int(j.get("restart_cnt") or 0),
                 time_limit_s=float(limit) * 60.0 if isinstance(limit, int | float) and limit > 0 else None,
                 required_nodes=str(j.get("required_nodes") or ""),
+                shards=shards,
+                gpu_indices=indices,
             )
         )
     return jobs
@@ -181,6 +247,11 @@ def parse_sinfo_json(text: str) -> list[SlurmNode]:
     for n in _doc(text, "sinfo --json").get("nodes") or ():
         gtype, total = parse_gres(str(n.get("gres") or ""))
         _, used = parse_gres(str(n.get("gres_used") or ""))
+        total_shards = parse_shards(str(n.get("gres") or ""))[0]
+        if total_shards:  # a GPU holding shards is not free for a whole-GPU job (and the reverse)
+            busy = set(_gpu_idx(str(n.get("gres_used") or "")))
+            busy |= set(parse_shards(str(n.get("gres_used") or ""))[1])
+            used = max(used, len(busy))
         state = n.get("state")
         if isinstance(state, list):  # later versions: a list of flags
             state = state[0] if state else ""
@@ -193,6 +264,7 @@ def parse_sinfo_json(text: str) -> list[SlurmNode]:
                 gpu_type=gtype,
                 total_gpus=total,
                 used_gpus=used,
+                total_shards=total_shards,
             )
         )
     return nodes
@@ -306,9 +378,12 @@ __all__ = [
     "SchedClient",
     "SlurmJob",
     "SlurmNode",
+    "first_node",
     "gpu_seconds_by_user",
     "parse_gres",
+    "parse_idx",
     "parse_scontrol_show",
+    "parse_shards",
     "parse_sinfo_json",
     "parse_sprio",
     "parse_squeue_json",

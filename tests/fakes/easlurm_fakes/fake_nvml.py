@@ -1,7 +1,8 @@
 """A stand-in for pynvml with its real names, error codes and units, driven by EASLURM_FAKE_NVML_* variables.
 
-Each GPU draws a constant power; its energy counter (mJ) is that power integrated over monotonic time,
-so a test can compare measured energy with power x duration. Settings are read at nvmlInit():
+Each GPU draws a constant power; its energy counter (mJ) is that power integrated over CLOCK_MONOTONIC
+(system-wide: two processes reading one GPU agree, as with a real driver), so a test can compare measured
+energy with power x duration. Settings are read at nvmlInit():
   EASLURM_FAKE_NVML_COUNT=8            number of GPUs (default 1)
   EASLURM_FAKE_NVML_POWER_W=250        one power for all, or a comma list per GPU (default 100)
   EASLURM_FAKE_NVML_NO_ENERGY=0,2|all  GPUs without an energy counter (NOT_SUPPORTED, as before Volta)
@@ -20,6 +21,12 @@ so a test can compare measured energy with power x duration. Settings are read a
   EASLURM_FAKE_NVML_NO_SAMPLES=0,2|all GPUs whose nvmlDeviceGetSamples raises NOT_SUPPORTED
   EASLURM_FAKE_NVML_HANG_SHUTDOWN=1    nvmlShutdown never returns (a wedged driver; like ctypes, the GIL
                                        is released while it waits)
+GPU processes (nvmlDeviceGetComputeRunningProcesses, nvmlDeviceGetProcessUtilization) come from a
+registry directory that fake workloads (easlurm_fakes.gpu_load) write, shared by every process:
+  EASLURM_FAKE_NVML_PROCS_DIR=/path    <pid>.json: {"pid", "gpu" (index), "sm_util" (%), "start_s" and,
+                                       once it ended, "end_s" (unix s)}; without it no GPU has processes
+  EASLURM_FAKE_NVML_NO_PROC_UTIL=1     nvmlDeviceGetProcessUtilization unsupported (NOT_SUPPORTED)
+Utilisation samples are taken every 100 ms of unix time (the same instants for every process).
 Power limits (mW in the API, as NVML), which outlive the process like a driver's setting when
 EASLURM_FAKE_NVML_LIMITS_FILE names a JSON file ({index: mW}); in memory otherwise:
   EASLURM_FAKE_NVML_LIMIT_RANGE_W=100:700  min:max limit (default 100:700; the default limit is the max)
@@ -209,6 +216,8 @@ class _State:
         # The driver's sample grid (wall-clock us): a whole buffer already taken before nvmlInit.
         self.sample_origin_us = int(time.time() * 1e6) - self.sample_buffer * self.sample_period_us
         self.offset_mj = 123_456_789  # energy since "driver load"
+        self.procs_dir = env.get("EASLURM_FAKE_NVML_PROCS_DIR") or None
+        self.no_proc_util = env.get("EASLURM_FAKE_NVML_NO_PROC_UTIL", "") not in ("", "0")
         lo, hi = env.get("EASLURM_FAKE_NVML_LIMIT_RANGE_W", "100:700").split(":")
         self.limit_range_mw = (round(float(lo) * 1000), round(float(hi) * 1000))
         self.limits_file = env.get("EASLURM_FAKE_NVML_LIMITS_FILE") or None
@@ -349,10 +358,10 @@ def _burn(call: str) -> None:
 def nvmlDeviceGetTotalEnergyConsumption(handle: _Gpu) -> int:
     """mJ since driver load (an unsigned long long in the real API)."""
     _burn("energy")
-    st, gpu, elapsed = _check(handle)
+    st, gpu, _ = _check(handle)
     if not gpu.energy:
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
-    return int(st.offset_mj + gpu.power_w * elapsed * 1000.0)
+    return int(st.offset_mj + gpu.power_w * time.monotonic() * 1000.0)
 
 
 def nvmlDeviceGetPowerUsage(handle: _Gpu) -> int:
@@ -469,3 +478,115 @@ def _file_lock(path: str | None) -> Iterator[None]:
     with open(f"{path}.lock", "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         yield
+
+
+# ---------------------------------------------------------------------------------------- processes
+#: NVML samples process utilisation at the driver's own cadence; the fake every 100 ms of unix time.
+SAMPLE_PERIOD_US = 100_000
+NVML_VALUE_NOT_AVAILABLE_uint = 0xFFFFFFFF
+
+
+class c_nvmlProcessUtilizationSample_t(ctypes.Structure):
+    """As pynvml's: nvmlDeviceGetProcessUtilization returns a slice of an array of these."""
+
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("timeStamp", ctypes.c_ulonglong),
+        ("smUtil", ctypes.c_uint),
+        ("memUtil", ctypes.c_uint),
+        ("encUtil", ctypes.c_uint),
+        ("decUtil", ctypes.c_uint),
+    ]
+
+
+class nvmlFriendlyObject:
+    """As pynvml's: what nvmlDeviceGetComputeRunningProcesses returns per process."""
+
+    def __init__(self, **fields: Any) -> None:
+        self.__dict__.update(fields)
+
+
+@dataclass(frozen=True)
+class _Proc:
+    pid: int
+    gpu: int
+    sm_util: int
+    start_s: float
+    end_s: float | None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _procs(gpu: _Gpu) -> list[_Proc]:
+    st = _st()
+    if st.procs_dir is None:
+        return []
+    out = []
+    try:
+        names = os.listdir(st.procs_dir)
+    except FileNotFoundError:
+        return []
+    for name in names:
+        if not name.endswith(".json"):
+            continue
+        try:
+            with open(os.path.join(st.procs_dir, name)) as f:
+                d = json.load(f)
+            proc = _Proc(int(d["pid"]), int(d["gpu"]), int(d["sm_util"]), float(d["start_s"]), d.get("end_s"))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # being written, or not ours
+        if proc.gpu == gpu.index:
+            out.append(proc)
+    return out
+
+
+def _running(proc: _Proc) -> bool:
+    return proc.end_s is None and _alive(proc.pid)
+
+
+def nvmlDeviceGetComputeRunningProcesses(handle: _Gpu) -> list[nvmlFriendlyObject]:
+    """Processes with a CUDA context on the GPU now ([] when none, as NVML)."""
+    _, gpu, _ = _check(handle)
+    return [
+        nvmlFriendlyObject(
+            pid=p.pid,
+            usedGpuMemory=512 * 1024 * 1024,
+            gpuInstanceId=NVML_VALUE_NOT_AVAILABLE_uint,
+            computeInstanceId=NVML_VALUE_NOT_AVAILABLE_uint,
+        )
+        for p in _procs(gpu)
+        if _running(p)
+    ]
+
+
+nvmlDeviceGetComputeRunningProcesses_v3 = nvmlDeviceGetComputeRunningProcesses
+
+
+def nvmlDeviceGetProcessUtilization(handle: _Gpu, timeStamp: int) -> list[c_nvmlProcessUtilizationSample_t]:
+    """Samples newer than `timeStamp` (unix us) of every process on the GPU; NOT_FOUND when none."""
+    st, gpu, _ = _check(handle)
+    if st.no_proc_util:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    now_us = int(time.time() * 1e6)
+    out = []
+    for p in _procs(gpu):
+        if p.end_s is None and not _alive(p.pid):
+            continue  # died without saying when: its samples are gone with its context
+        lo = max(int(timeStamp), int(p.start_s * 1e6))
+        hi = min(now_us, int(p.end_s * 1e6)) if p.end_s is not None else now_us
+        t = (lo // SAMPLE_PERIOD_US + 1) * SAMPLE_PERIOD_US
+        while t <= hi:
+            out.append(c_nvmlProcessUtilizationSample_t(p.pid, t, p.sm_util, p.sm_util // 2, 0, 0))
+            t += SAMPLE_PERIOD_US
+    if not out:
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+    out.sort(key=lambda x: (x.timeStamp, x.pid))
+    return out

@@ -349,3 +349,42 @@ def test_agent_leaves_the_step_cgroup_v2_that_proctrack_kills(tmp_path: Path) ->
     assert leave_step_cgroup(42, proc, root) is None
     proc.write_text(f"0::{scope}/job_42/step_0/slurm\n")
     assert leave_step_cgroup(42, proc, tmp_path / "nowhere") is None  # cannot move: stays, logged
+
+
+class StubWatcher:
+    """Stands in for easlurm.energy.gpu_share.ShareWatcher: GPU 1 was shared, a third of it ours."""
+
+    fail = False
+
+    def __init__(self, gpus: list[int], own_root: int | None, module: str) -> None:
+        self.gpus = gpus
+
+    def start(self) -> bool:
+        return True
+
+    def stop(self) -> dict[int, Any]:
+        from easlurm.energy.gpu_share import GpuShare
+
+        if self.fail:
+            raise RuntimeError("NVML went away")
+        return {1: GpuShare(1, total_j=900.0, own_j=300.0, others={"job7"}, by_utilisation_j=900.0)}
+
+
+def test_a_shared_gpu_is_apportioned_in_the_record(spool: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPU 1 shared with job 7: the record keeps a third of it, flagged; GPU 0 (not shared) stays whole."""
+    import easlurm.energy.gpu_share as gpu_share
+
+    monkeypatch.setattr(gpu_share, "ShareWatcher", StubWatcher)
+    step = run_node(ctx(spool, nnodes=1), FakeClient())
+    assert step is not None and not step.partial
+    devs = {d.name: d for d in step.nodes[0].devices}
+    assert devs["gpu0"].energy_j == pytest.approx(600.0) and devs["gpu0"].apportioned is None
+    assert devs["gpu1"].energy_j == pytest.approx(200.0) and devs["gpu1"].apportioned == "utilisation"
+    assert devs["gpu1"].whole_gpu_energy_j == pytest.approx(600.0)
+    assert step.apportioned_devices == ["gpu1:utilisation"]
+    StubWatcher.fail = True
+    try:
+        step = run_node(ctx(spool, nnodes=1, step="1"), FakeClient())
+    finally:
+        StubWatcher.fail = False
+    assert step is not None and not step.partial and step.gpu_energy_j == pytest.approx(1200.0)

@@ -1,0 +1,202 @@
+"""Co-location on the real local Slurm: two declared complementary jobs placed by the daemon's apply path
+on shards of ONE GPU, and their energy records adding up to what that (fake) GPU drew, each flagged
+apportioned and split by their SM utilisations. The jobs wait on h100-1 behind a blocker of the test
+until the daemon moves them to h100-2 (names `coloc-it-*`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from spank_support import GPU_W, REPO, plugin_with_fake_sensors, run_easlurm
+
+from easlurm.priority.daemon import Daemon, DaemonConfig
+from easlurm.priority.snapshot import ClusterSnapshot, Decision, StartJob
+from easlurm.slurm.sched_client import CliSchedClient, SlurmJob, parse_squeue_json
+
+pytestmark = pytest.mark.slurm
+NODE = "h100-2"
+WAIT_NODE = "h100-1"
+SPEC = "share,model=resnet50,steps=100,batch=64"
+UTIL_A, UTIL_B = 30, 60
+
+
+class PairShareable:
+    """A stand-in for a co-locating policy: the oldest pending shareable job joins a running shareable
+    job that is alone on its GPU, else starts alone on a sharing node with a free GPU."""
+
+    name = "pair-shareable"
+
+    def decide(self, snap: ClusterSnapshot, oracle: Any) -> Decision:
+        pending = [p for p in snap.pending if p.shareable]
+        if not pending:
+            return Decision()
+        job = pending[0]
+        lone = [r for r in snap.running if r.shareable and r.colocated_with is None]
+        if lone:
+            r = lone[0]
+            return Decision(
+                starts=(
+                    StartJob(job.job_id, r.node, 1, job.batch_options[0], r.gpu_type, colocate_with=r.job_id),
+                )
+            )
+        for n in snap.nodes:
+            if n.sharing != "none" and n.free_gpus > 0:
+                return Decision(starts=(StartJob(job.job_id, n.name, 1, job.batch_options[0], n.gpu_type),))
+        return Decision()
+
+
+def mine(box: Any, ids: list[str]) -> dict[str, SlurmJob]:
+    jobs = parse_squeue_json(box.run(["squeue", "--json"]).stdout)
+    return {j.job_id: j for j in jobs if j.job_id in ids}
+
+
+def wait_for(pred: Any, timeout_s: float, what: str, step_s: float = 0.5) -> None:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if pred():
+            return
+        time.sleep(step_s)
+    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+
+
+@pytest.fixture
+def blocked_wait_node(slurm_box: Any) -> Iterator[str]:
+    """Every GPU of h100-1 held by the test, so that jobs pinned there wait for the daemon."""
+    jid = str(
+        slurm_box.sbatch(
+            "-J",
+            "coloc-it-block",
+            "-p",
+            "h100",
+            f"--nodelist={WAIT_NODE}",
+            "--gres=gpu:h100:8",
+            "--wrap",
+            "sleep 600",
+        )
+    )
+    try:
+        wait_for(lambda: mine(slurm_box, [jid])[jid].running, 120, "the blocker to run")
+        yield jid
+    finally:
+        slurm_box.run(["scancel", jid], check=False)
+
+
+def submit(box: Any, tmp_path: Path, name: str, util: int, seconds: float, registry: Path) -> str:
+    script = tmp_path / f"{name}.sh"
+    script.write_text(
+        textwrap.dedent(f"""\
+        #!/bin/sh
+        echo "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES SLURM_SHARDS_ON_NODE=$SLURM_SHARDS_ON_NODE"
+        export PYTHONPATH={REPO / "tests" / "fakes"} EASLURM_FAKE_NVML_PROCS_DIR={registry}
+        {sys.executable} -m easlurm_fakes.gpu_load --util {util} --seconds {seconds}
+        """)
+    )
+    return str(
+        box.sbatch(
+            "-J",
+            f"coloc-it-{name}",
+            "-p",
+            "h100",
+            f"--nodelist={WAIT_NODE}",
+            "--gres=shard:1",
+            f"--comment=energy-profile={SPEC}",
+            f"--energy-profile={SPEC}",
+            "-o",
+            str(tmp_path / f"{name}.out"),
+            str(script),
+        )
+    )
+
+
+def test_two_shareable_jobs_share_one_gpu_and_split_its_energy(
+    slurm_box: Any, blocked_wait_node: str, tmp_path: Path
+) -> None:
+    """The daemon starts A alone on shards of a GPU of h100-2 and B on the last shard of the same GPU;
+    A's and B's GPU energy add up to the GPU's within 1 %, B's share is 2/3 of the GPU while both ran."""
+    os.chmod(tmp_path, 0o755)
+    registry = tmp_path / "procs"
+    registry.mkdir(mode=0o777)
+    wait_for(
+        lambda: (
+            not [j for j in parse_squeue_json(slurm_box.run(["squeue", "--json"]).stdout) if NODE in j.nodes]
+        ),
+        180,
+        f"{NODE} to be free of other tests' jobs",
+    )
+    cfg = DaemonConfig(interval_s=1.0, name_prefix="coloc-it-", nodes=(NODE,), decision_log=None)
+    # with the zeus-share policy: DaemonConfig(policy="zeus-share", ...) and no policy= argument
+    daemon = Daemon(CliSchedClient(env=slurm_box.env), cfg, policy=PairShareable())
+    ids: list[str] = []
+    with plugin_with_fake_sensors(slurm_box, f"env=EASLURM_FAKE_NVML_PROCS_DIR={registry}") as spool:
+        try:
+            a = submit(slurm_box, tmp_path, "a", UTIL_A, 40, registry)
+            ids.append(a)
+
+            def cycle_until_running(job_id: str) -> None:
+                def step() -> bool:
+                    daemon.cycle()
+                    return mine(slurm_box, [job_id])[job_id].running
+
+                wait_for(step, 90, f"job {job_id} to be started by the daemon", step_s=1.0)
+
+            cycle_until_running(a)
+            wait_for(lambda: any(registry.glob("*.json")), 60, "A's GPU workload")
+            b = submit(slurm_box, tmp_path, "b", UTIL_B, 8, registry)
+            ids.append(b)
+            cycle_until_running(b)
+            jobs = mine(slurm_box, ids)
+            assert jobs[a].nodes == jobs[b].nodes == NODE
+            assert (jobs[a].shards, jobs[b].shards) == (2, 1)  # all 3 shards of one GPU
+            assert len(jobs[a].gpu_indices) == 1 and jobs[a].gpu_indices == jobs[b].gpu_indices
+            report = daemon.cycle()
+            assert report.snapshot is not None
+            pairs = {r.job_id: r.colocated_with for r in report.snapshot.running}
+            assert pairs[a] == b and pairs[b] == a
+            for job_id in ids:
+                assert slurm_box.wait_job(job_id, timeout_s=120) == "COMPLETED"
+        finally:
+            slurm_box.run(["scancel", *ids], check=False)
+    gpu = jobs[a].gpu_indices[0]
+    for name in ("a", "b"):
+        assert f"CUDA_VISIBLE_DEVICES={gpu} " in (tmp_path / f"{name}.out").read_text()
+    records = {}
+    for job_id in ids:
+        path = spool / job_id / "step-batch.json"
+        wait_for(path.exists, 60, f"{path}")
+        records[job_id] = json.loads(path.read_text())
+    devices, windows = {}, []
+    for job_id, rec in records.items():
+        (node,) = rec["nodes"]
+        (dev,) = [d for d in node["devices"] if d["kind"] == "gpu"]
+        assert dev["name"] == f"gpu{gpu}" and dev["apportioned"] == "utilisation"
+        assert rec["apportioned"] == [f"gpu{gpu}:utilisation"]
+        devices[job_id] = dev
+        windows.append((node["start_time"], node["start_time"] + node["duration_s"]))
+    (a_lo, a_hi), (b_lo, b_hi) = windows
+    assert a_lo < b_lo < b_hi < a_hi  # B ran inside A's window: the union is A's window
+    known_j = GPU_W * (a_hi - a_lo)
+    total_j = devices[a]["energy_j"] + devices[b]["energy_j"]
+    print(
+        f"\nshared GPU: A {devices[a]['energy_j']:.0f} J + B {devices[b]['energy_j']:.0f} J = {total_j:.0f} J, "
+        f"GPU drew {known_j:.0f} J ({100 * (total_j / known_j - 1):+.2f} %)"
+    )
+    assert total_j == pytest.approx(known_j, rel=0.01)
+    # B's workload ran inside A's: B holds 60/(30+60) of the GPU while its workload ran, nothing else
+    wl = {d["sm_util"]: d for d in (json.loads(p.read_text()) for p in registry.glob("*.json"))}
+    b_run_s = wl[UTIL_B]["end_s"] - wl[UTIL_B]["start_s"]
+    expected_b = GPU_W * b_run_s * UTIL_B / (UTIL_A + UTIL_B)
+    assert devices[b]["energy_j"] == pytest.approx(expected_b, rel=0.03)
+    assert devices[a]["share"] < 1.0 and devices[b]["share"] < 1.0
+    # what a user sees
+    res = run_easlurm(slurm_box, "sacct", "-j", ",".join(ids), "-P", "-o", "JobID,GPUEnergy,EnergyFlags")
+    assert res.returncode == 0, res.stderr
+    flagged = [ln for ln in res.stdout.splitlines() if ".batch|" in ln]
+    assert len(flagged) == 2 and all(f"apportioned:gpu{gpu}:utilisation" in ln for ln in flagged), res.stdout
