@@ -83,7 +83,7 @@ def corun_cmd(
         "jobs": [
             {
                 "job": text,
-                "step_time_s_alone": s.step_time_s,
+                "step_time_alone_s": s.step_time_s,
                 "power_w_alone": s.power_w,
                 "compute_busy": s.compute_busy,
                 "hbm_busy": s.hbm_busy,
@@ -100,7 +100,7 @@ def corun_cmd(
         return
     for job in doc["jobs"]:
         click.echo(
-            f"{job['job']:<24} alone {job['step_time_s_alone'] * 1e3:8.1f} ms {job['power_w_alone']:5.0f} W  "
+            f"{job['job']:<24} alone {job['step_time_alone_s'] * 1e3:8.1f} ms {job['power_w_alone']:5.0f} W  "
             f"busy: compute {job['compute_busy']:.2f} HBM {job['hbm_busy']:.2f} kernels {job['gpu_busy']:.2f}  "
             f"mem {job['peak_mem_gib']:.1f} GiB"
         )

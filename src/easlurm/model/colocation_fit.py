@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,17 +17,18 @@ from easlurm.model.colocation import GpuFacts, Sharing, Solo, corun, parse_shari
 from easlurm.model.params import COLOC_PARAMS, OracleParams, bounds
 from easlurm.model.zoo import get_workload
 
-#: columns of a pairs CSV (`easlurm model measure --pairs`): two rows per pair_id, one per job. Times are one
+#: columns of a pairs CSV (`easlurm model measure --pairs`): two rows per pair, one per job. Times are one
 #: step of that job (alone: the GPU to itself; shared: while the partner runs); powers are the whole GPU's.
 PAIR_REQUIRED = (
-    "pair_id",
+    "pair",
     "model",
     "batch",
     "precision",
-    "step_time_s_alone",
-    "step_time_s_shared",
+    "step_time_alone_s",
+    "step_time_shared_s",
 )
-PAIR_OPTIONAL = ("gpu", "sharing", "seq_len", "image_size", "gpu_power_w_alone", "gpu_power_w_shared")
+PAIR_OPTIONAL = ("gpu", "sharing", "seq_len", "image_size", "gpu_power_alone_w", "gpu_power_shared_w")
+log = logging.getLogger(__name__)
 DEFAULT_GPU = "h100-sxm"
 #: one prior width (a quarter of the parameter's range) costs as much as this relative slowdown error
 PRIOR_WEIGHT = 0.02
@@ -39,26 +41,26 @@ class PairJob:
     model: str
     batch: int
     precision: str
-    step_time_s_alone: float
-    step_time_s_shared: float
-    gpu_power_w_alone: float | None = None
+    step_time_alone_s: float
+    step_time_shared_s: float
+    gpu_power_alone_w: float | None = None
     seq_len: int | None = None
     image_size: int | None = None
 
     @property
     def slowdown(self) -> float:
-        return self.step_time_s_shared / self.step_time_s_alone
+        return self.step_time_shared_s / self.step_time_alone_s
 
 
 @dataclass(frozen=True)
 class PairRun:
     """Two jobs measured alone and then together on one GPU of type `gpu` under a sharing mode."""
 
-    pair_id: str
+    pair: str
     gpu: str
     sharing: Sharing
     jobs: tuple[PairJob, PairJob]
-    gpu_power_w_shared: float | None = None
+    gpu_power_shared_w: float | None = None
 
 
 @dataclass(frozen=True)
@@ -79,24 +81,29 @@ def read_pairs(path: str | Path) -> list[PairRun]:
     p = Path(path)
     try:
         with open(p, newline="") as fh:
-            reader = csv.DictReader(fh)
-            header = reader.fieldnames or []
-            missing = [c for c in PAIR_REQUIRED if c not in header]
-            if missing:
-                raise TraceError(f"{p}: missing column(s) {', '.join(missing)}")
-            raw = list(reader)
+            lines = [(i, line) for i, line in enumerate(fh, start=1) if not line.startswith("#")]
     except OSError as exc:
         raise TraceError(f"{p}: cannot read pairs ({exc.strerror})") from exc
+    reader = csv.DictReader(line for _, line in lines)
+    header = reader.fieldnames or []
+    missing = [c for c in PAIR_REQUIRED if c not in header]
+    if missing:
+        raise TraceError(f"{p}: missing column(s) {', '.join(missing)}")
     groups: dict[str, list[tuple[int, Mapping[str, str]]]] = {}
-    for i, row in enumerate(raw, start=2):
-        groups.setdefault((row.get("pair_id") or "").strip(), []).append((i, row))
+    for (i, _), row in zip(lines[1:], reader):
+        groups.setdefault((row.get("pair") or "").strip(), []).append((i, row))
     pairs = []
-    for pair_id, rows in groups.items():
-        if not pair_id or len(rows) != 2:
-            raise TraceError(
-                f"{p}: line {rows[0][0]}: pair_id {pair_id!r} needs exactly two rows, has {len(rows)}"
-            )
+    inference = 0
+    for pair, rows in groups.items():
+        if not pair or len(rows) != 2:
+            raise TraceError(f"{p}: line {rows[0][0]}: pair {pair!r} needs exactly two rows, has {len(rows)}")
         first = rows[0][1]
+        modes = {(row.get("mode") or "train").strip() or "train" for _, row in rows}
+        if modes - {"train", "infer"}:
+            raise TraceError(f"{p}: line {rows[0][0]}: mode must be train or infer, got {sorted(modes)}")
+        if "infer" in modes:  # the oracle predicts training steps only
+            inference += 1
+            continue
         gpu = (first.get("gpu") or "").strip() or DEFAULT_GPU
         sharing = parse_sharing(
             (first.get("sharing") or "").strip() or "time-slice", f"{p}: line {rows[0][0]}"
@@ -104,10 +111,14 @@ def read_pairs(path: str | Path) -> list[PairRun]:
         if sharing is Sharing.NONE:
             raise TraceError(f"{p}: line {rows[0][0]}: sharing: a co-run needs time-slice or mps")
         jobs = tuple(_job(row, f"{p}: line {line}") for line, row in rows)
-        shared_w = _number(first.get("gpu_power_w_shared"), "gpu_power_w_shared", f"{p}: line {rows[0][0]}")
-        pairs.append(PairRun(pair_id, gpu, sharing, (jobs[0], jobs[1]), shared_w))
+        shared_w = _number(first.get("gpu_power_shared_w"), "gpu_power_shared_w", f"{p}: line {rows[0][0]}")
+        pairs.append(PairRun(pair, gpu, sharing, (jobs[0], jobs[1]), shared_w))
+    if inference:
+        log.warning(
+            "%s: %d pair(s) with an inference job left out: the oracle predicts training steps", p, inference
+        )
     if not pairs:
-        raise TraceError(f"{p}: no pairs")
+        raise TraceError(f"{p}: no training pairs")
     return pairs
 
 
@@ -127,9 +138,9 @@ def _job(row: Mapping[str, str], where: str) -> PairJob:
         model=model,
         batch=int(need("batch")),
         precision=(row.get("precision") or "").strip() or "bf16",
-        step_time_s_alone=need("step_time_s_alone"),
-        step_time_s_shared=need("step_time_s_shared"),
-        gpu_power_w_alone=_number(row.get("gpu_power_w_alone"), "gpu_power_w_alone", where),
+        step_time_alone_s=need("step_time_alone_s"),
+        step_time_shared_s=need("step_time_shared_s"),
+        gpu_power_alone_w=_number(row.get("gpu_power_alone_w"), "gpu_power_alone_w", where),
         seq_len=None if seq is None else int(seq),
         image_size=None if img is None else int(img),
     )
@@ -159,7 +170,7 @@ def solos(oracle: Any, pairs: Sequence[PairRun]) -> list[tuple[Solo, Solo, GpuFa
             wl = get_workload(j.model, precision=j.precision, seq_len=j.seq_len, image_size=j.image_size)
             s = predict_solo(oracle, wl, j.batch, gpu_type)
             if s is None:
-                raise ModelError(f"pair {pr.pair_id}: {j.model} batch {j.batch} does not fit one {gpu_type}")
+                raise ModelError(f"pair {pr.pair}: {j.model} batch {j.batch} does not fit one {gpu_type}")
             two.append(s)
         out.append((two[0], two[1], facts))
     return out
@@ -213,9 +224,9 @@ def _power_mape(
     """Shared-GPU power error (%) on pairs with a measured shared power; None without any."""
     errs = []
     for (a, b, g), pr in zip(views, pairs, strict=True):
-        if pr.gpu_power_w_shared is None:
+        if pr.gpu_power_shared_w is None:
             continue
         r = corun(a, b, g, pr.sharing, params)
         if r.feasible:
-            errs.append(abs(r.power_w / pr.gpu_power_w_shared - 1.0))
+            errs.append(abs(r.power_w / pr.gpu_power_shared_w - 1.0))
     return float(np.mean(errs) * 100.0) if errs else None

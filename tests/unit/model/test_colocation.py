@@ -134,12 +134,12 @@ def synthetic_pairs(oracle: Oracle, values: list[float]) -> list[PairRun]:
         if not co.feasible:
             continue
         j0 = dataclasses.replace(
-            pr.jobs[0], step_time_s_alone=sa.step_time_s, step_time_s_shared=sa.step_time_s * co.slowdown[0]
+            pr.jobs[0], step_time_alone_s=sa.step_time_s, step_time_shared_s=sa.step_time_s * co.slowdown[0]
         )
         j1 = dataclasses.replace(
-            pr.jobs[1], step_time_s_alone=sb.step_time_s, step_time_s_shared=sb.step_time_s * co.slowdown[1]
+            pr.jobs[1], step_time_alone_s=sb.step_time_s, step_time_shared_s=sb.step_time_s * co.slowdown[1]
         )
-        out.append(dataclasses.replace(pr, jobs=(j0, j1), gpu_power_w_shared=co.power_w))
+        out.append(dataclasses.replace(pr, jobs=(j0, j1), gpu_power_shared_w=co.power_w))
     return out
 
 
@@ -155,7 +155,7 @@ def test_fit_recovers_known_parameters_from_synthetic_coruns(oracle: Oracle) -> 
     assert fit.params["coloc_queue"] == pytest.approx(known[1], abs=0.02)
 
 
-HEADER = "pair_id,model,batch,precision,step_time_s_alone,step_time_s_shared,gpu_power_w_alone,gpu_power_w_shared,sharing\n"
+HEADER = "pair,model,batch,precision,step_time_alone_s,step_time_shared_s,gpu_power_alone_w,gpu_power_shared_w,sharing\n"
 
 
 def test_read_pairs_parses_two_rows_per_pair(tmp_path: Path) -> None:
@@ -166,17 +166,42 @@ def test_read_pairs_parses_two_rows_per_pair(tmp_path: Path) -> None:
         + "p1,distilbert,8,bf16,0.023,0.025,236,320,mps\n"
     )
     (pair,) = read_pairs(f)
-    assert pair.sharing is Sharing.MPS and pair.gpu == GPU and pair.gpu_power_w_shared == 320.0
+    assert pair.sharing is Sharing.MPS and pair.gpu == GPU and pair.gpu_power_shared_w == 320.0
     assert pair.jobs[0].slowdown == pytest.approx(0.046 / 0.042)
+
+
+def test_read_pairs_skips_comments_and_leaves_inference_pairs_out(tmp_path: Path, caplog) -> None:
+    """measure --pairs writes a '# how it was made' line first and may measure inference jobs, which
+    the oracle (training steps) cannot predict: those pairs are left out with a warning, line numbers
+    still count the file's lines."""
+    f = tmp_path / "pairs.csv"
+    f.write_text(
+        "# easlurm model measure --pairs: h100-sxm\n"
+        + HEADER.strip()
+        + ",mode\n"
+        + "1,bert-base,16,bf16,0.042,0.046,234,320,,train\n"
+        + "1,distilbert,8,bf16,0.023,0.025,236,320,,train\n"
+        + "2,gpt2,8,bf16,0.02,0.03,300,400,,infer\n"
+        + "2,vit-b16,8,bf16,0.02,0.03,300,400,,train\n"
+        + "3,gpt2,8,bf16,0.02,-1,300,400,,train\n"
+        + "3,vit-b16,8,bf16,0.02,0.03,300,400,,train\n"
+    )
+    with pytest.raises(EaslurmError, match=r"line 7: step_time_shared_s must be > 0"):
+        read_pairs(f)
+    f.write_text("\n".join(f.read_text().splitlines()[:-2]) + "\n")
+    with caplog.at_level("WARNING"):
+        pairs = read_pairs(f)
+    assert [p.pair for p in pairs] == ["1"]
+    assert "1 pair(s) with an inference job left out" in caplog.text
 
 
 @pytest.mark.parametrize(
     ("rows", "message"),
     [
-        ("p1,bert-base,16,bf16,0.042,0.046,234,320,\n", r"pair_id 'p1' needs exactly two rows"),
+        ("p1,bert-base,16,bf16,0.042,0.046,234,320,\n", r"pair 'p1' needs exactly two rows"),
         (
             "p1,bert-base,16,bf16,0.042,-1,234,320,\np1,bert-base,16,bf16,0.042,0.05,234,320,\n",
-            r"line 2: step_time_s_shared must be > 0",
+            r"line 2: step_time_shared_s must be > 0",
         ),
         (
             "p1,bert-base,16,bf16,0.042,0.05,234,320,none\np1,bert-base,16,bf16,0.042,0.05,234,320,none\n",
@@ -197,8 +222,8 @@ def write_pairs_csv(path: Path, pairs: list[PairRun]) -> None:
     for pr in pairs:
         for j in pr.jobs:
             lines.append(
-                f"{pr.pair_id},{j.model},{j.batch},{j.precision},{j.step_time_s_alone},{j.step_time_s_shared},"
-                f",{pr.gpu_power_w_shared},{pr.sharing.value}"
+                f"{pr.pair},{j.model},{j.batch},{j.precision},{j.step_time_alone_s},{j.step_time_shared_s},"
+                f",{pr.gpu_power_shared_w},{pr.sharing.value}"
             )
     path.write_text("\n".join(lines) + "\n")
 

@@ -18,6 +18,7 @@ from easlurm.cli import main
 from easlurm.errors import ConfigError, ModelError
 from easlurm.model.corun import Gate, Window
 from easlurm.model.measure import MeasureConfig, Timing, nvml_energy_reader
+from easlurm.model.colocation_fit import read_pairs
 from easlurm.model.measure_pairs import PAIR_COLUMNS, measure_pairs, parse_pairs, write_pairs
 
 FAKES = Path(__file__).resolve().parents[2] / "fakes"
@@ -178,6 +179,13 @@ def test_pairs_start_together_and_share_the_device_until_both_are_timed(
     assert float(table[1]["slowdown"]) == pytest.approx(
         float(table[1]["step_time_shared_s"]) / float(table[1]["step_time_alone_s"]), rel=1e-3
     )
+
+    # the file is what `easlurm model calibrate-pairs` reads
+    (run,) = read_pairs(out)
+    assert (run.gpu, run.sharing.value) == ("h100-sxm", "time-slice")
+    assert [(j.model, j.batch) for j in run.jobs] == [("bert-base", 3), ("resnet50", 5)]
+    assert run.jobs[1].slowdown == pytest.approx(float(table[1]["slowdown"]), rel=1e-3)
+    assert run.gpu_power_shared_w == pytest.approx(250.0, rel=1e-2)
 
 
 def test_a_failing_job_leaves_its_pairs_out_and_says_why(
