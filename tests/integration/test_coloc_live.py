@@ -1,7 +1,8 @@
-"""Co-location on the real local Slurm: two declared complementary jobs placed by the daemon's apply path
-on shards of ONE GPU, and their energy records adding up to what that (fake) GPU drew, each flagged
-apportioned and split by their SM utilisations. The jobs wait on h100-1 behind a blocker of the test
-until the daemon moves them to h100-2 (names `coloc-it-*`)."""
+"""Co-location on the real local Slurm: two declared complementary jobs placed by `easlurm schedd` with
+the zeus-share policy on shards of ONE GPU, and their energy records adding up to what that (fake) GPU
+drew, each flagged apportioned and split by their SM utilisations. The jobs wait on h100-1 behind a
+blocker of the test until the daemon moves them to h100-2, where the test holds all GPUs but one (zeus-share
+gives a free GPU to a job alone first; it pairs a job that would otherwise wait). Names `coloc-it-*`."""
 
 from __future__ import annotations
 
@@ -18,39 +19,14 @@ import pytest
 from spank_support import GPU_W, REPO, plugin_with_fake_sensors, run_easlurm
 
 from easlurm.priority.daemon import Daemon, DaemonConfig
-from easlurm.priority.snapshot import ClusterSnapshot, Decision, StartJob
 from easlurm.slurm.sched_client import CliSchedClient, SlurmJob, parse_squeue_json
 
 pytestmark = pytest.mark.slurm
 NODE = "h100-2"
 WAIT_NODE = "h100-1"
-SPEC = "share,model=resnet50,steps=100,batch=64"
+#: two launch-bound jobs (the oracle predicts a throughput gain of about 1.8x when they share a GPU)
+SPECS = {"a": "share,model=bert-base,steps=20000,batch=16", "b": "share,model=distilbert,steps=20000,batch=8"}
 UTIL_A, UTIL_B = 30, 60
-
-
-class PairShareable:
-    """A stand-in for a co-locating policy: the oldest pending shareable job joins a running shareable
-    job that is alone on its GPU, else starts alone on a sharing node with a free GPU."""
-
-    name = "pair-shareable"
-
-    def decide(self, snap: ClusterSnapshot, oracle: Any) -> Decision:
-        pending = [p for p in snap.pending if p.shareable]
-        if not pending:
-            return Decision()
-        job = pending[0]
-        lone = [r for r in snap.running if r.shareable and r.colocated_with is None]
-        if lone:
-            r = lone[0]
-            return Decision(
-                starts=(
-                    StartJob(job.job_id, r.node, 1, job.batch_options[0], r.gpu_type, colocate_with=r.job_id),
-                )
-            )
-        for n in snap.nodes:
-            if n.sharing != "none" and n.free_gpus > 0:
-                return Decision(starts=(StartJob(job.job_id, n.name, 1, job.batch_options[0], n.gpu_type),))
-        return Decision()
 
 
 def mine(box: Any, ids: list[str]) -> dict[str, SlurmJob]:
@@ -107,8 +83,8 @@ def submit(box: Any, tmp_path: Path, name: str, util: int, seconds: float, regis
             "h100",
             f"--nodelist={WAIT_NODE}",
             "--gres=shard:1",
-            f"--comment=energy-profile={SPEC}",
-            f"--energy-profile={SPEC}",
+            f"--comment=energy-profile={SPECS[name]}",
+            f"--energy-profile={SPECS[name]}",
             "-o",
             str(tmp_path / f"{name}.out"),
             str(script),
@@ -131,12 +107,29 @@ def test_two_shareable_jobs_share_one_gpu_and_split_its_energy(
         180,
         f"{NODE} to be free of other tests' jobs",
     )
-    cfg = DaemonConfig(interval_s=1.0, name_prefix="coloc-it-", nodes=(NODE,), decision_log=None)
-    # with the zeus-share policy: DaemonConfig(policy="zeus-share", ...) and no policy= argument
-    daemon = Daemon(CliSchedClient(env=slurm_box.env), cfg, policy=PairShareable())
+    cfg = DaemonConfig(
+        policy="zeus-share", interval_s=1.0, name_prefix="coloc-it-", nodes=(NODE,), decision_log=None
+    )
+    daemon = Daemon(CliSchedClient(env=slurm_box.env), cfg)
     ids: list[str] = []
     with plugin_with_fake_sensors(slurm_box, f"env=EASLURM_FAKE_NVML_PROCS_DIR={registry}") as spool:
         try:
+            held = str(
+                slurm_box.sbatch(
+                    "-J",
+                    "coloc-it-hold",
+                    "-p",
+                    "h100",
+                    f"--nodelist={NODE}",
+                    "--gres=gpu:h100:7",
+                    "--wrap",
+                    "sleep 600",
+                )
+            )
+            ids.append(held)
+            wait_for(
+                lambda: mine(slurm_box, [held])[held].running, 120, f"the test's job on 7 GPUs of {NODE}"
+            )
             a = submit(slurm_box, tmp_path, "a", UTIL_A, 40, registry)
             ids.append(a)
 
@@ -152,7 +145,7 @@ def test_two_shareable_jobs_share_one_gpu_and_split_its_energy(
             b = submit(slurm_box, tmp_path, "b", UTIL_B, 8, registry)
             ids.append(b)
             cycle_until_running(b)
-            jobs = mine(slurm_box, ids)
+            jobs = mine(slurm_box, [a, b])
             assert jobs[a].nodes == jobs[b].nodes == NODE
             assert (jobs[a].shards, jobs[b].shards) == (2, 1)  # all 3 shards of one GPU
             assert len(jobs[a].gpu_indices) == 1 and jobs[a].gpu_indices == jobs[b].gpu_indices
@@ -160,10 +153,11 @@ def test_two_shareable_jobs_share_one_gpu_and_split_its_energy(
             assert report.snapshot is not None
             pairs = {r.job_id: r.colocated_with for r in report.snapshot.running}
             assert pairs[a] == b and pairs[b] == a
-            for job_id in ids:
+            for job_id in (a, b):
                 assert slurm_box.wait_job(job_id, timeout_s=120) == "COMPLETED"
         finally:
             slurm_box.run(["scancel", *ids], check=False)
+    ids = [a, b]
     gpu = jobs[a].gpu_indices[0]
     for name in ("a", "b"):
         assert f"CUDA_VISIBLE_DEVICES={gpu} " in (tmp_path / f"{name}.out").read_text()

@@ -257,6 +257,8 @@ def build_snapshot(
                 deadline_s=job.submit_s + declared.deadline_s
                 if declared is not None and declared.deadline_s is not None
                 else None,
+                # zeus-share predicts the pair from the partner's model
+                model=declared.model if declared is not None else None,
                 shareable=bool(spec is not None and spec.share and job.shards),
                 colocated_with=pairs.get(job.job_id),
             )

@@ -16,9 +16,9 @@ import pytest
 
 from easlurm.cli import main
 from easlurm.errors import ConfigError, ModelError
+from easlurm.model.colocation_fit import read_pairs
 from easlurm.model.corun import Gate, Window
 from easlurm.model.measure import MeasureConfig, Timing, nvml_energy_reader
-from easlurm.model.colocation_fit import read_pairs
 from easlurm.model.measure_pairs import PAIR_COLUMNS, measure_pairs, parse_pairs, write_pairs
 
 FAKES = Path(__file__).resolve().parents[2] / "fakes"
