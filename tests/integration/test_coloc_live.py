@@ -10,16 +10,16 @@ import json
 import os
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from box_support import mine, wait_for
 from spank_support import GPU_W, REPO, plugin_with_fake_sensors, run_easlurm
 
 from easlurm.priority.daemon import Daemon, DaemonConfig
-from easlurm.slurm.sched_client import CliSchedClient, SlurmJob, parse_squeue_json
+from easlurm.slurm.sched_client import CliSchedClient, parse_squeue_json
 
 pytestmark = pytest.mark.slurm
 NODE = "h100-2"
@@ -27,20 +27,6 @@ WAIT_NODE = "h100-1"
 #: two launch-bound jobs (the oracle predicts a throughput gain of about 1.8x when they share a GPU)
 SPECS = {"a": "share,model=bert-base,steps=20000,batch=16", "b": "share,model=distilbert,steps=20000,batch=8"}
 UTIL_A, UTIL_B = 30, 60
-
-
-def mine(box: Any, ids: list[str]) -> dict[str, SlurmJob]:
-    jobs = parse_squeue_json(box.run(["squeue", "--json"]).stdout)
-    return {j.job_id: j for j in jobs if j.job_id in ids}
-
-
-def wait_for(pred: Any, timeout_s: float, what: str, step_s: float = 0.5) -> None:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if pred():
-            return
-        time.sleep(step_s)
-    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
 
 
 @pytest.fixture

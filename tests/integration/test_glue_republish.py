@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from box_support import wait_for
 from spank_support import GPU_W, plugin_with_fake_sensors, run_easlurm
 
 from easlurm.accounting.step_record import decode_admin_comment, encode_admin_comment
@@ -26,15 +27,6 @@ def sacct_steps(box: Any, job: str) -> dict[str, dict[str, Any]]:
     assert res.returncode == 0, res.stderr
     rows = json.loads(res.stdout)["rows"]
     return {r["job_id"].split(".", 1)[1]: r for r in rows if "." in r["job_id"]}
-
-
-def wait_for(pred: Any, timeout_s: float, what: str) -> None:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if pred():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
 
 
 def test_glue_cancelled_jobs_energy_reaches_sacct_after_republish(slurm_box: Any, tmp_path: Path) -> None:

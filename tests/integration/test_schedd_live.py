@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from box_support import mine, wait_for
 
 from easlurm.accounting.step_record import parse_spec
 from easlurm.model.oracle import Oracle
@@ -25,7 +26,7 @@ from easlurm.priority.daemon import Daemon, DaemonConfig, queue_order
 from easlurm.priority.policies import get_policy
 from easlurm.priority.slurm_snapshot import SPANK_ENV_VAR, oracle_power
 from easlurm.priority.snapshot import ClusterSnapshot, Decision
-from easlurm.slurm.sched_client import CliSchedClient, SlurmJob, parse_squeue_json
+from easlurm.slurm.sched_client import CliSchedClient
 
 pytestmark = pytest.mark.slurm
 NODE = "h100-2"
@@ -33,21 +34,6 @@ NODE = "h100-2"
 
 def comment(spec: str) -> str:
     return f"--comment=energy-profile={spec}"
-
-
-def mine(box: Any, ids: list[str]) -> dict[str, SlurmJob]:
-    """squeue --json ignores -j in 22.05: filter here."""
-    jobs = parse_squeue_json(box.run(["squeue", "--json"]).stdout)
-    return {j.job_id: j for j in jobs if j.job_id in ids}
-
-
-def wait_for(pred: Any, timeout_s: float, what: str, step_s: float = 0.3) -> None:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if pred():
-            return
-        time.sleep(step_s)
-    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
 
 
 def cancel(box: Any, ids: list[str]) -> None:

@@ -52,14 +52,9 @@ def oracle_params(path: str | Path | None = None) -> OracleParams:
     oracles: parsing the YAML each time took a quarter of a 10-hour run)."""
     if not path:
         return _shipped_params()
-    p = Path(path).resolve()
-    try:
-        mtime = p.stat().st_mtime_ns
-    except OSError as exc:
-        from easlurm.errors import ModelError
+    from easlurm.errors import ModelError
 
-        raise ModelError(f"{path}: cannot read oracle parameters ({exc.strerror})") from exc
-    return _user_params(str(p), mtime)
+    return _user_params(*_file_version(path, "oracle parameters", ModelError))
 
 
 @functools.lru_cache(maxsize=1)
@@ -96,14 +91,18 @@ def catalogue(hardware: str | Path | None = None) -> Catalogue:
     """The shipped catalogue, with `hardware`'s GPUs added or overridden; parsed once per file version."""
     if not hardware:
         return _shipped()
-    p = Path(hardware).resolve()
-    try:
-        mtime = p.stat().st_mtime_ns
-    except OSError as exc:
-        from easlurm.errors import ConfigError
+    from easlurm.errors import ConfigError
 
-        raise ConfigError(f"{hardware}: cannot read GPU catalogue ({exc.strerror})") from exc
-    return _user(str(p), mtime)
+    return _user(*_file_version(hardware, "GPU catalogue", ConfigError))
+
+
+def _file_version(path: str | Path, what: str, error: type[Exception]) -> tuple[str, int]:
+    """(absolute path, mtime): the key under which a file is parsed once per version."""
+    p = Path(path).resolve()
+    try:
+        return str(p), p.stat().st_mtime_ns
+    except OSError as exc:
+        raise error(f"{path}: cannot read {what} ({exc.strerror})") from exc
 
 
 @functools.lru_cache(maxsize=1)
