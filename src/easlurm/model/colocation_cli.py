@@ -13,20 +13,6 @@ from easlurm.errors import ConfigError
 from easlurm.model.cli import HARDWARE_OPTION, _oracle
 
 
-def _job(text: str, option: str) -> tuple[str, int, str]:
-    """MODEL:BATCH[:PRECISION] -> (model, batch, precision)."""
-    parts = text.split(":")
-    if len(parts) not in (2, 3) or not parts[0]:
-        raise ConfigError(f"{option}: expected MODEL:BATCH[:PRECISION], got {text!r}")
-    try:
-        batch = int(parts[1])
-    except ValueError:
-        raise ConfigError(f"{option}: batch must be an integer, got {parts[1]!r}") from None
-    if batch < 1:
-        raise ConfigError(f"{option}: batch must be >= 1, got {batch}")
-    return parts[0], batch, parts[2] if len(parts) == 3 else "bf16"
-
-
 @click.command("corun")
 @click.argument("first")
 @click.argument("second")
@@ -52,16 +38,24 @@ def corun_cmd(
     as_json: bool,
     hardware_path: str | None,
 ) -> None:
-    """Predict two jobs (MODEL:BATCH[:PRECISION]) sharing one GPU: speeds, slowdowns, power."""
+    """Predict two jobs (MODEL:BATCH[:PRECISION], as `model measure --pairs` names them) sharing one GPU:
+    speeds, slowdowns, power."""
     from easlurm.model.colocation import GpuFacts, Sharing, corun, predict_solo
+    from easlurm.model.measure_pairs import parse_job
     from easlurm.model.zoo import get_workload
 
     oracle = _oracle(ctx, params_path, hardware_path)
     key = oracle.catalogue.resolve(gpu)
     solos = []
     for text, name in ((first, "FIRST"), (second, "SECOND")):
-        model, batch, precision = _job(text, name)
-        solo = predict_solo(oracle, get_workload(model, precision=precision), batch, key)
+        job = parse_job(text, "bf16", name)
+        if job.mode != "train":
+            raise ConfigError(f"{name}: the oracle predicts training steps; {text!r} is {job.mode}")
+        model, batch = job.model, job.batch
+        workload = get_workload(
+            model, precision=job.precision, seq_len=job.seq_len, image_size=job.image_size
+        )
+        solo = predict_solo(oracle, workload, batch, key)
         if solo is None:
             raise ConfigError(f"{name}: {model} batch {batch} does not fit one {key}")
         solos.append((text, solo))

@@ -255,3 +255,10 @@ def test_corun_cli_reports_both_jobs(capsys: pytest.CaptureFixture[str]) -> None
     assert sum(j["power_w_shared"] for j in doc["jobs"]) == pytest.approx(doc["gpu_power_w"])
     assert main(["model", "corun", "bert-base", "gpt2:8"]) != 0
     assert "FIRST: expected MODEL:BATCH[:PRECISION]" in capsys.readouterr().err
+    # the jobs are named as `model measure --pairs` names them; an inference job is not predicted
+    assert main(["model", "corun", "bert-base:16", "gpt2:8:fp32:infer"]) != 0
+    assert "SECOND: the oracle predicts training steps" in capsys.readouterr().err
+    assert main(["model", "corun", "bert-base:16:fp32", "gpt2:8:tf32", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [j["job"] for j in doc["jobs"]] == ["bert-base:16:fp32", "gpt2:8:tf32"]
+    assert doc["jobs"][0]["gpu_busy"] > 0.9  # FP32 keeps the GPU busy, bf16 at this batch is launch-bound
