@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from easlurm.errors import ConfigError
+
 SCHEMA_VERSION = 1
 
 
@@ -68,20 +70,17 @@ class RunningJob:
 
 
 @dataclass(frozen=True)
-class PendingJob:
-    """A queued job and its malleable options; the first GPU/batch option is the one the user requested.
-
-    Work is counted in steps at the requested batch (`batch_options[0]`): a placement with another
-    global batch covers the same samples in fewer or more steps. `observed_power_ratio` is measured /
-    predicted power of the job's last run when it was requeued (None: never ran, or not measured).
-    """
+class JobRequest:
+    """What a training job asks for: one record for the simulator's submitted jobs (`sim.job.JobSpec`) and
+    the policy's queue (`PendingJob`). The first GPU/batch option is the one the user requested (what a
+    rigid scheduler or a non-malleable job uses); `total_steps` counts steps at that batch, so the work in
+    samples is fixed and another batch covers it in fewer or more steps."""
 
     job_id: str
     user: str
     submit_s: float
     model: str
     total_steps: int
-    remaining_steps: float
     batch_options: tuple[int, ...]
     gpu_options: tuple[int, ...]
     gpu_types: tuple[str, ...] | None = None
@@ -92,10 +91,44 @@ class PendingJob:
     precision: str = "bf16"
     seq_len: int | None = None
     image_size: int | None = None
-    preemptions: int = 0
-    observed_power_ratio: float | None = None
     #: the job declared it may share a GPU with another declared job (SPEC `share`)
     shareable: bool = False
+
+    def __post_init__(self) -> None:
+        if self.total_steps <= 0:
+            raise ConfigError(f"job {self.job_id}: total_steps must be > 0, got {self.total_steps}")
+        if not self.batch_options or not self.gpu_options:
+            raise ConfigError(f"job {self.job_id}: batch_options and gpu_options must not be empty")
+        if any(k <= 0 for k in self.gpu_options) or any(b <= 0 for b in self.batch_options):
+            raise ConfigError(f"job {self.job_id}: GPU counts and batches must be > 0")
+        if not isinstance(self.shareable, bool):
+            raise ConfigError(f"job {self.job_id}: share must be true or false, got {self.shareable!r}")
+
+    @property
+    def total_samples(self) -> float:
+        return float(self.total_steps) * self.batch_options[0]
+
+
+@dataclass(frozen=True)
+class PendingJob(JobRequest):
+    """A queued job: its request and how much of it is left (`remaining_steps`, at the requested batch;
+    all of it when not given). `observed_power_ratio` is measured / predicted power of the job's last run
+    when it was requeued (None: never ran, or not measured)."""
+
+    remaining_steps: float = math.nan
+    preemptions: int = 0
+    observed_power_ratio: float | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.remaining_steps is None or math.isnan(self.remaining_steps):
+            object.__setattr__(self, "remaining_steps", float(self.total_steps))
+
+    @classmethod
+    def queued(cls, request: JobRequest, **changes: Any) -> PendingJob:
+        """`request` entering (or back in) the queue; `changes` set the queue's own fields."""
+        shared = {f.name: getattr(request, f.name) for f in fields(JobRequest)}
+        return cls(**shared, **changes)
 
     @property
     def remaining_samples(self) -> float:

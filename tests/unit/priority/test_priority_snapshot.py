@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from easlurm.priority.snapshot import (
     ClusterSnapshot,
     Decision,
@@ -42,11 +44,11 @@ def _snapshot() -> ClusterSnapshot:
                 100.0,
                 "resnet50",
                 1000,
-                1000.0,
                 (256, 128),
                 (2, 1, 4),
                 ("a100",),
                 (250.0,),
+                remaining_steps=600.0,
                 urgent=True,
                 deadline_s=4000.0,
                 precision="fp32",
@@ -84,3 +86,21 @@ def test_work_lost_respects_checkpoints() -> None:
     assert r.work_lost_gpu_s(250.0) == (250.0 - 220.0) * 2
     plain = RunningJob("r", "u", "a0", "a100-40gb", 2, 64, 500.0, start_s=100.0)
     assert plain.work_lost_gpu_s(250.0) == 150.0 * 2
+
+
+def test_one_job_record_for_the_simulator_and_the_queue() -> None:
+    """A simulated job (JobSpec) and a queued one (PendingJob) are the same JobRequest; queueing copies
+    the request, with all of its steps left unless told otherwise; the trace's own fields stay behind."""
+    from easlurm.errors import ConfigError
+    from easlurm.priority.snapshot import JobRequest
+    from easlurm.sim.job import JobSpec
+
+    spec = JobSpec("j1", "u", 5.0, "gpt2", 300, (16, 32), (1, 2), shareable=True, partition="gpu")
+    queued = PendingJob.queued(spec)
+    assert isinstance(spec, JobRequest) and isinstance(queued, JobRequest)
+    assert (queued.remaining_steps, queued.remaining_samples) == (300.0, 300.0 * 16)
+    assert queued.shareable and queued.batch_options == (16, 32) and not hasattr(queued, "partition")
+    again = PendingJob.queued(spec, remaining_steps=120.0, preemptions=1)
+    assert (again.remaining_steps, again.preemptions) == (120.0, 1)
+    with pytest.raises(ConfigError, match="job x: total_steps must be > 0"):
+        PendingJob("x", "u", 0.0, "gpt2", 0, (16,), (1,))

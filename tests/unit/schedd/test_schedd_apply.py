@@ -15,7 +15,7 @@ NODES = {"h100-1": node("h100-1", "h100"), "a100-1": node("a100-1", "a100")}
 
 
 def pend(job_id: str) -> PendingJob:
-    return PendingJob(job_id, "alice", 0.0, "vit-b16", 10, 10.0, (64,), (1,))
+    return PendingJob(job_id, "alice", 0.0, "vit-b16", 10, (64,), (1,))
 
 
 def ctx(jobs, declared, factors=None, gate=False, requeued=()):  # type: ignore[no-untyped-def]

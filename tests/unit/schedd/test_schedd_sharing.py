@@ -147,7 +147,7 @@ def test_plan_places_lone_and_join_and_drops_a_join_slurm_would_misplace() -> No
         "7": pending_shard("7"),
         "8": pending_shard("8"),
     }
-    pend = tuple(PendingJob(j, "alice", 0.0, "vit-b16", 10, 10.0, (64,), (1,), shareable=True) for j in "78")
+    pend = tuple(PendingJob(j, "alice", 0.0, "vit-b16", 10, (64,), (1,), shareable=True) for j in "78")
     snap = ClusterSnapshot(time_s=NOW, nodes=(), pending=pend)
     ctx = PlanContext(
         now_s=NOW,

@@ -163,7 +163,7 @@ class Simulator:
                 continue
             self.records[spec.job_id] = JobRecord(spec)
             self._user_base.setdefault(spec.user, 0.0)
-            self.pending[spec.job_id] = _pending_from(spec)
+            self.pending[spec.job_id] = PendingJob.queued(spec)
             self._mark_dirty()
 
     def _scheduler(self) -> Generator[simpy.Event, Any, None]:
@@ -436,9 +436,8 @@ class Simulator:
         self.preemptions += 1
         if run.process is not None and run.process.is_alive:
             run.process.interrupt("preempted")
-        old = _pending_from(run.record.spec)
-        requeued = dataclasses.replace(
-            old,
+        requeued = PendingJob.queued(
+            run.record.spec,
             remaining_steps=remaining / run.record.spec.batch_options[0],
             preemptions=run.record.preemptions,
             observed_power_ratio=_power_ratio(run),
@@ -463,25 +462,3 @@ def _power_ratio(run: Run) -> float | None:
     that joined a shared GPU compares its share of the GPU's power with the share predicted for it."""
     predicted = run.start.predicted_power_w
     return run.pieces[0][3] / predicted if predicted and run.pieces else None
-
-
-def _pending_from(spec: JobSpec) -> PendingJob:
-    return PendingJob(
-        job_id=spec.job_id,
-        user=spec.user,
-        submit_s=spec.submit_s,
-        model=spec.model,
-        total_steps=spec.total_steps,
-        remaining_steps=float(spec.total_steps),
-        batch_options=spec.batch_options,
-        gpu_options=spec.gpu_options,
-        gpu_types=spec.gpu_types,
-        power_limit_options_w=spec.power_limit_options_w,
-        malleable=spec.malleable,
-        urgent=spec.urgent,
-        deadline_s=spec.deadline_s,
-        precision=spec.precision,
-        seq_len=spec.seq_len,
-        image_size=spec.image_size,
-        shareable=spec.shareable,
-    )
