@@ -214,7 +214,7 @@ def run_profiled(command: list[str], prof_kwargs: dict[str, Any]) -> tuple[int, 
 @click.option("--devices", default=None, help="Comma list of gpu,cpu,dram (default: all).")
 @click.option("--interval", default=None, help="Sampling interval: 0.1, 100ms, 1s (default 0.1 s).")
 @click.option(
-    "--out", "out_dir", default=None, type=click.Path(file_okay=False), help="Run directory to write."
+    "-O", "--out", "out_dir", default=None, type=click.Path(file_okay=False), help="Run directory to write."
 )
 @click.option("--gpus", default=None, help="GPUs to measure (indices or UUIDs); default: the job's GPUs.")
 @click.option(
@@ -223,10 +223,10 @@ def run_profiled(command: list[str], prof_kwargs: dict[str, Any]) -> tuple[int, 
 @click.option("--list-sensors", is_flag=True, help="Show which sensors were found and why others were not.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of the table.")
 @click.option("-P", "--parsable", is_flag=True, help="Pipe-delimited table without padding.")
-@click.option("--format", "fmt", default=None, help=f"Columns (from {','.join(COLUMNS)}).")
+@click.option("-o", "--format", "fmt", default=None, help=f"Columns (from {','.join(COLUMNS)}).")
 @click.option("--no-sample-log", is_flag=True, help="Do not write power_samples.csv.")
 @click.option(
-    "-o", "--output", default=None, type=click.Path(dir_okay=False), help="Summary file (default stderr)."
+    "--output", default=None, type=click.Path(dir_okay=False), help="Summary file (default stderr)."
 )
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context

@@ -234,7 +234,11 @@ def predict_cmd(
     "-O", "--out", "out_path", default=None, help="Parameter YAML to write (default params-<date>.yaml)."
 )
 @click.option(
-    "--base", "base_path", default=None, help="Start from these parameters (default: shipped ones)."
+    "--params",
+    "--base",
+    "base_path",
+    default=None,
+    help="Start from these parameters (default: shipped ones).",
 )
 @click.option("--free", default=None, help="Parameters to fit, comma list (default: what the data informs).")
 @click.option(
@@ -563,7 +567,7 @@ def _evaluate_markdown(
 @click.option("-n", "--noheader", is_flag=True, help="No header lines.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document.")
 @click.option(
-    "--out", "out_dir", default=None, help="Also write evaluate.md and evaluate.json into this folder."
+    "-O", "--out", "out_dir", default=None, help="Also write evaluate.md and evaluate.json into this folder."
 )
 @click.pass_context
 def evaluate_cmd(

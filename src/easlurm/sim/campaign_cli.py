@@ -45,7 +45,9 @@ class _Bar:
 
 @click.command("campaign")
 @click.argument("plan_file", type=click.Path(dir_okay=False))
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="results", show_default=True)
+@click.option(
+    "-O", "--out", "out_dir", type=click.Path(file_okay=False), default="results", show_default=True
+)
 @click.option(
     "-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Parallel processes."
 )

@@ -1,4 +1,4 @@
-"""A job list in YAML for the simulator (`easlurm sim run --jobs FILE`), each error one line naming the field."""
+"""A job list in YAML for the simulator (`easlurm sim run --job-list FILE`), each error one line naming the field."""
 
 from __future__ import annotations
 

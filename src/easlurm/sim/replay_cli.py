@@ -27,7 +27,9 @@ DEFAULT_POLICIES = "pollux,zeus,hades,aurachronos,charon"
 )
 @click.option("--policies", default=DEFAULT_POLICIES, show_default=True, help="Comma list of policies.")
 @click.option("--power-budget", "power_budget", default=None, help="Cluster power budget, e.g. 4500W.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="Report directory.")
+@click.option(
+    "-O", "--out", "out_dir", type=click.Path(file_okay=False), required=True, help="Report directory."
+)
 @click.option(
     "--format",
     "fmt",
@@ -89,7 +91,7 @@ DEFAULT_POLICIES = "pollux,zeus,hades,aurachronos,charon"
     "--no-calibrate", is_flag=True, help="Do not scale the oracle's power to the trace's measured energy."
 )
 @click.option("--max-jobs", type=int, default=None, help="Replay only the first N usable jobs.")
-@click.option("--no-html", is_flag=True, help="Markdown only.")
+@click.option("--html/--no-html", "html_too", default=True, show_default=True, help="Also write report.html.")
 @HARDWARE_OPTION
 @click.pass_context
 def replay_cmd(
@@ -116,7 +118,7 @@ def replay_cmd(
     progress: bool | None,
     no_calibrate: bool,
     max_jobs: int | None,
-    no_html: bool,
+    html_too: bool,
 ) -> None:
     """Replay TRACE (sacct -P or --json dump, SWF, CSV) through POLICIES; the trace's own schedule is the baseline."""
     from easlurm.priority.policies import POLICY_NAMES
@@ -184,7 +186,7 @@ def replay_cmd(
         compare_retype=compare_retype and not allow_retype,
         progress_bar=bar if show else None,
     )
-    md = write_replay_report(result, out_dir, html_too=not no_html)
+    md = write_replay_report(result, out_dir, html_too=html_too)
     st = result.trace_stats
     click.echo(
         f"{result.mapping.mapped} jobs replayed under {len(names)} policies "

@@ -55,22 +55,38 @@ def policy_params_from_config(policy: str, sched: dict[str, Any]) -> dict[str, A
     "--policy", "-p", required=True, help="Policy name (pollux, zeus, hades, aurachronos, charon, ...)."
 )
 @click.option(
-    "--scenario", "-s", default="B", show_default=True, help="Scenario: A, B, C, D, E, charon-budget."
+    "--scenario",
+    default="B",
+    show_default=True,
+    help="Scenario: A, B, C, D, E, charon-budget, coloc-small, coloc-large.",
 )
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
     "--load", "load", type=float, default=None, help="Arrival rate in jobs/h (default: the scenario's)."
 )
 @click.option("--hours", type=float, default=None, help="Simulated hours [sim.hours].")
-@click.option("--budget", default=None, help="Cluster power budget, e.g. 4500W [sched.power_budget_w].")
+@click.option(
+    "--power-budget",
+    "--budget",
+    "budget",
+    default=None,
+    help="Cluster power budget, e.g. 4500W [sched.power_budget_w].",
+)
 @click.option(
     "--cluster", "cluster", default=None, help="Cluster YAML [sim.cluster]; default 8xA100 + 8xH100."
 )
-@click.option("--noise", type=float, default=None, help="Oracle noise sigma [sim.noise_sigma].")
+@click.option(
+    "--noise-sigma",
+    "--noise",
+    "noise",
+    type=float,
+    default=None,
+    help="Oracle noise sigma [sim.noise_sigma].",
+)
 @click.option("--checkpoint-interval", default=None, help="Checkpoint every DURATION (default: none).")
 @click.option("--param", "params", multiple=True, help="Policy parameter KEY=VALUE (repeatable).")
 @click.option(
-    "--jobs",
+    "--job-list",
     "jobs_file",
     type=click.Path(dir_okay=False),
     default=None,
@@ -110,7 +126,7 @@ def run_cmd(
                 if checkpoint_interval
                 else None,
             },
-            "sched": {"power_budget_w": parse_power_w(budget, "--budget") if budget else None},
+            "sched": {"power_budget_w": parse_power_w(budget, "--power-budget") if budget else None},
         },
     )
     from easlurm.model.build import apply_oracle_config

@@ -66,7 +66,7 @@ def test_exit_code_summary_and_run_dir(tmp_path: Path) -> None:
 
 def test_json_output_to_file(tmp_path: Path) -> None:
     target = tmp_path / "summary.json"
-    res = _run(["--devices", "gpu", "--json", "-o", str(target), "--", "true"], _env(tmp_path))
+    res = _run(["--devices", "gpu", "--json", "--output", str(target), "--", "true"], _env(tmp_path))
     assert res.returncode == 0, res.stderr
     doc = json.loads(target.read_text())
     assert doc["exit_code"] == 0 and doc["command"] == ["true"] and doc["gpu_energy_j"] is not None

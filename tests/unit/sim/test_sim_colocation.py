@@ -234,6 +234,11 @@ def test_job_list_yaml_sets_share_and_runs(tmp_path: Path) -> None:
         SimSpec(policy="zeus-share", hours=1.0, cluster=str(cluster), noise_sigma=0.0), specs
     )
     assert res.metrics["completed_jobs"] == 2 and res.metrics["colocated_jobs"] == 2
+    # the same from the command line
+    from easlurm.cli import main
+
+    argv = ["sim", "run", "-p", "zeus-share", "--job-list", str(jobs), "--cluster", str(cluster)]
+    assert main([*argv, "--hours", "1", "--noise-sigma", "0", "--json"]) == 0
 
 
 @pytest.mark.parametrize(

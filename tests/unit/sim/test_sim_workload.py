@@ -97,7 +97,19 @@ def test_sim_run_command_prints_metrics_and_json() -> None:
     assert "Throughput (jobs/h)" in out.output
     out = runner.invoke(
         cli,
-        ["sim", "run", "-p", "charon", "-s", "charon-budget", "--hours", "2", "--budget", "4kW", "--json"],
+        [
+            "sim",
+            "run",
+            "-p",
+            "charon",
+            "--scenario",
+            "charon-budget",
+            "--hours",
+            "2",
+            "--power-budget",
+            "4kW",
+            "--json",
+        ],
     )
     assert out.exit_code == 0, out.output
     doc = json.loads(out.output)
