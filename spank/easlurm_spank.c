@@ -235,6 +235,20 @@ static void step_restart(spank_t sp, char *out, size_t len)
 		snprintf(out, len, "%lu", v);
 }
 
+/* The job's shards on this node (SLURM_SHARDS_ON_NODE, set only for gres/shard jobs): only a step on
+ * shards can meet another job on its GPU, so only then does the agent watch who else runs there. */
+static void step_shards(spank_t sp, char *out, size_t len)
+{
+	char buf[16];
+	out[0] = '\0';
+	if (spank_getenv(sp, "SLURM_SHARDS_ON_NODE", buf, (int) sizeof(buf)) != ESPANK_SUCCESS || !buf[0])
+		return;
+	for (const char *p = buf; *p; p++)
+		if (*p < '0' || *p > '9')
+			return;
+	snprintf(out, len, "%s", buf);
+}
+
 static void close_from(int lowfd)
 {
 	long maxfd = sysconf(_SC_OPEN_MAX);
@@ -254,7 +268,7 @@ static int agent_start(spank_t sp)
 	gid_t gid = 0;
 	char gpus[GPUS_LEN], nodes[4096];
 	char a_job[16], a_step[16], a_nnodes[16], a_node[16], a_uid[16], a_gid[16], a_pid[16], a_tmo[16];
-	char a_restart[16], a_t0[32], execfail[PATH_LEN + 64], a_spec[EAS_SPEC_MAX + 8];
+	char a_restart[16], a_shards[16], a_t0[32], execfail[PATH_LEN + 64], a_spec[EAS_SPEC_MAX + 8];
 	const char *argv[40];
 	char *envp[MAX_ENV + 8];
 	char env_conf[PATH_LEN + 16];
@@ -285,6 +299,7 @@ static int agent_start(spank_t sp)
 	step_nodelist(sp, step == SLURM_BATCH_SCRIPT, nodes, sizeof(nodes));
 	snprintf(a_job, sizeof(a_job), "%u", job);
 	step_restart(sp, a_restart, sizeof(a_restart));
+	step_shards(sp, a_shards, sizeof(a_shards));
 	if (step == SLURM_BATCH_SCRIPT)
 		snprintf(a_step, sizeof(a_step), "batch");
 	else
@@ -334,6 +349,10 @@ static int agent_start(spank_t sp)
 	if (nodes[0]) {
 		argv[n++] = "--nodelist";
 		argv[n++] = nodes;
+	}
+	if (a_shards[0]) {
+		argv[n++] = "--shards";
+		argv[n++] = a_shards;
 	}
 	argv[n] = NULL;
 

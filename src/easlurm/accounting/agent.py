@@ -90,6 +90,9 @@ class StepContext:
     late_limit_s: float = 120.0
     #: The job's run (SLURM_RESTART_COUNT): each run of a requeued job has its own step files.
     restart: int = 0
+    #: The job's gres/shard count on this node (SLURM_SHARDS_ON_NODE): only a step on shards can meet
+    #: another job on its GPU, so only such a step watches its GPUs for other jobs (NVML calls cost CPU).
+    shards: int = 0
 
     def __post_init__(self) -> None:
         if not (self.step == "batch" or self.step.isdigit()):
@@ -444,7 +447,7 @@ class NodeAgent:
                 sample_log=bool(self.settings.get("sample_log", True)) and out_dir is not None,
             )
             self.profiler.start()
-            if "gpu" in spec.devices and self.ctx.gpus:
+            if "gpu" in spec.devices and self.ctx.gpus and self.ctx.shards > 0:
                 self._watch_sharing()
         except Exception as exc:  # a profiler must never hurt the job: record why and go on
             log.error("step %d.%s: profiler did not start: %s", self.ctx.job_id, self.ctx.step, exc)
@@ -676,6 +679,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--spec", default="")
     p.add_argument("--gpus", default=None, help="comma list of the step's GPU indices (from GRES)")
     p.add_argument("--nodelist", default=None, help="the step's node list (Slurm hostlist expression)")
+    p.add_argument("--shards", type=int, default=0, help="the job's gres/shard count on this node (0: none)")
     return p
 
 
@@ -751,6 +755,7 @@ def main(argv: list[str] | None = None, stdin: IO[bytes] | None = None) -> int:
             step_start_time=args.step_start,
             spec=args.spec,
             gpus=gpus,
+            shards=max(args.shards, 0),
             node_name=node_name_from_list(args.nodelist, 0 if args.step == "batch" else args.node_id),
         )
         from easlurm.config import load_config

@@ -375,7 +375,7 @@ def test_a_shared_gpu_is_apportioned_in_the_record(spool: Path, monkeypatch: pyt
     import easlurm.energy.gpu_share as gpu_share
 
     monkeypatch.setattr(gpu_share, "ShareWatcher", StubWatcher)
-    step = run_node(ctx(spool, nnodes=1), FakeClient())
+    step = run_node(ctx(spool, nnodes=1, shards=2), FakeClient())
     assert step is not None and not step.partial
     devs = {d.name: d for d in step.nodes[0].devices}
     assert devs["gpu0"].energy_j == pytest.approx(600.0) and devs["gpu0"].apportioned is None
@@ -388,3 +388,22 @@ def test_a_shared_gpu_is_apportioned_in_the_record(spool: Path, monkeypatch: pyt
     finally:
         StubWatcher.fail = False
     assert step is not None and not step.partial and step.gpu_energy_j == pytest.approx(1200.0)
+
+
+def test_only_a_step_on_shards_watches_its_gpus(spool: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step with whole GPUs (no gres/shard) never meets another job there: no watcher, no NVML calls
+    for it, its GPUs' energy whole."""
+    import easlurm.energy.gpu_share as gpu_share
+
+    started: list[list[int]] = []
+
+    class Recording(StubWatcher):
+        def start(self) -> bool:
+            started.append(self.gpus)
+            return True
+
+    monkeypatch.setattr(gpu_share, "ShareWatcher", Recording)
+    step = run_node(ctx(spool, nnodes=1), FakeClient())
+    assert step is not None and started == [] and step.apportioned_devices == []
+    step = run_node(ctx(spool, nnodes=1, step="1", shards=1), FakeClient())
+    assert step is not None and started == [[0, 1]] and step.apportioned_devices == ["gpu1:utilisation"]
