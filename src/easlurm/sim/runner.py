@@ -50,10 +50,13 @@ def _json_float(v: Any) -> Any:
 
 
 def _configured_model() -> tuple[Any, Any]:
-    """The configured parameters and GPU catalogue (user files included; each parsed once per version)."""
-    from easlurm.model.build import default_catalogue, default_params
+    """The configured parameters and GPU catalogue (user files included; each parsed once per version),
+    from one read of the configuration (this runs once per simulation)."""
+    from easlurm.config import load_config
+    from easlurm.model.build import catalogue, hardware_setting, oracle_params, params_setting
 
-    return default_params(), default_catalogue()
+    cfg = load_config()
+    return oracle_params(params_setting(cfg)), catalogue(hardware_setting(cfg))
 
 
 def make_oracles(noise_sigma: float, seed: int) -> tuple[Any, Any]:
