@@ -1,4 +1,4 @@
-"""A local heterogeneous Slurm 22.05 cluster on one machine (munge, MariaDB, slurmdbd, slurmctld, 5 slurmd).
+"""A local heterogeneous Slurm cluster (Debian's: 22.05, 24.11 or 26.05) on one machine (munge, MariaDB, slurmdbd, slurmctld, 5 slurmd).
 
 Used by the demo and the integration tests. Everything lives under one state directory (config, logs,
 spool, database, PIDs); nothing is written to /etc. `up` starts only what is not running, `down` stops
@@ -530,17 +530,24 @@ class SlurmBox:
                 "--max-allowed-packet=16M",
                 "--innodb-lock-wait-timeout=900",
                 "--skip-name-resolve",
+                # MariaDB 11.8 turns snapshot isolation on; slurmdbd 26.05 then exits on the first write
+                # conflict (an AdminComment written by sacctmgr racing slurmctld's job-end write). `loose-`:
+                # MariaDB 10.11 (Debian 12), which has no such option, ignores it.
+                "--loose-innodb-snapshot-isolation=OFF",
             ],
         )
         _wait_for(
             lambda: self.paths.db_socket.exists(), deadline, "mariadbd socket", self.paths.log / "mariadb.err"
         )
-        if fresh:
-            sql = (
-                f"CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '{DB_PASSWORD}';"
-                "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';FLUSH PRIVILEGES;"
-            )
-            _run(["mariadb", "--no-defaults", f"--socket={self.paths.db_socket}", "-uroot", "-e", sql])
+        # The accounting database exists before slurmdbd first connects: slurmdbd 24.11+ creating it
+        # itself reuses its connection after the failed open, and libmariadb 3.4 then fails the next query
+        # (`5027 ... _check_mysql_concat_is_sane`, slurmdbd exits). Idempotent, so also for older boxes.
+        sql = (
+            "CREATE DATABASE IF NOT EXISTS slurm_acct_db;"
+            f"CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '{DB_PASSWORD}';"
+            "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';FLUSH PRIVILEGES;"
+        )
+        _run(["mariadb", "--no-defaults", f"--socket={self.paths.db_socket}", "-uroot", "-e", sql])
 
     def _ensure_accounts(self) -> None:
         """Register the cluster, an account and root in slurmdbd (idempotent)."""
@@ -655,6 +662,15 @@ class SlurmBox:
                 continue
 
     # ---- status ------------------------------------------------------------------------------------
+    def slurm_version(self) -> str | None:
+        """The installed Slurm's version ("24.11.5"), None when Slurm is not installed."""
+        try:
+            out = _run(["sinfo", "--version"], env=self.client_env())
+        except (SlurmError, OSError):
+            return None
+        parts = out.split()
+        return parts[-1] if parts else None
+
     def status(self) -> dict[str, int | None]:
         return {name: self.pid_of(name) for name in self.daemons()}
 

@@ -37,13 +37,19 @@ def main(argv: list[str] | None = None) -> int:
         elif args.action == "up":
             t0 = time.monotonic()
             box.up()
-            logging.info("up in %.1f s (state in %s)", time.monotonic() - t0, box.paths.root)
+            logging.info(
+                "Slurm %s up in %.1f s (state in %s)",
+                box.slurm_version() or "(unknown version)",
+                time.monotonic() - t0,
+                box.paths.root,
+            )
         elif args.action == "down":
             box.down()
         elif args.action == "status":
             for name, pid in box.status().items():
                 print(f"{name:<16} {'running pid ' + str(pid) if pid else 'stopped'}")
             print(f"state dir        {box.paths.root}")
+            print(f"slurm version    {box.slurm_version() or 'not installed'}")
             return 0 if box.is_up() else 3
         elif args.action == "env":
             for key, value in box.env.items():
