@@ -57,6 +57,7 @@ from easlurm.accounting.step_record import (
 )
 from easlurm.energy.power_limits import StepCap
 from easlurm.errors import EaslurmError, SlurmError
+from easlurm.slurm.hostlist import expand_hostlist
 
 log = logging.getLogger(__name__)
 
@@ -620,31 +621,6 @@ def watch_stop(stream: IO[bytes], agent: NodeAgent, on_stop: Callable[[], None] 
     if on_stop is not None:
         on_stop()
     agent.request_stop(stop_time)
-
-
-_HOSTLIST_ITEM = re.compile(r"([A-Za-z0-9._-]*)(?:\[([0-9,\-]+)\])?([A-Za-z0-9._-]*)")
-
-
-def expand_hostlist(text: str, limit: int = 100_000) -> list[str]:
-    """Slurm hostlist expression -> names: 'a100-[1-2,5],cpu-1' -> a100-1, a100-2, a100-5, cpu-1
-    (one bracket group per name, zero padding kept). Raises ValueError on anything else."""
-    names: list[str] = []
-    for item in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", text):
-        m = _HOSTLIST_ITEM.fullmatch(item)
-        if m is None:
-            raise ValueError(f"hostlist {text!r}: cannot parse {item!r}")
-        prefix, ranges, suffix = m.groups()
-        if ranges is None:
-            names.append(prefix + suffix)
-            continue
-        for part in ranges.split(","):
-            lo, _, hi = part.partition("-")
-            width = len(lo)
-            for i in range(int(lo), int(hi or lo) + 1):
-                names.append(f"{prefix}{i:0{width}d}{suffix}")
-                if len(names) > limit:
-                    raise ValueError("hostlist too long")
-    return names
 
 
 def node_name_from_list(nodelist: str | None, node_id: int) -> str | None:

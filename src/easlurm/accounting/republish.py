@@ -24,6 +24,7 @@ from typing import Any
 from easlurm.accounting.step_record import StepRecord, decode_admin_comment, encode_admin_comment
 from easlurm.errors import EaslurmError, SlurmError
 from easlurm.slurm.client import SlurmClient
+from easlurm.slurm.json_values import dig, epoch, job_state, num, text
 from easlurm.slurm.states import FINAL_JOB_STATES
 
 log = logging.getLogger(__name__)
@@ -77,24 +78,22 @@ class DbJob:
 
 
 def parse_sacct_json_jobs(doc: dict[str, Any]) -> dict[str, DbJob]:
-    """`sacct --json` (22.05) -> {job id: DbJob}; with several records per id, the latest submission."""
+    """`sacct --json` (any version) -> {job id: DbJob}; with several records per id, the latest submission."""
     out: dict[str, tuple[float, DbJob]] = {}
     for job in doc.get("jobs", []):
-        try:
-            jid = str(int(job["job_id"]))
-        except (KeyError, TypeError, ValueError):
+        job_id = num(job.get("job_id"))
+        if job_id is None:
             continue
-        times = job.get("time") or {}
-        state = job.get("state") or {}
-        comment = job.get("comment") or {}
+        jid = str(int(job_id))
+        admin = text(dig(job, "comment.administrator"))
         rec = DbJob(
             job_id=jid,
-            state=str(state.get("current", "") if isinstance(state, dict) else state),
-            admin_comment=str(comment.get("administrator") or ""),
-            start_s=float(times["start"]) if times.get("start") else None,
-            end_s=float(times["end"]) if times.get("end") else None,
+            state=job_state(dig(job, "state.current"))[0],
+            admin_comment=admin if admin is not None else str(job.get("admin_comment") or ""),
+            start_s=epoch(dig(job, "time.start")),
+            end_s=epoch(dig(job, "time.end")),
         )
-        submitted = float(times.get("submission") or 0)
+        submitted = epoch(dig(job, "time.submission")) or 0.0
         if jid not in out or submitted >= out[jid][0]:
             out[jid] = (submitted, rec)
     return {k: v for k, (_, v) in out.items()}

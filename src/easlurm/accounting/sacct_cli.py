@@ -27,22 +27,6 @@ log = logging.getLogger(__name__)
 
 JSON_SCHEMA_VERSION = 1
 
-#: Fields of sacct 22.05 (`sacct --helpformat`); any of them can be shown next to the energy columns.
-SACCT_FIELDS = (  # noqa: SIM905 - kept as sacct --helpformat prints it
-    "Account AdminComment AllocCPUS AllocNodes AllocTRES AssocID AveCPU AveCPUFreq AveDiskRead AveDiskWrite "
-    "AvePages AveRSS AveVMSize BlockID Cluster Comment Constraints ConsumedEnergy ConsumedEnergyRaw Container "
-    "CPUTime CPUTimeRAW DBIndex DerivedExitCode Elapsed ElapsedRaw Eligible End ExitCode Flags GID Group JobID "
-    "JobIDRaw JobName Layout MaxDiskRead MaxDiskReadNode MaxDiskReadTask MaxDiskWrite MaxDiskWriteNode "
-    "MaxDiskWriteTask MaxPages MaxPagesNode MaxPagesTask MaxRSS MaxRSSNode MaxRSSTask MaxVMSize MaxVMSizeNode "
-    "MaxVMSizeTask McsLabel MinCPU MinCPUNode MinCPUTask NCPUS NNodes NodeList NTasks Partition Priority QOS "
-    "QOSRAW Reason ReqCPUFreq ReqCPUFreqGov ReqCPUFreqMax ReqCPUFreqMin ReqCPUS ReqMem ReqNodes ReqTRES "
-    "Reservation ReservationId Reserved ResvCPU ResvCPURAW Start State Submit SubmitLine Suspended "
-    "SystemComment SystemCPU Timelimit TimelimitRaw TotalCPU TRESUsageInAve TRESUsageInMax TRESUsageInMaxNode "
-    "TRESUsageInMaxTask TRESUsageInMin TRESUsageInMinNode TRESUsageInMinTask TRESUsageInTot TRESUsageOutAve "
-    "TRESUsageOutMax TRESUsageOutMaxNode TRESUsageOutMaxTask TRESUsageOutMin TRESUsageOutMinNode "
-    "TRESUsageOutMinTask TRESUsageOutTot UID User UserCPU WCKey WCKeyID WorkDir"
-).split()
-
 #: easlurm's columns -> (JSON key, what it holds).
 ENERGY_COLUMNS: dict[str, tuple[str, str]] = {
     "GPUEnergy": ("gpu_energy_j", "GPU energy of the step (all nodes), J"),
@@ -419,9 +403,12 @@ def sacct_cmd(
 ) -> None:
     from easlurm.slurm.client import CliSlurmClient
 
-    available = [*SACCT_FIELDS, *ENERGY_COLUMNS]
+    client = CliSlurmClient(debug=debug, echo=lambda msg: click.echo(msg, err=True))
+    # the running Slurm's own field list: each version adds and drops fields
+    slurm_fields = client.sacct_fields()
+    available = [*slurm_fields, *ENERGY_COLUMNS]
     if helpformat:
-        click.echo(" ".join(SACCT_FIELDS))
+        click.echo(" ".join(slurm_fields))
         for name, (key, what) in ENERGY_COLUMNS.items():
             click.echo(f"{name:12} {key:15} {what}")
         return
@@ -432,7 +419,6 @@ def sacct_cmd(
         columns[1:1] = ["Node", "Device"] if detail == "device" else ["Node"]
     native = [c for c in columns if c not in ENERGY_COLUMNS]
     fields = list(dict.fromkeys(["JobIDRaw", "JobID", "AdminComment", *native, "State"]))
-    client = CliSlurmClient(debug=debug, echo=lambda msg: click.echo(msg, err=True))
     # every run, whatever -D says: a row's run (and its records) is known from the order of all runs
     sacct_rows = client.sacct(selection_argv({**selection, "duplicates": True}), fields)
     spool_dir = None

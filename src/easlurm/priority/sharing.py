@@ -19,7 +19,8 @@ import logging
 from collections.abc import Iterable, Mapping
 
 from easlurm.priority.snapshot import StartJob
-from easlurm.slurm.sched_client import SlurmJob, SlurmNode, first_node
+from easlurm.slurm.hostlist import first_node
+from easlurm.slurm.sched_client import SlurmJob, SlurmNode
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,8 @@ from easlurm.errors import ConfigError, EaslurmError
 from easlurm.priority.holds import foreign_hold
 from easlurm.priority.sharing import colocations, sharing_mode
 from easlurm.priority.snapshot import ClusterSnapshot, NodeState, PendingJob, RunningJob
-from easlurm.slurm.sched_client import SlurmJob, SlurmNode, first_node
+from easlurm.slurm.hostlist import expand_hostlist, first_node
+from easlurm.slurm.sched_client import SlurmJob, SlurmNode
 
 log = logging.getLogger(__name__)
 
@@ -165,23 +165,6 @@ def pending_job(job: SlurmJob, spec: ProfileSpec, pinned_types: tuple[str, ...] 
     )
 
 
-def expand_hostlist(text: str) -> set[str]:
-    """Node names of a simple Slurm hostlist ("h100-[1-2],a100-1")."""
-    out: set[str] = set()
-    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?", text):
-        head, br, rest = part.partition("[")
-        if not br:
-            out.add(head)
-            continue
-        for rng in rest.rstrip("]").split(","):
-            lo, _, hi = rng.partition("-")
-            if hi and lo.isdigit() and hi.isdigit():
-                out.update(f"{head}{i:0{len(lo)}d}" for i in range(int(lo), int(hi) + 1))
-            else:
-                out.add(head + lo)
-    return out
-
-
 def build_snapshot(
     inputs: SnapshotInputs,
     facts: Callable[[str], GpuFacts | None],
@@ -220,7 +203,11 @@ def build_snapshot(
             if spec is not None and not foreign_hold(job) and schedulable(spec):
                 pinned = None
                 if job.required_nodes:
-                    names = expand_hostlist(job.required_nodes)
+                    try:
+                        names = set(expand_hostlist(job.required_nodes))
+                    except ValueError as exc:
+                        log.warning("job %s: required nodes unreadable (%s)", job.job_id, exc)
+                        names = set()
                     pinned = tuple(sorted({n.gpu_type for n in nodes if n.name in names})) or None
                 pending.append(pending_job(job, spec, pinned))
             continue

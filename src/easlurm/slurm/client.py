@@ -18,6 +18,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from easlurm.errors import SlurmError
+from easlurm.slurm.json_values import integer, job_state, load_document
+
+#: The first Slurm release with `scontrol --json` (per-node and per-job documents).
+SCONTROL_JSON_SINCE = (23, 2)
 
 log = logging.getLogger(__name__)
 
@@ -43,21 +47,30 @@ def parse_sacct_parsable(
     return rows
 
 
-def parse_scontrol_show(text: str) -> dict[str, str]:
-    """`scontrol show job -o ID` (one line of Key=Value) as a dict; values may contain spaces only at the
-    end (e.g. Command=...), so keys are found by the `Key=` pattern following whitespace."""
-    out: dict[str, str] = {}
-    line = text.strip().splitlines()[0] if text.strip() else ""
-    tokens = line.split(" ")
-    key: str | None = None
-    for tok in tokens:
-        name, eq, value = tok.partition("=")
-        if eq and name and name[0].isalpha() and name.replace("/", "").replace(":", "").isalnum():
-            key = name
-            out[key] = value
-        elif key is not None:
-            out[key] += " " + tok
-    return out
+def parse_version(text: str) -> tuple[int, ...] | None:
+    """`scontrol --version` ("slurm 24.11.5", "slurm-wlm 22.05.8") -> (24, 11, 5); None if unreadable."""
+    for word in reversed(text.split()):
+        parts = word.split(".")
+        if len(parts) >= 2 and all(p.isdigit() for p in parts[:2]):
+            return tuple(int(p) for p in parts if p.isdigit())
+    return None
+
+
+def parse_helpformat(text: str) -> tuple[str, ...]:
+    """`sacct --helpformat` -> its field names in order (the list differs between Slurm versions)."""
+    return tuple(dict.fromkeys(w for w in text.split() if w.replace("_", "").isalnum()))
+
+
+def job_view(job: Mapping[str, Any]) -> dict[str, str]:
+    """The slurmctld fields easlurm reads from one job of `squeue/scontrol --json`, under scontrol's names."""
+    state, flags = job_state(job.get("job_state"))
+    return {
+        "JobId": str(integer(job.get("job_id"))),
+        "JobState": state,
+        "StateFlags": ",".join(flags),
+        "AdminComment": str(job.get("admin_comment") or ""),
+        "Restarts": str(integer(job.get("restart_cnt"))),
+    }
 
 
 class SlurmClient(ABC):
@@ -71,6 +84,10 @@ class SlurmClient(ABC):
     @abstractmethod
     def sacct_json(self, selection: Sequence[str]) -> dict[str, Any]:
         """The `sacct --json` document for the selection."""
+
+    @abstractmethod
+    def sacct_fields(self) -> tuple[str, ...]:
+        """The fields this Slurm's sacct knows (`sacct --helpformat`)."""
 
     @abstractmethod
     def show_job(self, job_id: int) -> dict[str, str]:
@@ -103,6 +120,14 @@ class CliSlurmClient(SlurmClient):
         self.echo = echo or (lambda msg: log.info("%s", msg))
         self.timeout_s = timeout_s
         self.retries = retries
+        self._version: tuple[int, ...] | None = None
+        self._sacct_fields: tuple[str, ...] | None = None
+
+    def slurm_version(self) -> tuple[int, ...] | None:
+        """The installed Slurm's version, asked once (`scontrol --version`); None if unreadable."""
+        if self._version is None:
+            self._version = parse_version(self.run(["scontrol", "--version"])) or ()
+        return self._version or None
 
     def run(self, argv: Sequence[str], retry: bool = False) -> str:
         """Run one Slurm command; SlurmError (with its stderr) if it fails, retried for transient errors."""
@@ -204,8 +229,26 @@ class CliSlurmClient(SlurmClient):
             raise SlurmError("sacct --json: unexpected document")
         return doc
 
+    def sacct_fields(self) -> tuple[str, ...]:
+        if self._sacct_fields is None:
+            self._sacct_fields = parse_helpformat(self.run(["sacct", "--helpformat"], retry=True))
+        return self._sacct_fields
+
     def show_job(self, job_id: int) -> dict[str, str]:
-        return parse_scontrol_show(self.run(["scontrol", "-o", "show", "job", str(int(job_id))], retry=True))
+        # From JSON, never from `scontrol -o show job` text: a job name, comment or (26.05) submit line is
+        # user text that can hold "Key=value" look-alikes. 22.05 has no `scontrol --json` and ignores
+        # `squeue --json -j`: its whole queue is read and filtered.
+        job_id = int(job_id)
+        version = self.slurm_version()
+        if version is not None and version >= SCONTROL_JSON_SINCE:
+            argv = ["scontrol", "--json", "show", "job", str(job_id)]
+        else:
+            argv = ["squeue", "--json"]
+        jobs = load_document(self.run(argv, retry=True), " ".join(argv[:3])).get("jobs") or ()
+        for job in jobs:
+            if integer(job.get("job_id")) == job_id:
+                return job_view(job)
+        raise SlurmError(f"scontrol show job {job_id}: Invalid job id specified")
 
     def set_admin_comment(self, job_id: int, text: str) -> None:
         _check_value(text)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import time
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
@@ -12,19 +10,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from easlurm.errors import SlurmError
-from easlurm.slurm.client import CliSlurmClient, SlurmClient, parse_scontrol_show
+from easlurm.slurm.client import SCONTROL_JSON_SINCE, CliSlurmClient, SlurmClient
+from easlurm.slurm.gres import gpu_indices, gpus_of_gres, gpus_of_tres, shards_of_gres
+from easlurm.slurm.json_values import (
+    NODE_BASE_STATES,
+    epoch,
+    integer,
+    job_state,
+    load_document,
+    num,
+    split_state,
+)
 
 log = logging.getLogger(__name__)
 
-#: squeue/sinfo states in which a node's free GPUs can be given to a job.
-_USABLE_NODE_STATES = {"idle", "mixed", "allocated"}
+#: Node base states in which a node's free GPUs can be given to a job.
+_USABLE_NODE_STATES = {"IDLE", "MIXED", "ALLOCATED"}
 _BAD_NODE_FLAGS = {"DRAIN", "DRAINING", "DRAINED", "DOWN", "FAIL", "FAILING", "MAINTENANCE", "NOT_RESPONDING"}
-_GRES_ITEM = re.compile(r"^gpu(?::(?P<type>[A-Za-z0-9_.\-]+?))?(?::(?P<count>\d+))?(?:\(.*\))?$")
-_ALLOC_GPU = re.compile(r"(?:^|,)gres/gpu=(\d+)")
-_SHARD_ITEM = re.compile(
-    r"^(?:gres[:/])?shard(?::[A-Za-z0-9_.\-]*?)?[:=](?P<count>\d+)(?:\((?P<detail>.*)\))?$"
-)
-_IDX = re.compile(r"IDX:(?P<idx>[0-9,\-]+)")
 #: scontrol update keys the daemon may set (a closed list: nothing else is ever changed).
 UPDATABLE_FIELDS = (
     "SiteFactor",
@@ -45,6 +47,7 @@ class SlurmJob:
     job_id: str
     name: str
     user: str
+    #: base state (PENDING, RUNNING, ...); `state_flags` holds the rest of 24.11+'s state list
     state: str
     reason: str
     partition: str
@@ -66,6 +69,7 @@ class SlurmJob:
     #: of the job's GPUs or shards on its node (running jobs; from `gres_detail` "(IDX:0-1)")
     shards: int = 0
     gpu_indices: tuple[int, ...] = ()
+    state_flags: tuple[str, ...] = ()
 
     @property
     def n_gpus(self) -> int:
@@ -82,9 +86,10 @@ class SlurmJob:
 
 @dataclass(frozen=True)
 class SlurmNode:
-    """One node from `sinfo --json`: its GPU type and how many GPUs are in use."""
+    """One node (`sinfo --json` on 22.05, `scontrol --json show nodes` later): its GPU type and GPU use."""
 
     name: str
+    #: base state, upper case (IDLE, MIXED, ALLOCATED, DOWN, ...); flags such as DRAIN apart
     state: str
     flags: tuple[str, ...]
     partitions: tuple[str, ...]
@@ -100,174 +105,100 @@ class SlurmNode:
 
     @property
     def usable(self) -> bool:
-        return self.state.lower() in _USABLE_NODE_STATES and not (set(self.flags) & _BAD_NODE_FLAGS)
+        return self.state.upper() in _USABLE_NODE_STATES and not (set(self.flags) & _BAD_NODE_FLAGS)
 
     @property
     def free_gpus(self) -> int:
         return max(self.total_gpus - self.used_gpus, 0) if self.usable else 0
 
 
-def parse_gres(text: str) -> tuple[str | None, int]:
-    """(type, count) of the GPU entry in a GRES string ("gpu:h100:8(S:0)", "gres:gpu:2"); (None, 0) if none."""
-    for raw in re.split(r",(?![^(]*\))", text or ""):
-        item = raw.strip()
-        if item.startswith("gres:"):
-            item = item[5:]
-        m = _GRES_ITEM.match(item)
-        if not m:
-            continue
-        gtype, count = m.group("type"), m.group("count")
-        if gtype is not None and gtype.isdigit() and count is None:
-            gtype, count = None, gtype  # "gpu:2": a count, no type
-        return gtype, int(count) if count is not None else 1
-    return None, 0
-
-
-def _gres_items(text: str) -> list[str]:
-    """A GRES list split at the commas outside parentheses ("gpu:h100:2(IDX:1-2),shard:1(IDX:0)")."""
-    return [i.strip() for i in re.split(r",(?![^(]*\))", text or "") if i.strip()]
-
-
-def parse_idx(text: str) -> tuple[int, ...]:
-    """GPU indices of a "(IDX:0-1,4)" suffix; () for "IDX:N/A" or none."""
-    m = _IDX.search(text or "")
-    if m is None:
-        return ()
-    out: list[int] = []
-    for part in m.group("idx").split(","):
-        lo, _, hi = part.partition("-")
-        if lo.isdigit() and (not hi or hi.isdigit()):
-            out.extend(range(int(lo), int(hi or lo) + 1))
-    return tuple(out)
-
-
-def parse_shards(text: str) -> tuple[int, tuple[int, ...]]:
-    """(count, GPU indices) of the shard entry of a GRES string ("gres:shard:2", "shard:2(IDX:0)",
-    "shard:h100:24"); (0, ()) when there is none. In `sinfo` gres_used the count is not the number of
-    shards in use (22.05 prints the number of GPUs holding shards): use the indices there."""
-    for item in _gres_items(text):
-        m = _SHARD_ITEM.match(item)
-        if m:
-            return int(m.group("count")), parse_idx(m.group("detail") or "")
-    return 0, ()
-
-
-def _gpu_idx(text: str) -> tuple[int, ...]:
-    for item in _gres_items(text):
-        if item.startswith("gpu"):
-            return parse_idx(item)
-    return ()
-
-
-def first_node(nodes: str) -> str:
-    """First host of a Slurm hostlist ("h100-[1-2]" -> "h100-1")."""
-    if "[" not in nodes:
-        return nodes.split(",")[0]
-    head, _, rest = nodes.partition("[")
-    first = rest.split("]")[0].split(",")[0].split("-")[0]
-    return head + first
-
-
-def _epoch(value: Any) -> float | None:
-    """Slurm JSON times: 0 means unset."""
-    if isinstance(value, dict):  # later Slurm versions: {"set": bool, "number": N}
-        value = value.get("number") if value.get("set", True) else None
-    if not isinstance(value, int | float) or value <= 0:
-        return None
-    return float(value)
-
-
-def _doc(text: str, what: str) -> dict[str, Any]:
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SlurmError(f"{what}: not JSON ({exc})") from exc
-    if not isinstance(doc, dict):
-        raise SlurmError(f"{what}: unexpected document")
-    errors = [e for e in doc.get("errors") or () if e]
-    if errors:
-        raise SlurmError(f"{what}: {errors[0]}")
-    return doc
-
-
 def parse_squeue_json(text: str) -> list[SlurmJob]:
-    """Jobs of `squeue --json` (22.05 ignores -j/-u filters with --json: callers filter)."""
-    jobs = []
-    for j in _doc(text, "squeue --json").get("jobs") or ():
-        state = str(j.get("job_state", ""))
-        detail = j.get("gres_detail") or []
-        shards, indices = parse_shards(str(detail[0]) if state == "RUNNING" and detail else "")
-        if not shards:
-            shards = parse_shards(str(j.get("tres_per_node") or ""))[0]
-        if state == "RUNNING" and detail:
-            gtype, per_node = parse_gres(str(detail[0]))
-            indices = indices or _gpu_idx(str(detail[0]))
-        else:
-            gtype, per_node = parse_gres(str(j.get("tres_per_node") or ""))
-            if per_node == 0 and j.get("tres_per_job"):
-                gtype, per_node = parse_gres(str(j["tres_per_job"]))
-        if state == "RUNNING" and per_node == 0:
-            m = _ALLOC_GPU.search(str(j.get("tres_alloc_str") or ""))
-            per_node = int(m.group(1)) // max(int(j.get("node_count") or 1), 1) if m else 0
-        limit = j.get("time_limit")
-        if isinstance(limit, dict):
-            limit = limit.get("number") if limit.get("set", True) and not limit.get("infinite") else None
-        jobs.append(
-            SlurmJob(
-                job_id=str(j["job_id"]),
-                name=str(j.get("name") or ""),
-                user=str(j.get("user_name") or j.get("user_id") or ""),
-                state=state,
-                reason=str(j.get("state_reason") or ""),
-                partition=str(j.get("partition") or ""),
-                nodes=str(j.get("nodes") or ""),
-                node_count=int(j.get("node_count") or 1),
-                submit_s=_epoch(j.get("submit_time")) or 0.0,
-                start_s=_epoch(j.get("start_time")),
-                eligible_s=_epoch(j.get("eligible_time")),
-                priority=int(j.get("priority") or 0) if not isinstance(j.get("priority"), dict) else 0,
-                gpus_per_node=per_node,
-                gpu_type=gtype,
-                comment=str(j.get("comment") or ""),
-                admin_comment=str(j.get("admin_comment") or ""),
-                requeue=bool(j.get("requeue")),
-                restarts=int(j.get("restart_cnt") or 0),
-                time_limit_s=float(limit) * 60.0 if isinstance(limit, int | float) and limit > 0 else None,
-                required_nodes=str(j.get("required_nodes") or ""),
-                shards=shards,
-                gpu_indices=indices,
-            )
-        )
-    return jobs
+    """Jobs of `squeue --json` in any version (22.05 ignores -j/-u filters with --json: callers filter)."""
+    return [_job(j) for j in load_document(text, "squeue --json").get("jobs") or ()]
+
+
+def _job(j: dict[str, Any]) -> SlurmJob:
+    state, flags = job_state(j.get("job_state"))
+    running = state == "RUNNING"
+    details = j.get("gres_detail") or []
+    detail = str(details[0]) if running and isinstance(details, list) and details else ""
+    request = str(j.get("tres_per_node") or "")
+    node_count = max(integer(j.get("node_count"), 1), 1)
+    shards, indices = shards_of_gres(detail)
+    if not shards:
+        shards = shards_of_gres(request)[0]
+    if detail:
+        per_node, gtype = gpus_of_gres(detail)
+        indices = indices or gpu_indices(detail)
+    else:
+        per_node, gtype = gpus_of_gres(request)
+        if per_node == 0 and j.get("tres_per_job"):
+            per_node, gtype = gpus_of_gres(str(j["tres_per_job"]))
+    if running and per_node == 0:
+        allocated, alloc_type = gpus_of_tres(str(j.get("tres_alloc_str") or ""))
+        per_node, gtype = allocated // node_count, gtype or alloc_type
+    limit_min = num(j.get("time_limit"))
+    return SlurmJob(
+        job_id=str(integer(j.get("job_id"))),
+        name=str(j.get("name") or ""),
+        user=str(j.get("user_name") or j.get("user_id") or ""),
+        state=state,
+        state_flags=flags,
+        reason=str(j.get("state_reason") or ""),
+        partition=str(j.get("partition") or ""),
+        nodes=str(j.get("nodes") or ""),
+        node_count=node_count,
+        submit_s=epoch(j.get("submit_time")) or 0.0,
+        start_s=epoch(j.get("start_time")),
+        eligible_s=epoch(j.get("eligible_time")),
+        priority=integer(j.get("priority")),
+        gpus_per_node=per_node,
+        gpu_type=gtype,
+        comment=str(j.get("comment") or ""),
+        admin_comment=str(j.get("admin_comment") or ""),
+        requeue=bool(j.get("requeue")),
+        restarts=integer(j.get("restart_cnt")),
+        time_limit_s=limit_min * 60.0 if limit_min is not None and limit_min > 0 else None,
+        required_nodes=str(j.get("required_nodes") or ""),
+        shards=shards,
+        gpu_indices=indices,
+    )
 
 
 def parse_sinfo_json(text: str) -> list[SlurmNode]:
-    """Nodes of `sinfo --json` with their GPU GRES and GRES usage."""
-    nodes = []
-    for n in _doc(text, "sinfo --json").get("nodes") or ():
-        gtype, total = parse_gres(str(n.get("gres") or ""))
-        _, used = parse_gres(str(n.get("gres_used") or ""))
-        total_shards = parse_shards(str(n.get("gres") or ""))[0]
-        if total_shards:  # a GPU holding shards is not free for a whole-GPU job (and the reverse)
-            busy = set(_gpu_idx(str(n.get("gres_used") or "")))
-            busy |= set(parse_shards(str(n.get("gres_used") or ""))[1])
-            used = max(used, len(busy))
-        state = n.get("state")
-        if isinstance(state, list):  # later versions: a list of flags
-            state = state[0] if state else ""
-        nodes.append(
-            SlurmNode(
-                name=str(n["name"]),
-                state=str(state or "").lower(),
-                flags=tuple(str(f).upper() for f in n.get("state_flags") or ()),
-                partitions=tuple(str(p) for p in n.get("partitions") or ()),
-                gpu_type=gtype,
-                total_gpus=total,
-                used_gpus=used,
-                total_shards=total_shards,
-            )
-        )
-    return nodes
+    """Nodes of 22.05's `sinfo --json` (a `nodes` list). Later versions group nodes (`sinfo` entries) and
+    lose per-node GPU use: read `scontrol --json show nodes` there (`parse_scontrol_nodes_json`)."""
+    doc = load_document(text, "sinfo --json")
+    if "nodes" not in doc and "sinfo" in doc:
+        raise SlurmError("sinfo --json of this Slurm has no per-node list: use scontrol --json show nodes")
+    return [_node(n) for n in doc.get("nodes") or ()]
+
+
+def parse_scontrol_nodes_json(text: str) -> list[SlurmNode]:
+    """Nodes of `scontrol --json show nodes` (23.02+)."""
+    return [_node(n) for n in load_document(text, "scontrol --json show nodes").get("nodes") or ()]
+
+
+def _node(n: dict[str, Any]) -> SlurmNode:
+    """One node object; 22.05's sinfo and later scontrol share the keys that matter here."""
+    gres, used_text = str(n.get("gres") or ""), str(n.get("gres_used") or "")
+    total, gtype = gpus_of_gres(gres)
+    used, _ = gpus_of_gres(used_text)
+    total_shards = shards_of_gres(gres)[0]
+    if total_shards:  # a GPU holding shards is not free for a whole-GPU job (and the reverse)
+        busy = set(gpu_indices(used_text)) | set(shards_of_gres(used_text)[1])
+        used = max(used, len(busy))
+    state, flags = split_state(n.get("state"), NODE_BASE_STATES, n.get("state_flags"))
+    return SlurmNode(
+        name=str(n.get("name") or n.get("hostname") or ""),
+        state=state,
+        flags=flags,
+        partitions=tuple(str(p) for p in n.get("partitions") or ()),
+        gpu_type=gtype,
+        total_gpus=total,
+        used_gpus=min(used, total),
+        total_shards=total_shards,
+    )
 
 
 def parse_sprio(text: str) -> dict[str, tuple[int, int]]:
@@ -291,12 +222,12 @@ def gpu_seconds_by_user(rows: Sequence[Mapping[str, str]]) -> dict[str, float]:
     """Sum of elapsed seconds x allocated GPUs per user (`sacct -X` rows; jobs without GPUs count 0)."""
     out: dict[str, float] = {}
     for row in rows:
-        m = _ALLOC_GPU.search(row.get("AllocTRES", ""))
+        gpus, _ = gpus_of_tres(row.get("AllocTRES", ""))
         elapsed = row.get("ElapsedRaw", "")
         user = row.get("User", "")
-        if not m or not elapsed.isdigit() or not user:
+        if not gpus or not elapsed.isdigit() or not user:
             continue
-        out[user] = out.get(user, 0.0) + int(m.group(1)) * float(elapsed)
+        out[user] = out.get(user, 0.0) + gpus * float(elapsed)
     return out
 
 
@@ -310,7 +241,7 @@ class SchedClient(SlurmClient):
 
     @abstractmethod
     def nodes(self) -> list[SlurmNode]:
-        """All nodes (`sinfo --json`)."""
+        """All nodes with their GPU use (`sinfo --json` on 22.05, `scontrol --json show nodes` later)."""
 
     @abstractmethod
     def site_factors(self) -> dict[str, tuple[int, int]]:
@@ -340,6 +271,9 @@ class CliSchedClient(CliSlurmClient, SchedClient):
         return parse_squeue_json(self.run(["squeue", "--json"], retry=True))
 
     def nodes(self) -> list[SlurmNode]:
+        version = self.slurm_version()
+        if version is not None and version >= SCONTROL_JSON_SINCE:
+            return parse_scontrol_nodes_json(self.run(["scontrol", "--json", "show", "nodes"], retry=True))
         return parse_sinfo_json(self.run(["sinfo", "--json"], retry=True))
 
     def site_factors(self) -> dict[str, tuple[int, int]]:
@@ -378,12 +312,8 @@ __all__ = [
     "SchedClient",
     "SlurmJob",
     "SlurmNode",
-    "first_node",
     "gpu_seconds_by_user",
-    "parse_gres",
-    "parse_idx",
-    "parse_scontrol_show",
-    "parse_shards",
+    "parse_scontrol_nodes_json",
     "parse_sinfo_json",
     "parse_sprio",
     "parse_squeue_json",

@@ -66,6 +66,9 @@ class FakeSlurm(SlurmClient):
             ]
         }
 
+    def sacct_fields(self) -> tuple[str, ...]:
+        return ("JobID", "State", "AdminComment")
+
     def show_job(self, job_id: int) -> dict[str, str]:
         ctld = self.jobs[str(job_id)]["ctld"]
         if ctld is None:

@@ -104,6 +104,9 @@ class FakeSchedClient(SchedClient):
     def sacct_json(self, selection: Sequence[str]) -> dict[str, Any]:
         raise NotImplementedError
 
+    def sacct_fields(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
     def show_job(self, job_id: int) -> dict[str, str]:
         raise NotImplementedError
 

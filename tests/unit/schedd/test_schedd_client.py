@@ -8,11 +8,11 @@ import pytest
 
 from easlurm.errors import SlurmError
 from easlurm.slurm.client import parse_sacct_parsable
+from easlurm.slurm.gres import gpus_of_gres
 from easlurm.slurm.sched_client import (
     GPU_HISTORY_FIELDS,
     CliSchedClient,
     gpu_seconds_by_user,
-    parse_gres,
     parse_sinfo_json,
     parse_sprio,
     parse_squeue_json,
@@ -24,16 +24,17 @@ FIX = Path(__file__).parents[2] / "fixtures" / "schedd"
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("gpu:h100:2(IDX:0-1)", ("h100", 2)),
-        ("gres:gpu:2", (None, 2)),
-        ("gres:gpu:h100", ("h100", 1)),
-        ("gpu:0", (None, 0)),
-        ("", (None, 0)),
-        ("tmpdisk:100,gpu:a100:8(S:0-1)", ("a100", 8)),
+        ("gpu:h100:2(IDX:0-1)", (2, "h100")),
+        ("gres:gpu:2", (2, None)),
+        ("gres/gpu:a100:2", (2, "a100")),  # 24.11's tres_per_node
+        ("gres:gpu:h100", (1, "h100")),
+        ("gpu:0", (0, None)),
+        ("", (0, None)),
+        ("tmpdisk:100,gpu:a100:8(S:0-1)", (8, "a100")),
     ],
 )
-def test_parse_gres_forms(text: str, expected: tuple[str | None, int]) -> None:
-    assert parse_gres(text) == expected
+def test_gres_forms_of_every_version(text: str, expected: tuple[int, str | None]) -> None:
+    assert gpus_of_gres(text) == expected
 
 
 def test_squeue_json_recorded_jobs() -> None:

@@ -13,7 +13,8 @@ from easlurm.priority.apply import Kind, PlanContext, plan
 from easlurm.priority.sharing import colocations, first_fit, gpu_use, share_placement, sharing_mode
 from easlurm.priority.slurm_snapshot import GpuFacts, SnapshotInputs, build_snapshot
 from easlurm.priority.snapshot import ClusterSnapshot, Decision, PendingJob, StartJob
-from easlurm.slurm.sched_client import parse_idx, parse_shards, parse_sinfo_json, parse_squeue_json
+from easlurm.slurm.gres import parse_idx, shards_of_gres
+from easlurm.slurm.sched_client import parse_sinfo_json, parse_squeue_json
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "schedd"
 NOW = 1_800_000_000.0
@@ -57,10 +58,10 @@ def test_recorded_shard_jobs_and_nodes_parse() -> None:
 
 
 def test_gres_strings() -> None:
-    assert parse_shards("gres:shard:2") == (2, ())
-    assert parse_shards("gpu:h100:2(IDX:1-2),shard:1(IDX:0)") == (1, (0,))
-    assert parse_shards("gpu:h100:8,shard:h100:24") == (24, ())
-    assert parse_shards("gpu:h100:8") == (0, ())
+    assert shards_of_gres("gres:shard:2") == (2, ())
+    assert shards_of_gres("gpu:h100:2(IDX:1-2),shard:1(IDX:0)") == (1, (0,))
+    assert shards_of_gres("gpu:h100:8,shard:h100:24") == (24, ())
+    assert shards_of_gres("gpu:h100:8") == (0, ())
     assert parse_idx("gpu:h100:6(IDX:0-1,4)") == (0, 1, 4)
     assert parse_idx("gpu:h100:0(IDX:N/A)") == ()
 

@@ -11,7 +11,7 @@ import pytest
 
 from easlurm.accounting.step_record import decode_admin_comment
 from easlurm.errors import SlurmError
-from easlurm.slurm.client import SACCT_DELIMITER, CliSlurmClient, parse_sacct_parsable, parse_scontrol_show
+from easlurm.slurm.client import SACCT_DELIMITER, CliSlurmClient, parse_sacct_parsable
 
 DATA = Path(__file__).parent / "data"
 FIELDS = ["JobIDRaw", "JobID", "AdminComment", "JobName", "State", "Elapsed", "NNodes", "ConsumedEnergy"]
@@ -34,14 +34,6 @@ def test_parse_rejects_wrong_field_count() -> None:
         parse_sacct_parsable(f"a{SACCT_DELIMITER}b\n", ["X", "Y", "Z"])
 
 
-def test_parse_recorded_scontrol_show_job() -> None:
-    job = parse_scontrol_show((DATA / "scontrol_show_job.txt").read_text())
-    assert job["JobName"] == "name with spaces"
-    assert job["JobId"].isdigit()
-    assert job["UserId"] == "root(0)"
-    assert "AdminComment" not in job or job["AdminComment"] == ""
-
-
 @pytest.fixture
 def fake_bin(tmp_path: Path) -> Path:
     """sacct/scontrol stand-ins that log their argv and answer from files or fail on demand."""
@@ -53,7 +45,7 @@ if [ -n "$FAKE_FAIL" ]; then echo "$FAKE_FAIL" >&2; exit 1; fi
 [ -f {tmp_path}/out ] && cat {tmp_path}/out
 exit 0
 """
-    for name in ("sacct", "scontrol", "sacctmgr"):
+    for name in ("sacct", "scontrol", "sacctmgr", "squeue"):
         p = bindir / name
         p.write_text(script)
         p.chmod(p.stat().st_mode | stat.S_IEXEC)
@@ -100,12 +92,16 @@ def test_missing_command_is_a_slurm_error(tmp_path: Path) -> None:
 
 
 def test_debug_echoes_command_and_output(fake_bin: Path) -> None:
-    (fake_bin.parent / "out").write_text("JobId=5 JobName=x\n")
+    (fake_bin.parent / "out").write_text(
+        '{"jobs": [{"job_id": 5, "job_state": "RUNNING", "restart_cnt": 1}]}\n'
+    )
     lines: list[str] = []
     c = CliSlurmClient(env={"PATH": f"{fake_bin}:/usr/bin:/bin"}, debug=True, echo=lines.append)
-    assert c.show_job(5)["JobName"] == "x"
-    assert lines[0] == "$ scontrol -o show job 5"
-    assert "JobId=5" in lines[1]
+    c._version = (22, 5, 8)  # what `scontrol --version` would say: the fake answers everything from one file
+    job = c.show_job(5)
+    assert job["JobState"] == "RUNNING" and job["Restarts"] == "1"
+    assert lines[0] == "$ squeue --json"
+    assert '"job_id": 5' in lines[1]
 
 
 def test_environment_is_passed(fake_bin: Path) -> None:

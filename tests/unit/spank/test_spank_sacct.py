@@ -39,6 +39,9 @@ def record(job: int, step: str, watts: float, nodes: int = 2, dur: float = 4.0) 
     )
 
 
+HELPFORMAT_2205 = Path(__file__).parents[2] / "fixtures" / "slurm" / "2205" / "sacct_helpformat.txt"
+
+
 def sacct_lines(rows: list[list[str]]) -> str:
     return "".join(SACCT_DELIMITER.join(r) + "\n" for r in rows)
 
@@ -49,7 +52,11 @@ def fake_sacct(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     comment = encode_admin_comment([record(9, "0", 250.0), record(9, "batch", 100.0, nodes=1)])
     out = tmp_path / "out"
     script = tmp_path / "sacct"
-    script.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {tmp_path}/argv\ncat {out}\n')
+    # `sacct --helpformat` answers with the field list recorded from Slurm 22.05
+    script.write_text(
+        f'#!/bin/sh\n[ "$1" = --helpformat ] && exec cat {HELPFORMAT_2205}\n'
+        f'printf "%s\\n" "$@" > {tmp_path}/argv\ncat {out}\n'
+    )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
     monkeypatch.setenv("FAKE_COMMENT", comment)

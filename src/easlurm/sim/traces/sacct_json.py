@@ -20,45 +20,12 @@ from easlurm.sim.traces.jsonstream import JsonArrayStream
 from easlurm.sim.traces.record import TraceJob, TraceStats
 from easlurm.sim.traces.sacct_text import _array_tasks, _merge_het
 from easlurm.sim.traces.source import open_text
-from easlurm.sim.traces.tres import gpus_from_tres
+from easlurm.slurm.gres import gpus_from_tres
+from easlurm.slurm.json_values import MISSING, dig, job_state, num, text
 
 log = logging.getLogger(__name__)
 
-#: Slurm's NO_VAL / INFINITE sentinels (32-bit), printed by 22.05 where later schemas say set/infinite.
-_SENTINELS = {4294967294, 4294967295, 4294967294 * 60, 4294967295 * 60}
-_MISSING = object()
-
-
-def _dig(obj: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        if not isinstance(obj, dict) or part not in obj:
-            return _MISSING
-        obj = obj[part]
-    return obj
-
-
-def _num(value: Any) -> float | None:
-    """Plain number or {"set", "infinite", "number"} -> float; unset, infinite or a sentinel -> None."""
-    if value is _MISSING or value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, dict):
-        if not value.get("set", True) or value.get("infinite", False):
-            return None
-        value = value.get("number")
-    if isinstance(value, int | float):
-        return None if value in _SENTINELS else float(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return float(value)
-    return None
-
-
-def _text(value: Any) -> str | None:
-    if value is _MISSING or value is None:
-        return None
-    if isinstance(value, list):
-        value = value[0] if value else None
-        return None if value is None else str(value)
-    return str(value)
+_MISSING = MISSING
 
 
 def _tres(entries: Any) -> dict[str, float]:
@@ -69,7 +36,7 @@ def _tres(entries: Any) -> dict[str, float]:
     for e in entries:
         if not isinstance(e, dict):
             continue
-        kind, name, count = e.get("type"), e.get("name"), _num(e.get("count"))
+        kind, name, count = e.get("type"), e.get("name"), num(e.get("count"))
         if not kind or count is None:
             continue
         out[f"{kind}/{name}" if name else str(kind)] = count
@@ -142,40 +109,40 @@ class SacctJsonReader:
 
     def _parse(self, job: dict[str, Any], where: str) -> tuple[list[TraceJob], int | None]:
         for name in EXPECTED:
-            if name not in self.stats.missing_fields and _dig(job, name) is _MISSING:
+            if name not in self.stats.missing_fields and dig(job, name) is _MISSING:
                 self.stats.missing_fields.add(name)
                 log.info("%s: sacct --json has no %r field: left unknown", self.path, name)
-        job_id = _num(job.get("job_id", _MISSING))
+        job_id = num(job.get("job_id", _MISSING))
         if job_id is None:
             raise TraceError(f"field job_id: missing or not a number ({job.get('job_id')!r})")
-        submit_s = _num(_dig(job, "time.submission"))
+        submit_s = num(dig(job, "time.submission"))
         if not submit_s:
-            raise TraceError(f"field time.submission: missing ({_dig(job, 'time.submission')!r})")
-        start_s = _num(_dig(job, "time.start")) or None
-        end_s = _num(_dig(job, "time.end")) or None
-        limit_min = _num(_dig(job, "time.limit"))
-        state = _text(_dig(job, "state.current"))
-        alloc = _tres(_dig(job, "tres.allocated"))
+            raise TraceError(f"field time.submission: missing ({dig(job, 'time.submission')!r})")
+        start_s = num(dig(job, "time.start")) or None
+        end_s = num(dig(job, "time.end")) or None
+        limit_min = num(dig(job, "time.limit"))
+        state = job_state(dig(job, "state.current"))[0] or None
+        alloc = _tres(dig(job, "tres.allocated"))
         n_gpus, gpu_type = gpus_from_tres(alloc)
         if not n_gpus:
-            n_gpus, gpu_type = gpus_from_tres(_tres(_dig(job, "tres.requested")))
-        exit_code = _num(_dig(job, "exit_code.return_code"))
-        admin = _text(_dig(job, "comment.administrator"))
+            n_gpus, gpu_type = gpus_from_tres(_tres(dig(job, "tres.requested")))
+        exit_code = num(dig(job, "exit_code.return_code"))
+        admin = text(dig(job, "comment.administrator"))
         if admin is None:
-            admin = _text(job.get("admin_comment", _MISSING))
+            admin = text(job.get("admin_comment", _MISSING))
         energy = decode_energy(admin)
         steps = job.get("steps")
         if isinstance(steps, list):
             self.stats.steps_folded += len(steps)
-        cpus = _num(_dig(job, "required.CPUs"))
-        nodes = _num(job.get("allocation_nodes", _MISSING))
-        partition = _text(job.get("partition", _MISSING))
-        killer = _text(job.get("kill_request_user", _MISSING))
-        nodelist = _text(job.get("nodes", _MISSING))
+        cpus = num(dig(job, "required.CPUs"))
+        nodes = num(job.get("allocation_nodes", _MISSING))
+        partition = text(job.get("partition", _MISSING))
+        killer = text(job.get("kill_request_user", _MISSING))
+        nodelist = text(job.get("nodes", _MISSING))
         base = TraceJob(
             job_id=str(int(job_id)),
             submit_s=submit_s,
-            user=_text(job.get("user", _MISSING)) or None,
+            user=text(job.get("user", _MISSING)) or None,
             partition=(partition or "").split(",")[0] or None,
             start_s=start_s,
             end_s=end_s,
@@ -188,8 +155,8 @@ class SacctJsonReader:
             state=state.upper() if state else None,
             exit_code=int(exit_code) if exit_code is not None else None,
             cancelled_by=killer or None,
-            name=_text(job.get("name", _MISSING)) or None,
-            qos=_text(job.get("qos", _MISSING)) or None,
+            name=text(job.get("name", _MISSING)) or None,
+            qos=text(job.get("qos", _MISSING)) or None,
             model=energy.model if energy else None,
             total_steps=energy.steps if energy else None,
             measured_energy_j=energy.energy_j if energy else None,
@@ -197,20 +164,20 @@ class SacctJsonReader:
             allocated=None if nodelist is None else nodelist.lower() not in {"none assigned", ""},
             source=where,
         )
-        array_job = _num(_dig(job, "array.job_id"))
-        het_job = _num(_dig(job, "het.job_id"))
+        array_job = num(dig(job, "array.job_id"))
+        het_job = num(dig(job, "het.job_id"))
         het_key = int(het_job) if het_job else None
         if het_key is not None:
             base = replace(base, job_id=str(het_key))
         if not array_job:
             return [base], het_key
         arr = str(int(array_job))
-        task_id = _num(_dig(job, "array.task_id"))
+        task_id = num(dig(job, "array.task_id"))
         if task_id is not None:
             return [
                 replace(base, job_id=f"{arr}_{int(task_id)}", array_job_id=arr, array_task_id=int(task_id))
             ], het_key
-        spec = _text(_dig(job, "array.task")) or ""
+        spec = text(dig(job, "array.task")) or ""
         if not spec:
             raise TraceError("field array.task: array job without task id or range")
         tasks = _array_tasks(spec)

@@ -25,7 +25,7 @@ from easlurm.sim.traces.record import TraceJob, TraceStats
 from easlurm.sim.traces.sacct_fields import FREE_TEXT, Misplaced, place_fields
 from easlurm.sim.traces.slurmtime import parse_elapsed_s, parse_timelimit_s, parse_timestamp_s
 from easlurm.sim.traces.source import open_text
-from easlurm.sim.traces.tres import gpus_from_gres, gpus_from_tres, parse_tres
+from easlurm.slurm.gres import gpus_from_tres, gpus_of_gres, parse_tres
 
 log = logging.getLogger(__name__)
 
@@ -321,7 +321,7 @@ class SacctTextReader:
         if not n_gpus:
             for col in ("allocgres", "reqgres", "trespernode", "tresperjob"):
                 if get(col):
-                    n_gpus, gpu_type = field(col, gpus_from_gres)
+                    n_gpus, gpu_type = field(col, lambda v: gpus_of_gres(v, strict=True))
                     if n_gpus:
                         break
         state_text = get("state") or ""
