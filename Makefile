@@ -11,7 +11,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: install demo test lint unit integration bench clean
 
-# Debian packages (Slurm 22.05, munge, MariaDB, Open MPI, compilers, python3-venv), then the virtual
+# Debian packages (the release's Slurm, munge, MariaDB, Open MPI, compilers, python3-venv), then the virtual
 # environment with easlurm and its test extras. Idempotent: the stamp is keyed on pyproject.toml.
 # torch is not among the extras installed here: from the package index it is the CUDA build (gigabytes);
 # `make install EXTRAS=dev,mpi,torch` (or `pip install 'easlurm[torch]'`) adds it, and its tests then run.
