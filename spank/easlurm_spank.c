@@ -81,24 +81,38 @@ static double now_s(clockid_t clk)
 	return (double) ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* Option callback. Contexts: local (srun), allocator (sbatch/salloc), remote (slurmstepd). */
+/* Where srun, salloc and sbatch inside a job find the option of the enclosing sbatch/salloc. Slurm replays
+ * it through opt_cb before the command line's value, so a value equal to it is the inherited one. */
+#define INHERITED_ENV "SLURM_SPANK__SLURM_SPANK_OPTION_easlurm_energy_profile"
+/* What Slurm 22.05's sbatch exports for a bare option (a NULL value printed with "%s"). */
+#define NULL_TEXT "(null)"
+
+/* Option callback. Contexts: local (srun), allocator (sbatch/salloc), remote (slurmstepd).
+ * A bare option is the default SPEC: it arrives as NULL in srun, "" on the compute side and "(null)"
+ * from the job's environment (the batch step, and every srun or sbatch inside the job).
+ * Fail safe: only a SPEC typed on this command's line is rejected (this is submission); a value
+ * inherited from the job's environment or seen on the compute side was accepted at submission, so
+ * when it does not parse (hand-edited environment, another plugin version) the step runs unprofiled. */
 static int opt_cb(int val, const char *optarg, int remote)
 {
 	char err[256];
+	const char *env = remote ? NULL : getenv(INHERITED_ENV);
+	int inherited = remote || (env && optarg && strcmp(env, optarg) == 0);
 	(void) val;
 	opt_given = 1;
+	if (!optarg || (inherited && strcmp(optarg, NULL_TEXT) == 0))
+		optarg = "";
 	if (eas_spec_check(optarg, err, sizeof(err)) < 0) {
 		opt_valid = 0;
-		if (!remote) {
+		if (!inherited) {
 			slurm_error("easlurm: invalid --energy-profile: %s", err);
 			return -1;
 		}
-		/* Reached only when the submission-side check was bypassed: never fail the job. */
-		site_error("easlurm: not profiling, invalid --energy-profile: %s", err);
+		site_error("easlurm: not profiling, invalid inherited --energy-profile: %s", err);
 		return 0;
 	}
 	opt_valid = 1;
-	snprintf(opt_spec, sizeof(opt_spec), "%s", optarg ? optarg : "");
+	snprintf(opt_spec, sizeof(opt_spec), "%s", optarg);
 	return 0;
 }
 

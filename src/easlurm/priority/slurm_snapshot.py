@@ -35,12 +35,17 @@ def spec_from_comment(comment: str) -> str | None:
     return None
 
 
+#: What sbatch (22.05) writes for a bare `--energy-profile`: a NULL value printed with "%s".
+BARE_OPTION_TEXT = "(null)"
+
+
 def spec_from_environment(data: bytes) -> str | None:
-    """The SPANK option's value in a NUL-separated environment file (None when not given)."""
+    """The SPANK option's value in a NUL-separated environment file (None when not given, "" when bare)."""
     key = SPANK_ENV_VAR.encode() + b"="
     for item in data.split(b"\0"):
         if item.startswith(key):
-            return item[len(key) :].decode("ascii", "replace")
+            value = item[len(key) :].decode("ascii", "replace")
+            return "" if value == BARE_OPTION_TEXT else value
     return None
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from easlurm.errors import EaslurmError
 from easlurm.sim.stats import MetricSummary
@@ -164,7 +165,8 @@ def plot_power(
     fig = _figure(8.0, 1.0 + 1.35 * len(drawn))
     axes = fig.subplots(len(drawn), 1, sharex=True, sharey=True, squeeze=False)[:, 0]
     for ax, (label, (t_s, p_w)) in zip(axes, drawn.items()):
-        t, p = np.asarray(t_s, float), np.asarray(p_w, float)
+        t: npt.NDArray[np.float64] = np.asarray(t_s, dtype=np.float64)
+        p: npt.NDArray[np.float64] = np.asarray(p_w, dtype=np.float64)
         name = label
         if budget_w is not None:
             ax.axhline(budget_w, color="k", ls=":", lw=1.5)
@@ -181,7 +183,9 @@ def plot_power(
     return _save(fig, out)
 
 
-def _envelope(t: np.ndarray, p: np.ndarray, max_points: int = 4000) -> tuple[np.ndarray, np.ndarray]:
+def _envelope(
+    t: npt.NDArray[np.float64], p: npt.NDArray[np.float64], max_points: int = 4000
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """A long step series reduced to per-bin maxima (peaks stay visible); short ones are left alone."""
     if t.size <= max_points:
         return t, p

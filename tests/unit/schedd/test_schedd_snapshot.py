@@ -29,6 +29,9 @@ def test_spec_sources() -> None:
     recorded = (FIX / "environment").read_bytes()
     assert spec_from_environment(recorded) == "model=resnet50,steps=100,batch=128:256,urgent"
     assert spec_from_environment(b"\x01\x00\x00\x00PATH=/bin\x00") is None
+    # a bare `sbatch --energy-profile` is exported as the text "(null)" on 22.05: the default SPEC
+    bare = b"\x02\x00\x00\x00PATH=/bin\x00_SLURM_SPANK_OPTION_easlurm_energy_profile=(null)\x00"
+    assert spec_from_environment(bare) == ""
 
 
 def test_spec_reader_state_dir(tmp_path: Path) -> None:

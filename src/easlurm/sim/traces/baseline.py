@@ -122,7 +122,7 @@ class RecordedBaseline:
         start = np.asarray(self._cols["start"])
         end = np.asarray(self._cols["end"])
         n = np.asarray(self._cols["n"])
-        horizon = float(end.max())
+        horizon = float(np.max(end))
         t_all, busy_all = _steps(start, end, n)
         have = sum(self.gpus_by_type.values())
         peak = round(float(busy_all.max())) if len(busy_all) else 0
@@ -181,7 +181,7 @@ class RecordedBaseline:
             power = cols["power"] * scale
         start, end, submit = cols["start"], cols["end"], cols["submit"]
         dur = np.maximum(end - start, 0.0)
-        horizon = float(end.max())
+        horizon = float(np.max(end))
         fit = self.fit()
         assert fit is not None
         idle_total_w = sum(self.idle_w_by_type.get(t, 0.0) * n for t, n in self.gpus_by_type.items())
@@ -222,7 +222,7 @@ class RecordedBaseline:
             "mean_wait_s": float(np.mean(start - submit)),
             "deadline_miss_rate": float(np.mean(end[has_dl] > deadline[has_dl])) if has_dl.any() else None,
             "jain_index": jain_index(np.asarray(per_user_jct)),
-            "max_power_w": float(max(p_steps.max(), idle_total_w)) if fits else None,
+            "max_power_w": float(max(np.max(p_steps), idle_total_w)) if fits else None,
             "power_budget_w": power_budget_w,
             "time_over_budget_s": over_budget if fits else None,
             "makespan_s": horizon,
