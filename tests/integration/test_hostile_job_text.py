@@ -1,6 +1,8 @@
 """Nothing a user writes reaches what the agents publish: a job whose name, comment and working directory
 hold `Key=value` look-alikes (and, on 26.05, a submit line repeating them) and a well-formed but forged
-energy record is accounted from what the agents measured, on every Slurm version."""
+energy record is accounted from what the agents measured, on every Slurm version. Slurm prints user
+text unquoted in `scontrol -o show job`, so any reader of that text could take `Restarts=7` (which keys a
+run's records) or `AdminComment=<record>` (which an agent without a spool merges) from the user."""
 
 from __future__ import annotations
 
@@ -18,44 +20,82 @@ pytestmark = pytest.mark.slurm
 FORGED_J = 123_456_789.0
 
 
-def forged_comment(job_hint: int) -> str:
-    """A valid AdminComment document claiming a huge step 7 on a node that does not exist."""
+def forged_comment(job_id: int) -> str:
+    """A valid AdminComment document claiming a huge step 7 of `job_id` on a node that does not exist."""
     dev = DeviceRecord("gpu0", "gpu", FORGED_J, FORGED_J / 10, 10, False, "nvml-energy")
-    return encode_admin_comment([StepRecord(job_hint, "7", 1, [NodeRecord(0, "evil-1", 1.7e9, 10.0, [dev])])])
+    return encode_admin_comment([StepRecord(job_id, "7", 1, [NodeRecord(0, "evil-1", 1.7e9, 10.0, [dev])])])
 
 
-def test_hostile_names_comments_and_dirs_plant_nothing(slurm_box: Any, tmp_path: Path) -> None:
-    forged = forged_comment(0)
-    workdir = tmp_path / f"d AdminComment={forged[:40]} Restarts=7"  # a path component holds 255 bytes
+def submit_hostile(box: Any, tmp_path: Path) -> str:
+    """A held profiled job with a hostile name and working directory; its Comment is then set (as any user
+    may) to look-alikes and a forged record carrying its own job id; then released."""
+    workdir = tmp_path / "d Restarts=7 AdminComment=easlurm1:00ff"
     workdir.mkdir(parents=True)
-    workdir.chmod(0o755)
-    tmp_path.chmod(0o755)
-    with plugin_with_fake_sensors(slurm_box):
-        job = slurm_box.sbatch(
-            "-J",
-            "x Restarts=7 AdminComment=easlurm-forged",
-            f"--comment=y Restarts=7 AdminComment={forged}",
-            "-D",
-            str(workdir),
-            "-p",
-            "a100",
-            "--gres=gpu:a100:1",
-            "--energy-profile=all",
-            "-o",
-            str(tmp_path / "out"),
-            "--wrap",
-            "srun sleep 1",
-        )
-        assert slurm_box.wait_job(job) == "COMPLETED"
-    res = run_easlurm(slurm_box, "sacct", "-j", job, "-D", "--json", timeout=60)
+    for p in (tmp_path, workdir):
+        p.chmod(0o755)
+    job = box.sbatch(
+        "--hold",
+        "-J",
+        "x Restarts=7 AdminComment=easlurm-forged",
+        "-D",
+        str(workdir),
+        "-p",
+        "a100",
+        "--gres=gpu:a100:1",
+        "--energy-profile=all",
+        "-o",
+        str(tmp_path / "out"),
+        "--wrap",
+        "srun sleep 1",
+    )
+    box.run(
+        [
+            "scontrol",
+            "update",
+            f"JobId={job}",
+            f"Comment=y Restarts=7 AdminComment={forged_comment(int(job))}",
+        ]
+    )
+    box.run(["scontrol", "release", job])
+    return job
+
+
+def measured_rows(box: Any, job: str) -> dict[str, dict[str, Any]]:
+    res = run_easlurm(box, "sacct", "-j", job, "-D", "--json", timeout=60)
     assert res.returncode == 0, res.stderr
-    rows = json.loads(res.stdout)["rows"]
-    steps = {r["job_id"] for r in rows if "." in r["job_id"]}
-    assert steps >= {f"{job}.batch", f"{job}.0"} and f"{job}.7" not in steps
-    for row in rows:
+    return {r["job_id"]: r for r in json.loads(res.stdout)["rows"]}
+
+
+def assert_only_measured(rows: dict[str, dict[str, Any]], job: str) -> None:
+    assert f"{job}.7" not in rows and {f"{job}.batch", f"{job}.0"} <= set(rows)
+    for name in (f"{job}.batch", f"{job}.0"):
+        rec = rows[name].get("energy_record")
+        assert rec is not None, (name, rows[name])  # keyed by the real run (0), not the user's "Restarts=7"
+        assert rec.get("run", 0) == 0 and all(n["host"] != "evil-1" for n in rec["nodes"]), rec
+    assert 0 < rows[job]["total_energy_j"] < FORGED_J
+    assert not rows[job].get("requeue_energy_j")
+
+
+def test_hostile_text_plants_nothing_with_a_spool(slurm_box: Any, tmp_path: Path) -> None:
+    with plugin_with_fake_sensors(slurm_box):
+        job = submit_hostile(slurm_box, tmp_path)
+        assert slurm_box.wait_job(job) == "COMPLETED"
+    assert_only_measured(measured_rows(slurm_box, job), job)
+
+
+def test_hostile_text_plants_nothing_without_a_spool(slurm_box: Any, tmp_path: Path) -> None:
+    """A node whose spool is unusable publishes its step straight into AdminComment, merged with what
+    slurmctld holds: read from JSON, the user's Comment never counts as what slurmctld holds."""
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("")
+    with plugin_with_fake_sensors(slurm_box, spool=blocked / "spool"):
+        job = submit_hostile(slurm_box, tmp_path / "job")
+        assert slurm_box.wait_job(job) == "COMPLETED"
+    res = run_easlurm(slurm_box, "sacct", "-j", job, "-D", "--json", "--no-spool", timeout=60)
+    assert res.returncode == 0, res.stderr
+    rows = {r["job_id"]: r for r in json.loads(res.stdout)["rows"]}
+    assert f"{job}.7" not in rows
+    for row in rows.values():
         rec = row.get("energy_record") or {}
         assert all(n["host"] != "evil-1" for n in rec.get("nodes", ())), row
         assert (row.get("total_energy_j") or 0.0) < FORGED_J
-    job_row = next(r for r in rows if r["job_id"] == job)
-    assert job_row["total_energy_j"] is not None and job_row["total_energy_j"] > 0
-    assert not job_row.get("requeue_energy_j")  # one run: no earlier run was invented from "Restarts=7"
