@@ -50,6 +50,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "env_dir": None,
         "state_save_dir": None,
     },
+    "report": {
+        "grid_intensity_g_per_kwh": None,
+        "grid_intensity_csv": None,
+    },
     "sim": {
         "cluster": None,
         "hours": 10.0,

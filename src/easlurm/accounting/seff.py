@@ -187,7 +187,7 @@ def tres_gpus(tres: str) -> tuple[int, str | None, int]:
     return count, gtype, shards
 
 
-def _device_lines(rec: StepRecord, limits: GpuLimits | None) -> list[DeviceLine]:
+def device_lines(rec: StepRecord, limits: GpuLimits | None) -> list[DeviceLine]:
     out = []
     for node in rec.nodes:
         for d in node.devices:
@@ -221,7 +221,7 @@ def _step_line(rec: StepRecord, limits: GpuLimits | None) -> StepLine:
         mean_power_w=rec.mean_power_w,
         edp_j_s=rec.edp,
         hosts=[n.host for n in rec.nodes],
-        devices=_device_lines(rec, limits),
+        devices=device_lines(rec, limits),
         modelled=rec.modelled_kinds,
         partial=rec.partial,
     )
@@ -288,7 +288,7 @@ def build_card(
     card.edp_j_s = total.edp
     card.measured_s = total.duration_s
     card.modelled = total.modelled_kinds
-    card.idle_gpus = idle_gpus(_device_lines(total, limits), limits)
+    card.idle_gpus = idle_gpus(device_lines(total, limits), limits)
     if any(s.partial for s in steps):
         card.notes.append("partial: a node's record is missing; its energy is not in the totals")
     if any(d.apportioned for s in card.steps for d in s.devices):
