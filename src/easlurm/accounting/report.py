@@ -287,13 +287,13 @@ COLUMNS = (
     ("Jobs", "jobs", None),
     ("Runs", "runs", None),
     ("Profiled", "profiled_runs", None),
-    ("Energy_kWh", "energy_kwh", 4),
-    ("GPU_h", "gpu_hours", 3),
-    ("MeanPower_W", "mean_power_w", 1),
-    ("kWh_per_GPU_h", "kwh_per_gpu_hour", 4),
-    ("Requeue_kWh", "requeue_energy_j", 4),
-    ("IdleGPU_kWh", "idle_gpu_energy_j", 4),
-    ("CO2_kg", "co2_g", 4),
+    ("Energy_kWh", "energy_kwh", ".4g"),
+    ("GPU_h", "gpu_hours", ".3f"),
+    ("MeanPower_W", "mean_power_w", ".1f"),
+    ("kWh_per_GPU_h", "kwh_per_gpu_hour", ".4g"),
+    ("Requeue_kWh", "requeue_energy_j", ".4g"),
+    ("IdleGPU_kWh", "idle_gpu_energy_j", ".4g"),
+    ("CO2_kg", "co2_g", ".4g"),
 )
 
 
@@ -312,7 +312,7 @@ def table_rows(
                 v = v / J_PER_KWH
             elif key == "co2_g" and v is not None:
                 v = v / 1000.0
-            cells.append("-" if v is None else f"{v:.{digits}g}" if digits is not None else str(v))
+            cells.append("-" if v is None else format(v, digits) if digits is not None else str(v))
         rows.append(cells)
     header = [c[0] for c in cols]
     return header, rows
