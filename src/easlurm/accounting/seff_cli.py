@@ -53,8 +53,10 @@ def _p(v: float | None) -> str:
     return format_power(v) or "-"
 
 
-def render_card(card: Any, whatifs: Sequence[Any], whatif_note: str | None) -> str:
-    """The card as text: a header, totals, one row per device, then the what-ifs."""
+def render_card(card: Any, whatifs: Sequence[Any], whatif_note: str | None, per_device: bool = False) -> str:
+    """The card as text: a header, totals, one row per step, node and device kind (per device with
+    `per_device`; power columns are per device: mean of means, highest peak), then the what-ifs."""
+    from easlurm.energy.result import sum_known
     from easlurm.table import render_table
 
     gpus = f"{card.n_gpus} x {card.gpu_type or 'gpu'}" if card.n_gpus else "none"
@@ -99,23 +101,35 @@ def render_card(card: Any, whatifs: Sequence[Any], whatif_note: str | None) -> s
     lines.extend(card.notes)
     rows = []
     for s in card.steps:
+        groups: dict[tuple[str, str, bool, str | None], list[Any]] = {}
         for d in s.devices:
+            key = (
+                d.host,
+                d.kind if not per_device else d.device,
+                d.modelled or not d.in_total,
+                d.apportioned,
+            )
+            groups.setdefault(key, []).append(d)
+        for devs in groups.values():
+            d = devs[0]
             flags = [
                 f for f in ("modelled" if d.modelled else "", "sub-domain" if not d.in_total else "") if f
             ]
             if d.apportioned:
                 flags.append(f"shared:{100 * (d.share or 0):.0f}%")
-            peak = _p(d.peak_power_w)
+            means = [x.mean_power_w for x in devs if x.mean_power_w is not None]
+            peaks = [x.peak_power_w for x in devs if x.peak_power_w is not None]
+            utils = [x.utilisation for x in devs if x.utilisation is not None]
             rows.append(
                 {
                     "Step": s.step,
                     "Node": d.host,
-                    "Device": d.device,
-                    "Energy": _e(d.energy_j),
-                    "MeanPower": _p(d.mean_power_w),
-                    "PeakPower": peak,
+                    "Device": d.device if len(devs) == 1 else f"{len(devs)}x{d.kind}",
+                    "Energy": _e(sum_known(x.energy_j for x in devs)),
+                    "MeanPower": _p(sum(means) / len(means) if means else None),
+                    "PeakPower": _p(max(peaks) if peaks else None),
                     "Limit": _p(d.limit_w),
-                    "Util": "-" if d.utilisation is None else f"{100 * d.utilisation:.0f}%",
+                    "Util": f"{100 * sum(utils) / len(utils):.0f}%" if utils else "-",
                     "Flags": ",".join(flags) or "measured",
                 }
             )
@@ -149,6 +163,8 @@ def compute_whatifs(
         return [], "no what-if: the SPEC declares no batch (batch=N)"
     cfg = load_ctx_config(ctx)
     catalogue = apply_oracle_config(cfg)
+    if card.shards and not card.gpu_type:
+        return [], "no what-if: a shard job's accounting record (AllocTRES) names no GPU type"
     if not card.gpu_type or card.gpu_type not in catalogue:
         return [], f"no what-if: GPU type {card.gpu_type or '(none)'} is not in the oracle's catalogue"
     oracle = build_oracle(cfg.get("oracle.params"), cfg.get("oracle.hardware"))
@@ -183,6 +199,7 @@ def compute_whatifs(
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON document (SI units in key names).")
 @click.option("--no-whatif", is_flag=True, help="Leave the oracle's what-if out.")
+@click.option("--devices", "per_device", is_flag=True, help="One row per device (default: per device kind).")
 @click.option(
     "--spool",
     type=click.Path(file_okay=False),
@@ -198,6 +215,7 @@ def seff_cmd(
     run: int | None,
     as_json: bool,
     no_whatif: bool,
+    per_device: bool,
     spool: str | None,
     no_spool: bool,
     debug: bool,
@@ -229,4 +247,4 @@ def seff_cmd(
     if as_json:
         click.echo(json.dumps(card_document(card, whatifs, note), indent=1))
         return
-    click.echo(render_card(card, whatifs, note))
+    click.echo(render_card(card, whatifs, note, per_device))
