@@ -33,6 +33,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "easlurm.accounting.sacct_cli:sacct_cmd",
         "sacct with per-step GPU/CPU/DRAM energy (--energy-profile jobs).",
     ),
+    "seff": (
+        "easlurm.accounting.seff_cli:seff_cmd",
+        "A finished job's energy card: devices, power vs limits, requeues, idle GPUs, the oracle's what-if.",
+    ),
+    "report": (
+        "easlurm.accounting.report_cli:report_cmd",
+        "Energy over a period by user, account, partition or GPU type (kWh, GPU-hours, CO2, plot).",
+    ),
     "accounting": (
         "easlurm.accounting.republish_cli:accounting_group",
         "Admin: republish energy records of cancelled and timed-out jobs into sacct.",

@@ -46,9 +46,14 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "preempt_cooldown_s": 300.0,
         "hold_ttl_s": 600.0,
         "metrics_port": None,
+        "metrics_address": None,
         "decision_log": "/var/log/easlurm/schedd.jsonl",
         "env_dir": None,
         "state_save_dir": None,
+    },
+    "report": {
+        "grid_intensity_g_per_kwh": None,
+        "grid_intensity_csv": None,
     },
     "sim": {
         "cluster": None,

@@ -247,6 +247,7 @@ def node_record_from_profile(
             kind=str(getattr(d.kind, "value", d.kind)),
             energy_j=_finite(d.energy_j),
             mean_power_w=_finite(d.mean_power_w),
+            peak_power_w=_finite(getattr(d, "peak_power_w", None)),
             samples=int(d.samples),
             modelled=bool(d.modelled),
             source=str(d.source),

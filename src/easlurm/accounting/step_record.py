@@ -184,12 +184,15 @@ class DeviceRecord:
     apportioned: str | None = None
     share: float | None = None
     whole_gpu_energy_j: float | None = None
+    #: the highest sampled power over the window, W (None in records written before it was kept)
+    peak_power_w: float | None = None
 
     def apportion(self, share: float, method: str) -> None:
         """Keep `share` (0..1) of this GPU's energy and power; the rest belongs to the other jobs."""
         self.whole_gpu_energy_j = self.energy_j
         self.energy_j = None if self.energy_j is None else self.energy_j * share
         self.mean_power_w = None if self.mean_power_w is None else self.mean_power_w * share
+        self.peak_power_w = None  # the whole GPU's peak is not this job's
         self.share = share
         self.apportioned = method
 

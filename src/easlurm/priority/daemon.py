@@ -282,7 +282,7 @@ class Daemon:
         idle = sum(n.free_gpus * n.idle_power_w for n in snap.nodes)
         measured = sum(inputs.measured_power_w.values()) + idle if inputs.measured_power_w else None
         held = sum(1 for j in inputs.jobs if holds.held_by_us(j, report.time_s))
-        self.metrics.observe_cycle(report.timings_s)
+        self.metrics.observe_cycle(report.timings_s, at_s=report.time_s)
         self.metrics.observe_state(len(snap.pending), snap.power_w, measured, snap.power_budget_w, held)
         done = report.outcome.done if report.outcome else []
         self.metrics.count_actions(self.policy.name, [a.kind.value for a in done])

@@ -11,8 +11,10 @@ log = logging.getLogger(__name__)
 
 
 class Metrics:
-    """Cycle time, jobs scored, cluster power (predicted, measured), budget headroom, holds, preemptions
-    and decisions per policy. Without prometheus-client every update is a no-op (the daemon still runs)."""
+    """Cycle time, the last cycle's time, jobs scored, cluster power (predicted, measured), budget headroom
+    (exported only while a budget is set: a headroom of 0 without one would read as an alarm), holds,
+    preemptions and decisions per policy. Without prometheus-client every update is a no-op (the daemon
+    still runs)."""
 
     def __init__(self, enabled: bool = True) -> None:
         self.registry: Any = None
@@ -33,8 +35,11 @@ class Metrics:
         )
         self.jobs_scored = pc.Gauge("easlurm_schedd_jobs_scored", "Declared pending jobs scored", registry=r)
         self.power_w = pc.Gauge("easlurm_schedd_cluster_power_watts", "Cluster power", ["source"], registry=r)
-        self.headroom_w = pc.Gauge(
-            "easlurm_schedd_budget_headroom_watts", "Power budget minus power", registry=r
+        self.headroom_w: Any = None  # created with the first budget, removed when the budget goes
+        self.last_cycle = pc.Gauge(
+            "easlurm_schedd_last_cycle_timestamp_seconds",
+            "Unix time of the last completed scheduling cycle (0: none yet)",
+            registry=r,
         )
         self.holds = pc.Gauge("easlurm_schedd_holds", "Jobs held by the daemon now", registry=r)
         self.preemptions = pc.Counter("easlurm_schedd_preemptions", "Jobs requeued by the daemon", registry=r)
@@ -48,7 +53,7 @@ class Metrics:
         return self.registry is not None
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
-        """Expose /metrics over HTTP on a daemon thread."""
+        """Expose /metrics over HTTP on a daemon thread, on `addr` (all interfaces by default)."""
         if not self.enabled:
             raise ConfigError("--metrics-port needs prometheus-client (pip install 'easlurm[metrics]')")
         import prometheus_client as pc
@@ -56,15 +61,19 @@ class Metrics:
         port = check_port(port)
         try:
             pc.start_http_server(port, addr=addr, registry=self.registry)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: an address getaddrinfo cannot read
             raise ConfigError(
-                f"--metrics-port {port}: cannot listen on {addr}:{port} ({exc.strerror})"
+                f"--metrics-port {port}: cannot listen on {addr}:{port} "
+                f"({getattr(exc, 'strerror', None) or exc})"
             ) from exc
 
-    def observe_cycle(self, phases_s: dict[str, float]) -> None:
+    def observe_cycle(self, phases_s: dict[str, float], at_s: float | None = None) -> None:
+        """A completed cycle's phase times and (unix s) when it ran."""
         if self.enabled:
             for phase, seconds in phases_s.items():
                 self.cycle_s.labels(phase).observe(seconds)
+            if at_s is not None:
+                self.last_cycle.set(at_s)
 
     def observe_state(
         self,
@@ -81,7 +90,16 @@ class Metrics:
         if measured_w is not None:
             self.power_w.labels("measured").set(measured_w)
         if budget_w is not None:
+            if self.headroom_w is None:
+                import prometheus_client as pc
+
+                self.headroom_w = pc.Gauge(
+                    "easlurm_schedd_budget_headroom_watts", "Power budget minus power", registry=self.registry
+                )
             self.headroom_w.set(budget_w - predicted_w)
+        elif self.headroom_w is not None:
+            self.registry.unregister(self.headroom_w)
+            self.headroom_w = None
         self.holds.set(holds)
 
     def count_actions(self, policy: str, kinds: list[str]) -> None:

@@ -37,6 +37,12 @@ CHOICES = ("zeus", "hades", "aurachronos", "charon", "pollux", "themis", "chrono
     default=None,
     help="Serve Prometheus metrics on this port.",
 )
+@click.option(
+    "--metrics-address",
+    type=str,
+    default=None,
+    help="Address the metrics server listens on, e.g. 127.0.0.1 (default: sched.metrics_address, all).",
+)
 @click.option("--decision-log", type=click.Path(dir_okay=False), default=None, help="JSONL decision log.")
 @click.option("--log-snapshots", is_flag=True, help="Also write each cycle's snapshot into the decision log.")
 @click.option("--hold-ttl", type=str, default=None, help="A daemon hold expires after this (default 10min).")
@@ -57,6 +63,7 @@ def schedd_cmd(
     power_budget: str | None,
     dry_run: bool,
     metrics_port: int | None,
+    metrics_address: str | None,
     decision_log: str | None,
     log_snapshots: bool,
     hold_ttl: str | None,
@@ -77,6 +84,7 @@ def schedd_cmd(
         "interval_s": parse_duration_s(interval, field="--interval") if interval else None,
         "power_budget_w": parse_power_w(power_budget, field="--power-budget") if power_budget else None,
         "metrics_port": metrics_port,
+        "metrics_address": metrics_address,
         "decision_log": decision_log,
         "hold_ttl_s": parse_duration_s(hold_ttl, field="--hold-ttl") if hold_ttl else None,
         "state_save_dir": state_save_dir,
@@ -115,7 +123,7 @@ def schedd_cmd(
         )  # also with --once, which does not serve: a bad port is still an error
     metrics = Metrics(enabled=sched["metrics_port"] is not None or once)
     if sched["metrics_port"] is not None and not once:
-        metrics.serve(int(sched["metrics_port"]))
+        metrics.serve(int(sched["metrics_port"]), str(sched["metrics_address"] or "0.0.0.0"))
     daemon = Daemon(client, dcfg, metrics=metrics)
     if once:
         report = daemon.cycle()

@@ -121,6 +121,28 @@ def plot_bars(
     return _save(fig, out)
 
 
+def plot_stacked_bars(
+    labels: Sequence[str], series: Mapping[str, Sequence[float]], out: Path, title: str, ylabel: str
+) -> Path | None:
+    """One stacked bar per label, one colour per series (parts of a whole, e.g. energy by cause)."""
+    if not labels:
+        return None
+    fig = _figure(max(5.0, 0.8 * len(labels) + 2.5), 4.0)
+    ax = fig.add_subplot()
+    x = np.arange(len(labels))
+    bottom = np.zeros(len(labels))
+    for name, values in series.items():
+        v = np.asarray(values, dtype=float)
+        ax.bar(x, v, bottom=bottom, label=name, alpha=0.85)
+        bottom += v
+    ax.set_xticks(x, [str(lb) for lb in labels], rotation=30, ha="right")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, out)
+
+
 def plot_vs_load(
     series: Mapping[str, Sequence[MetricSummary]], out: Path, title: str, ylabel: str, scale: float = 1.0
 ) -> Path | None:

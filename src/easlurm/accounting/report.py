@@ -1,0 +1,382 @@
+"""`easlurm report`'s figures: energy over a period grouped by user, account, partition or GPU type.
+
+Pure: sacct rows (every run, `--duplicates` order), decoded step records and a grid intensity in; one
+`RunEnergy` per job run and one `GroupTotals` per group out. A run's energy is `job_total` of its steps,
+the figure `easlurm sacct` shows on its job row, so a report's total is the sum of those rows.
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import io
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from easlurm.accounting.sacct_cli import job_total, run_numbers, split_job_id
+from easlurm.accounting.seff import GpuLimits, device_lines, idle_gpus, tres_gpus
+from easlurm.accounting.step_record import StepRecord
+from easlurm.errors import ConfigError
+
+SCHEMA_VERSION = 1
+J_PER_KWH = 3.6e6
+SACCT_FIELDS = (
+    "JobIDRaw",
+    "JobID",
+    "User",
+    "Account",
+    "Partition",
+    "State",
+    "Start",
+    "End",
+    "ElapsedRaw",
+    "AllocTRES",
+    "AdminComment",
+)
+
+
+class GroupBy(StrEnum):
+    """What a report's rows are."""
+
+    USER = "user"
+    ACCOUNT = "account"
+    PARTITION = "partition"
+    GPU_TYPE = "gpu-type"
+
+
+@dataclass(frozen=True)
+class RunEnergy:
+    """One run of one job: who, where, how long, and what it drew (None: no records)."""
+
+    job_id: str
+    run: int
+    user: str
+    account: str
+    partition: str
+    gpu_type: str
+    state: str
+    start_s: float | None
+    end_s: float | None
+    elapsed_s: float
+    gpu_hours: float
+    energy_j: float | None
+    #: this run was ended by a requeue (a later run exists): all its energy is lost to the requeue
+    requeued: bool
+    #: energy of allocated GPUs that drew no more than idle power over the run
+    idle_gpu_energy_j: float | None
+
+    @property
+    def midpoint_s(self) -> float | None:
+        if self.start_s is None:
+            return self.end_s
+        return self.start_s if self.end_s is None else (self.start_s + self.end_s) / 2
+
+
+@dataclass
+class GroupTotals:
+    """Sums over one group's runs; means are over the runs with records only."""
+
+    key: str
+    jobs: set[str] = field(default_factory=set)
+    runs: int = 0
+    profiled_runs: int = 0
+    gpu_hours: float = 0.0
+    profiled_gpu_hours: float = 0.0
+    profiled_s: float = 0.0
+    energy_j: float = 0.0
+    requeue_energy_j: float = 0.0
+    idle_gpu_energy_j: float = 0.0
+    co2_g: float | None = None
+
+    @property
+    def energy_kwh(self) -> float:
+        return self.energy_j / J_PER_KWH
+
+    @property
+    def mean_power_w(self) -> float | None:
+        """Energy over the profiled runs' elapsed time: the group's mean draw while its jobs ran."""
+        return self.energy_j / self.profiled_s if self.profiled_s > 0 else None
+
+    @property
+    def kwh_per_gpu_hour(self) -> float | None:
+        return self.energy_kwh / self.profiled_gpu_hours if self.profiled_gpu_hours > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "jobs": len(self.jobs),
+            "runs": self.runs,
+            "profiled_runs": self.profiled_runs,
+            "energy_j": self.energy_j,
+            "energy_kwh": self.energy_kwh,
+            "gpu_hours": self.gpu_hours,
+            "profiled_gpu_hours": self.profiled_gpu_hours,
+            "mean_power_w": self.mean_power_w,
+            "kwh_per_gpu_hour": self.kwh_per_gpu_hour,
+            "requeue_energy_j": self.requeue_energy_j,
+            "idle_gpu_energy_j": self.idle_gpu_energy_j,
+            "co2_g": self.co2_g,
+        }
+
+
+# ------------------------------------------------------------------------------------ grid intensity
+
+
+@dataclass(frozen=True)
+class GridIntensity:
+    """Grams of CO2 per kWh: one constant, or a step series (each value holds from its time on)."""
+
+    times_s: tuple[float, ...]
+    g_per_kwh: tuple[float, ...]
+
+    @classmethod
+    def constant(cls, g_per_kwh: float) -> GridIntensity:
+        if not (math.isfinite(g_per_kwh) and g_per_kwh >= 0):
+            raise ConfigError(f"grid intensity: {g_per_kwh!r} is not a number of g/kWh >= 0")
+        return cls((-math.inf,), (float(g_per_kwh),))
+
+    def at(self, t_s: float | None) -> float:
+        """The intensity in force at `t_s` (the first value before the series starts or without a time)."""
+        if t_s is None:
+            return self.g_per_kwh[0]
+        i = bisect.bisect_right(self.times_s, t_s) - 1
+        return self.g_per_kwh[max(i, 0)]
+
+
+def parse_time_s(text: str) -> float | None:
+    """A sacct or CSV time ("2026-11-24T03:55:44", ISO with zone, or unix seconds); None for Unknown/None."""
+    text = text.strip()
+    if not text or text in ("Unknown", "None"):
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t.timestamp()  # a naive time (sacct's) is local time
+
+
+def parse_intensity_csv(text: str, source: str = "CSV") -> GridIntensity:
+    """A `time,g_per_kwh` CSV (header optional; time ISO 8601 or unix seconds), sorted by time."""
+    pairs = []
+    for n, row in enumerate(csv.reader(io.StringIO(text)), 1):
+        if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
+            continue
+        if len(row) < 2:
+            raise ConfigError(f"{source} line {n}: expected time,g_per_kwh")
+        t = parse_time_s(row[0])
+        try:
+            value = float(row[1])
+        except ValueError:
+            if n == 1:
+                continue  # a header
+            raise ConfigError(f"{source} line {n}: {row[1]!r} is not a number of g/kWh") from None
+        if t is None or not math.isfinite(value) or value < 0:
+            raise ConfigError(f"{source} line {n}: bad time or intensity ({','.join(row)[:60]!r})")
+        pairs.append((t, value))
+    if not pairs:
+        raise ConfigError(f"{source}: no intensity rows")
+    pairs.sort()
+    return GridIntensity(tuple(p[0] for p in pairs), tuple(p[1] for p in pairs))
+
+
+# -------------------------------------------------------------------------------------------- runs
+
+
+def job_runs(
+    sacct_rows: Sequence[Mapping[str, str]],
+    records: Mapping[str, Sequence[StepRecord]],
+    limits_of: Mapping[str, GpuLimits] | None = None,
+) -> list[RunEnergy]:
+    """One RunEnergy per job row (each run of a requeued job is its own)."""
+    rows = [dict(r) for r in sacct_rows]
+    runs = run_numbers(rows)
+    last: dict[str, int] = {}
+    for row, run in zip(rows, runs, strict=True):
+        last[split_job_id(row["JobIDRaw"])[0]] = run
+    out = []
+    for row, run in zip(rows, runs, strict=True):
+        job, step = split_job_id(row["JobIDRaw"])
+        if step is not None:
+            continue
+        n_gpus, gtype, shards = tres_gpus(row.get("AllocTRES", ""))
+        elapsed = float(row["ElapsedRaw"]) if (row.get("ElapsedRaw") or "").isdigit() else 0.0
+        total = job_total([s for s in records.get(job, ()) if s.run == run])
+        energy = None if total is None else total.total_energy_j
+        gpu_hours = n_gpus * elapsed / 3600.0
+        idle_j = None
+        if total is not None:
+            shares = [
+                d.share for n in total.nodes for d in n.devices if d.kind == "gpu" and d.share is not None
+            ]
+            if not n_gpus and shares:  # a shard job: its share of each GPU it used
+                gpu_hours = sum(shares) * elapsed / 3600.0
+            limits = (limits_of or {}).get(gtype or "")
+            if limits is not None:
+                idle = idle_gpus(device_lines(total, limits), limits)
+                idle_j = sum(d.energy_j or 0.0 for d in idle)
+        out.append(
+            RunEnergy(
+                job_id=job,
+                run=run,
+                user=row.get("User", ""),
+                account=row.get("Account", ""),
+                partition=row.get("Partition", ""),
+                gpu_type=gtype or ("shard" if shards else "none"),
+                state=(row.get("State") or "").split(" ")[0],
+                start_s=parse_time_s(row.get("Start", "")),
+                end_s=parse_time_s(row.get("End", "")),
+                elapsed_s=elapsed,
+                gpu_hours=gpu_hours,
+                energy_j=energy,
+                requeued=run < last[job],
+                idle_gpu_energy_j=idle_j,
+            )
+        )
+    return out
+
+
+_KEY: dict[GroupBy, Callable[[RunEnergy], str]] = {
+    GroupBy.USER: lambda r: r.user,
+    GroupBy.ACCOUNT: lambda r: r.account,
+    GroupBy.PARTITION: lambda r: r.partition,
+    GroupBy.GPU_TYPE: lambda r: r.gpu_type,
+}
+
+
+def aggregate(
+    runs: Sequence[RunEnergy], by: GroupBy, intensity: GridIntensity | None = None
+) -> tuple[list[GroupTotals], GroupTotals]:
+    """Groups sorted by energy (largest first) and the grand total; CO2 only with an intensity."""
+    groups: dict[str, GroupTotals] = {}
+    total = GroupTotals("TOTAL")
+    for r in runs:
+        for g in (groups.setdefault(_KEY[by](r) or "-", GroupTotals(_KEY[by](r) or "-")), total):
+            g.jobs.add(r.job_id)
+            g.runs += 1
+            g.gpu_hours += r.gpu_hours
+            if r.energy_j is None:
+                continue
+            g.profiled_runs += 1
+            g.profiled_gpu_hours += r.gpu_hours
+            g.profiled_s += r.elapsed_s
+            g.energy_j += r.energy_j
+            if r.requeued:  # all of it lost, idle GPUs included
+                g.requeue_energy_j += r.energy_j
+            else:
+                g.idle_gpu_energy_j += r.idle_gpu_energy_j or 0.0
+            if intensity is not None:
+                g.co2_g = (g.co2_g or 0.0) + r.energy_j / J_PER_KWH * intensity.at(r.midpoint_s)
+    ordered = sorted(groups.values(), key=lambda g: (-g.energy_j, g.key))
+    return ordered, total
+
+
+# ------------------------------------------------------------------------------------------ output
+
+COLUMNS = (
+    ("Group", "key", None),
+    ("Jobs", "jobs", None),
+    ("Runs", "runs", None),
+    ("Profiled", "profiled_runs", None),
+    ("Energy_kWh", "energy_kwh", ".4g"),
+    ("GPU_h", "gpu_hours", ".3f"),
+    ("MeanPower_W", "mean_power_w", ".1f"),
+    ("kWh_per_GPU_h", "kwh_per_gpu_hour", ".4g"),
+    ("Requeue_kWh", "requeue_energy_j", ".4g"),
+    ("IdleGPU_kWh", "idle_gpu_energy_j", ".4g"),
+    ("CO2_kg", "co2_g", ".4g"),
+)
+
+
+def table_rows(
+    groups: Sequence[GroupTotals], total: GroupTotals, co2: bool
+) -> tuple[list[str], list[list[str]]]:
+    """Header and formatted cells, the grand total last; kWh and kg at the edge (SI inside)."""
+    cols = [c for c in COLUMNS if co2 or c[1] != "co2_g"]
+    rows = []
+    for g in [*groups, total]:
+        d = g.to_dict()
+        cells = []
+        for _name, key, digits in cols:
+            v = d[key]
+            if key in ("requeue_energy_j", "idle_gpu_energy_j"):
+                v = v / J_PER_KWH
+            elif key == "co2_g" and v is not None:
+                v = v / 1000.0
+            cells.append("-" if v is None else format(v, digits) if digits is not None else str(v))
+        rows.append(cells)
+    header = [c[0] for c in cols]
+    return header, rows
+
+
+def render_markdown(
+    title: str, header: Sequence[str], rows: Sequence[Sequence[str]], notes: Sequence[str]
+) -> str:
+    out = [f"# {title}", ""]
+    out.extend(notes)
+    if notes:
+        out.append("")
+    out.append("| " + " | ".join(header) + " |")
+    out.append("|" + "---|" * len(header))
+    out.extend("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows)
+    return "\n".join(out) + "\n"
+
+
+def render_csv(groups: Sequence[GroupTotals], total: GroupTotals) -> str:
+    """SI and snake_case, one row per group then the total."""
+    buf = io.StringIO()
+    keys = list(total.to_dict())
+    w = csv.DictWriter(buf, keys, lineterminator="\n")
+    w.writeheader()
+    for g in [*groups, total]:
+        w.writerow({k: ("" if v is None else v) for k, v in g.to_dict().items()})
+    return buf.getvalue()
+
+
+def render_json(
+    by: GroupBy,
+    period: Mapping[str, Any],
+    groups: Sequence[GroupTotals],
+    total: GroupTotals,
+    intensity: str | None,
+) -> str:
+    return json.dumps(
+        {
+            "schema_version": SCHEMA_VERSION,
+            "group_by": by.value,
+            "period": dict(period),
+            "grid_intensity": intensity,
+            "groups": [g.to_dict() for g in groups],
+            "total": total.to_dict(),
+        },
+        indent=1,
+    )
+
+
+def plot_report(groups: Sequence[GroupTotals], out: Path, title: str) -> Path | None:
+    """Stacked bars per group: energy of kept runs, lost to requeues, of idle allocated GPUs (kWh)."""
+    from easlurm.sim.plots import plot_stacked_bars
+
+    if not groups:
+        return None
+    useful = [max(g.energy_j - g.requeue_energy_j - g.idle_gpu_energy_j, 0.0) / J_PER_KWH for g in groups]
+    return plot_stacked_bars(
+        [g.key for g in groups],
+        {
+            "kept runs": useful,
+            "lost to requeues": [g.requeue_energy_j / J_PER_KWH for g in groups],
+            "idle allocated GPUs": [g.idle_gpu_energy_j / J_PER_KWH for g in groups],
+        },
+        out,
+        title,
+        "energy (kWh)",
+    )

@@ -1,0 +1,157 @@
+"""`easlurm report`: energy over a period by user, account, partition or GPU type, as a table, Markdown,
+CSV or JSON, with optional CO2 and a PNG plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from easlurm.errors import ConfigError
+
+
+@click.command(
+    "report",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    help="Energy of the jobs that ran in a period, grouped by user, account, partition or GPU type: kWh, "
+    "GPU-hours, mean power, kWh per GPU-hour, energy lost to requeues and to idle allocated GPUs, and CO2 "
+    "with a grid intensity (g/kWh, or a CSV time series; report.grid_intensity_* in the configuration). "
+    "Every run of a requeued job counts; jobs without records count in jobs and GPU-hours only.",
+)
+@click.option("-S", "--starttime", default="now-7days", show_default=True, help="Period start (sacct -S).")
+@click.option("-E", "--endtime", default="now", show_default=True, help="Period end (sacct -E).")
+@click.option(
+    "--by",
+    "by",
+    type=click.Choice(["user", "account", "partition", "gpu-type"]),
+    default="user",
+    show_default=True,
+    help="What a row is.",
+)
+@click.option("-u", "--user", help="Only these users (sacct -u); default all users.")
+@click.option("-A", "--account", help="Only these accounts (sacct -A).")
+@click.option("-r", "--partition", help="Only these partitions (sacct -r).")
+@click.option("-j", "--jobs", help="Only these jobs (sacct -j).")
+@click.option("--co2", "co2_g_per_kwh", type=float, default=None, help="Grid intensity, g CO2 per kWh.")
+@click.option(
+    "--co2-csv",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="Grid intensity time series: CSV of time,g_per_kwh (each value holds from its time on).",
+)
+@click.option("--markdown", "as_markdown", is_flag=True, help="A Markdown document.")
+@click.option("--csv", "as_csv", is_flag=True, help="CSV, SI units (J, W, g).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document (SI units in key names).")
+@click.option(
+    "--plot", "plot_path", type=click.Path(dir_okay=False), default=None, help="Write a PNG bar plot."
+)
+@click.option("--spool", type=click.Path(file_okay=False), default=None, help="Also read spool records.")
+@click.option("--no-spool", is_flag=True, help="Use AdminComment only.")
+@click.option("--debug", is_flag=True, help="Echo Slurm commands and their raw output on stderr.")
+@click.pass_context
+def report_cmd(
+    ctx: click.Context,
+    starttime: str,
+    endtime: str,
+    by: str,
+    user: str | None,
+    account: str | None,
+    partition: str | None,
+    jobs: str | None,
+    co2_g_per_kwh: float | None,
+    co2_csv: str | None,
+    as_markdown: bool,
+    as_csv: bool,
+    as_json: bool,
+    plot_path: str | None,
+    spool: str | None,
+    no_spool: bool,
+    debug: bool,
+) -> None:
+    from easlurm.accounting.report import (
+        SACCT_FIELDS,
+        GridIntensity,
+        GroupBy,
+        aggregate,
+        job_runs,
+        parse_intensity_csv,
+        plot_report,
+        render_csv,
+        render_json,
+        render_markdown,
+        table_rows,
+    )
+    from easlurm.accounting.sacct_cli import build_rows, selection_argv
+    from easlurm.accounting.seff import tres_gpus
+    from easlurm.accounting.seff_cli import gpu_limits
+    from easlurm.cli import load_ctx_config
+    from easlurm.model.build import apply_oracle_config
+    from easlurm.slurm.client import CliSlurmClient
+    from easlurm.table import render_table
+
+    if sum((as_markdown, as_csv, as_json)) > 1:
+        raise ConfigError("--markdown, --csv and --json are exclusive")
+    if co2_g_per_kwh is not None and co2_csv is not None:
+        raise ConfigError("--co2 and --co2-csv are exclusive")
+    cfg = load_ctx_config(ctx)
+    intensity: GridIntensity | None = None
+    source = None
+    csv_path = co2_csv or (None if co2_g_per_kwh is not None else cfg.get("report.grid_intensity_csv"))
+    g_per_kwh = co2_g_per_kwh if co2_g_per_kwh is not None else cfg.get("report.grid_intensity_g_per_kwh")
+    if csv_path:
+        try:
+            text = Path(csv_path).read_text()
+        except OSError as exc:
+            raise ConfigError(f"grid intensity CSV {csv_path}: {exc.strerror}") from exc
+        intensity, source = parse_intensity_csv(text, str(csv_path)), f"csv:{csv_path}"
+    elif g_per_kwh is not None:
+        try:
+            intensity, source = GridIntensity.constant(float(g_per_kwh)), f"{float(g_per_kwh):g} g/kWh"
+        except (TypeError, ValueError):
+            raise ConfigError(f"grid intensity: {g_per_kwh!r} is not a number of g/kWh") from None
+    client = CliSlurmClient(debug=debug, echo=lambda msg: click.echo(msg, err=True))
+    selection = selection_argv(
+        {
+            "starttime": starttime,
+            "endtime": endtime,
+            "user": user,
+            "allusers": not user,
+            "account": account,
+            "partition": partition,
+            "jobs": jobs,
+            "duplicates": True,
+        }
+    )
+    rows = client.sacct(selection, list(SACCT_FIELDS))
+    spool_dir = None if no_spool else Path(spool or cfg.get("spank.spool"))
+    _, records = build_rows(rows, None, spool_dir, duplicates=True)
+    types = sorted({tres_gpus(r.get("AllocTRES", ""))[1] or "" for r in rows})
+    runs = job_runs(rows, records, gpu_limits(apply_oracle_config(cfg), types))
+    group_by = GroupBy(by)
+    groups, total = aggregate(runs, group_by, intensity)
+    title = f"easlurm energy report by {by}, {starttime} to {endtime}"
+    notes = [f"Grid intensity: {source}."] if source else []
+    if total.runs > total.profiled_runs:
+        notes.append(
+            f"{total.runs - total.profiled_runs} of {total.runs} runs carry no energy records (not submitted "
+            "with --energy-profile): counted in jobs and GPU-hours only."
+        )
+    if plot_path:
+        out = plot_report(groups, Path(plot_path), title)
+        if out is not None:
+            notes.append(f"Plot: {out}")
+    if as_json:
+        period: dict[str, Any] = {"start": starttime, "end": endtime}
+        click.echo(render_json(group_by, period, groups, total, source))
+        return
+    if as_csv:
+        click.echo(render_csv(groups, total), nl=False)
+        return
+    header, cells = table_rows(groups, total, intensity is not None)
+    if as_markdown:
+        click.echo(render_markdown(title, header, cells, notes), nl=False)
+        return
+    click.echo(render_table(header, [dict(zip(header, c)) for c in cells]))
+    for n in notes:
+        click.echo(n)

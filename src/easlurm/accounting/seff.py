@@ -1,0 +1,390 @@
+"""The job card of `easlurm seff`: per-step, node and device figures computed from a job's records alone.
+
+Pure: sacct rows and decoded step records in, dataclasses out (no Slurm, files or printing). Every
+energy is read from the records; a job's total is `job_total` of its run, the figure `easlurm sacct`
+shows on the job row, so the card and sacct always agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from easlurm.accounting.sacct_cli import job_total, run_numbers, split_job_id
+from easlurm.accounting.step_record import ProfileSpec, StepRecord, parse_spec
+from easlurm.energy.result import sum_known
+from easlurm.errors import ConfigError
+from easlurm.slurm.gres import gpus_of_gres
+from easlurm.units import parse_duration_s
+
+SCHEMA_VERSION = 1
+#: sacct fields the card reads.
+SACCT_FIELDS = (
+    "JobIDRaw",
+    "JobID",
+    "JobName",
+    "User",
+    "Account",
+    "Partition",
+    "State",
+    "Start",
+    "End",
+    "ElapsedRaw",
+    "NNodes",
+    "NodeList",
+    "AllocTRES",
+    "AdminComment",
+)
+#: A GPU counts as idle when its mean power stays below idle + this share of (limit - idle).
+IDLE_DYNAMIC_SHARE = 0.10
+
+
+@dataclass(frozen=True)
+class GpuLimits:
+    """What the card compares a GPU's power with (from the GPU catalogue): its limit and idle draw, W."""
+
+    gpu_type: str
+    limit_w: float
+    idle_w: float
+
+    @property
+    def idle_threshold_w(self) -> float:
+        return self.idle_w + IDLE_DYNAMIC_SHARE * (self.limit_w - self.idle_w)
+
+
+@dataclass
+class DeviceLine:
+    """One device of one node in one step."""
+
+    step: str
+    host: str
+    device: str
+    kind: str
+    energy_j: float | None
+    mean_power_w: float | None
+    peak_power_w: float | None
+    limit_w: float | None
+    modelled: bool
+    in_total: bool
+    apportioned: str | None = None
+    share: float | None = None
+    #: measured GPU utilisation and memory, where the record holds them (records carry neither today)
+    utilisation: float | None = None
+    memory_bytes: float | None = None
+
+
+@dataclass
+class StepLine:
+    """One step of the shown run: its energy by device kind and its nodes' devices."""
+
+    step: str
+    duration_s: float | None
+    gpu_energy_j: float | None
+    cpu_energy_j: float | None
+    dram_energy_j: float | None
+    total_energy_j: float | None
+    mean_power_w: float | None
+    edp_j_s: float | None
+    hosts: list[str]
+    devices: list[DeviceLine]
+    modelled: list[str]
+    partial: bool
+
+
+@dataclass
+class JobCard:
+    """Everything `easlurm seff` says about one job (one run of it: the last, unless asked)."""
+
+    job_id: str
+    name: str
+    user: str
+    account: str
+    partition: str
+    state: str
+    elapsed_s: float | None
+    nnodes: int | None
+    nodelist: str
+    gpu_type: str | None
+    n_gpus: int
+    shards: int
+    run: int
+    runs: int
+    spec: str
+    steps: list[StepLine] = field(default_factory=list)
+    #: the run's total (job_total: the batch step plus srun steps' other nodes), J
+    gpu_energy_j: float | None = None
+    cpu_energy_j: float | None = None
+    dram_energy_j: float | None = None
+    total_energy_j: float | None = None
+    mean_power_w: float | None = None
+    edp_j_s: float | None = None
+    measured_s: float | None = None
+    modelled: list[str] = field(default_factory=list)
+    #: total energy of each earlier run (requeued or preempted), oldest first; None where unknown
+    earlier_runs_j: list[float | None] = field(default_factory=list)
+    idle_gpus: list[DeviceLine] = field(default_factory=list)
+    limits: GpuLimits | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def has_records(self) -> bool:
+        return bool(self.steps)
+
+    @property
+    def requeue_energy_j(self) -> float | None:
+        return sum_known(self.earlier_runs_j)
+
+    @property
+    def work_steps(self) -> int | None:
+        """Training steps the SPEC declares (steps=N), the unit of 'energy per step of work'."""
+        return parse_spec_quiet(self.spec).steps
+
+    @property
+    def energy_per_work_step_j(self) -> float | None:
+        n = self.work_steps
+        return None if n is None or self.total_energy_j is None else self.total_energy_j / n
+
+    @property
+    def gpu_energy_per_work_step_j(self) -> float | None:
+        n = self.work_steps
+        return None if n is None or self.gpu_energy_j is None else self.gpu_energy_j / n
+
+
+def parse_spec_quiet(text: str) -> ProfileSpec:
+    """The SPEC of a record; an unreadable one (written by another version) reads as a bare SPEC."""
+    try:
+        return parse_spec(text)
+    except ConfigError:
+        return ProfileSpec()
+
+
+def _elapsed_s(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return float(text) if text.isdigit() else parse_duration_s(text, "Elapsed")
+    except (ValueError, ConfigError):
+        return None
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() else None
+
+
+def tres_gpus(tres: str) -> tuple[int, str | None, int]:
+    """(GPUs, GPU type, shards) of an AllocTRES value ("cpu=2,gres/gpu:a100=2,gres/gpu=2")."""
+    gres = []
+    shards = 0
+    for item in tres.split(","):
+        key, _, value = item.partition("=")
+        if key.startswith("gres/gpu") and value.isdigit():
+            gres.append(f"{key[5:]}:{value}")
+        elif key == "gres/shard" and value.isdigit():
+            shards = int(value)
+    typed = [g for g in gres if g.count(":") == 2]
+    count, gtype = gpus_of_gres(",".join(typed or gres))
+    return count, gtype, shards
+
+
+def device_lines(rec: StepRecord, limits: GpuLimits | None) -> list[DeviceLine]:
+    out = []
+    for node in rec.nodes:
+        for d in node.devices:
+            out.append(
+                DeviceLine(
+                    step=rec.step,
+                    host=node.host,
+                    device=d.name,
+                    kind=d.kind,
+                    energy_j=d.energy_j,
+                    mean_power_w=d.mean_power_w,
+                    peak_power_w=d.peak_power_w,
+                    limit_w=limits.limit_w if limits is not None and d.kind == "gpu" else None,
+                    modelled=d.modelled,
+                    in_total=d.in_total,
+                    apportioned=d.apportioned,
+                    share=d.share,
+                )
+            )
+    return out
+
+
+def _step_line(rec: StepRecord, limits: GpuLimits | None) -> StepLine:
+    return StepLine(
+        step=rec.step,
+        duration_s=rec.duration_s,
+        gpu_energy_j=rec.gpu_energy_j,
+        cpu_energy_j=rec.cpu_energy_j,
+        dram_energy_j=rec.dram_energy_j,
+        total_energy_j=rec.total_energy_j,
+        mean_power_w=rec.mean_power_w,
+        edp_j_s=rec.edp,
+        hosts=[n.host for n in rec.nodes],
+        devices=device_lines(rec, limits),
+        modelled=rec.modelled_kinds,
+        partial=rec.partial,
+    )
+
+
+def _step_order(step: str) -> tuple[int, int]:
+    return (0, 0) if step == "batch" else (1, int(step)) if step.isdigit() else (2, 0)
+
+
+def build_card(
+    sacct_rows: Sequence[Mapping[str, str]],
+    records: Sequence[StepRecord],
+    limits_of: Mapping[str, GpuLimits] | None = None,
+    run: int | None = None,
+) -> JobCard:
+    """The card of one job from its sacct rows (`--duplicates` order: every run) and its step records.
+
+    `limits_of` maps a Slurm GPU type ("a100") to its power limit and idle draw; `run` picks a run
+    (default: the last). Raises ConfigError when the rows hold no job or the run does not exist."""
+    runs = run_numbers([dict(r) for r in sacct_rows])
+    jobs = [
+        (row, r) for row, r in zip(sacct_rows, runs, strict=True) if split_job_id(row["JobIDRaw"])[1] is None
+    ]
+    if not jobs:
+        raise ConfigError("sacct returned no job row")
+    last = max(r for _, r in jobs)
+    shown = last if run is None else run
+    if not 0 <= shown <= last:
+        raise ConfigError(f"job {split_job_id(jobs[0][0]['JobIDRaw'])[0]}: no run {shown} (runs 0..{last})")
+    row = next(row for row, r in jobs if r == shown)
+    n_gpus, gtype, shards = tres_gpus(row.get("AllocTRES", ""))
+    limits = (limits_of or {}).get(gtype or "")
+    steps = sorted((s for s in records if s.run == shown), key=lambda s: _step_order(s.step))
+    card = JobCard(
+        job_id=split_job_id(row["JobIDRaw"])[0],
+        name=row.get("JobName", ""),
+        user=row.get("User", ""),
+        account=row.get("Account", ""),
+        partition=row.get("Partition", ""),
+        state=(row.get("State") or "").split(" ")[0],
+        elapsed_s=_elapsed_s(row.get("ElapsedRaw") or row.get("Elapsed")),
+        nnodes=_int(row.get("NNodes")),
+        nodelist=row.get("NodeList", ""),
+        gpu_type=gtype,
+        n_gpus=n_gpus,
+        shards=shards,
+        run=shown,
+        runs=last + 1,
+        spec=next((s.spec for s in steps if s.spec), ""),
+        steps=[_step_line(s, limits) for s in steps],
+        limits=limits,
+    )
+    for r in range(shown):
+        earlier = job_total([s for s in records if s.run == r])
+        card.earlier_runs_j.append(None if earlier is None else earlier.total_energy_j)
+    total = job_total(steps)
+    if total is None:
+        return card
+    card.gpu_energy_j = total.gpu_energy_j
+    card.cpu_energy_j = total.cpu_energy_j
+    card.dram_energy_j = total.dram_energy_j
+    card.total_energy_j = total.total_energy_j
+    card.mean_power_w = total.mean_power_w
+    card.edp_j_s = total.edp
+    card.measured_s = total.duration_s
+    card.modelled = total.modelled_kinds
+    card.idle_gpus = idle_gpus(device_lines(total, limits), limits)
+    if any(s.partial for s in steps):
+        card.notes.append("partial: a node's record is missing; its energy is not in the totals")
+    if any(d.apportioned for s in card.steps for d in s.devices):
+        card.notes.append("shared GPU: this job's share of the GPU's energy (split by utilisation or time)")
+    return card
+
+
+def idle_gpus(devices: Sequence[DeviceLine], limits: GpuLimits | None) -> list[DeviceLine]:
+    """GPUs held by the job that drew no more than idle power on average (a shared GPU is never idle:
+    its power is a share). Unknown without the GPU's limits."""
+    if limits is None:
+        return []
+    return [
+        d
+        for d in devices
+        if d.kind == "gpu"
+        and not d.apportioned
+        and d.mean_power_w is not None
+        and d.mean_power_w <= limits.idle_threshold_w
+    ]
+
+
+def card_document(
+    card: JobCard, whatifs: Sequence[Any] = (), whatif_note: str | None = None
+) -> dict[str, Any]:
+    """The `--json` document: snake_case keys, SI units in key names, None where unknown."""
+
+    def dev(d: DeviceLine) -> dict[str, Any]:
+        return {
+            "step": d.step,
+            "host": d.host,
+            "device": d.device,
+            "kind": d.kind,
+            "energy_j": d.energy_j,
+            "mean_power_w": d.mean_power_w,
+            "peak_power_w": d.peak_power_w,
+            "limit_w": d.limit_w,
+            "modelled": d.modelled,
+            "in_total": d.in_total,
+            "apportioned": d.apportioned,
+            "share": d.share,
+            "utilisation": d.utilisation,
+            "memory_bytes": d.memory_bytes,
+        }
+
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "job_id": card.job_id,
+        "name": card.name,
+        "user": card.user,
+        "account": card.account,
+        "partition": card.partition,
+        "state": card.state,
+        "elapsed_s": card.elapsed_s,
+        "nnodes": card.nnodes,
+        "nodelist": card.nodelist,
+        "gpu_type": card.gpu_type,
+        "n_gpus": card.n_gpus,
+        "shards": card.shards,
+        "gpu_limit_w": None if card.limits is None else card.limits.limit_w,
+        "run": card.run,
+        "runs": card.runs,
+        "spec": card.spec,
+        "has_records": card.has_records,
+        "gpu_energy_j": card.gpu_energy_j,
+        "cpu_energy_j": card.cpu_energy_j,
+        "dram_energy_j": card.dram_energy_j,
+        "total_energy_j": card.total_energy_j,
+        "mean_power_w": card.mean_power_w,
+        "edp_j_s": card.edp_j_s,
+        "measured_s": card.measured_s,
+        "modelled": card.modelled,
+        "work_steps": card.work_steps,
+        "energy_per_work_step_j": card.energy_per_work_step_j,
+        "gpu_energy_per_work_step_j": card.gpu_energy_per_work_step_j,
+        "requeue_energy_j": card.requeue_energy_j,
+        "earlier_runs_energy_j": list(card.earlier_runs_j),
+        "idle_gpus": [dev(d) for d in card.idle_gpus],
+        "steps": [
+            {
+                "step": s.step,
+                "duration_s": s.duration_s,
+                "gpu_energy_j": s.gpu_energy_j,
+                "cpu_energy_j": s.cpu_energy_j,
+                "dram_energy_j": s.dram_energy_j,
+                "total_energy_j": s.total_energy_j,
+                "mean_power_w": s.mean_power_w,
+                "edp_j_s": s.edp_j_s,
+                "hosts": s.hosts,
+                "modelled": s.modelled,
+                "partial": s.partial,
+                "devices": [dev(d) for d in s.devices],
+            }
+            for s in card.steps
+        ],
+        "notes": list(card.notes),
+        "whatif": [w.to_dict() for w in whatifs],
+        "whatif_note": whatif_note,
+    }

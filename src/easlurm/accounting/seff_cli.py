@@ -1,0 +1,250 @@
+"""`easlurm seff JOBID`: the job card (energy by device, power against limits, requeues, idle GPUs, what-ifs)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from easlurm.errors import ConfigError, EaslurmError
+
+log = logging.getLogger(__name__)
+
+
+def gpu_limits(catalogue: Any, slurm_types: Sequence[str]) -> dict[str, Any]:
+    """{Slurm GPU type: GpuLimits} for the types the catalogue knows (TDP as the limit, idle draw)."""
+    from easlurm.accounting.seff import GpuLimits
+
+    out = {}
+    for t in slurm_types:
+        if t and t in catalogue:
+            spec = catalogue.get(t)
+            out[t] = GpuLimits(spec.key, float(spec.tdp_w), float(spec.idle_w))
+    return out
+
+
+def cluster_gpu_types(client: Any) -> list[str]:
+    """The GPU types of the cluster's nodes (`sinfo %G`); [] when sinfo cannot tell."""
+    from easlurm.slurm.gres import parse_gres
+
+    try:
+        text = client.run(["sinfo", "-h", "-o", "%G"])
+    except EaslurmError as exc:
+        log.info("sinfo: %s", exc)
+        return []
+    return sorted(
+        {i.type for line in text.splitlines() for i in parse_gres(line) if i.name == "gpu" and i.type}
+    )
+
+
+def _e(v: float | None) -> str:
+    from easlurm.units import format_energy
+
+    return format_energy(v) or "-"
+
+
+def _p(v: float | None) -> str:
+    from easlurm.units import format_power
+
+    return format_power(v) or "-"
+
+
+def render_card(card: Any, whatifs: Sequence[Any], whatif_note: str | None, per_device: bool = False) -> str:
+    """The card as text: a header, totals, one row per step, node and device kind (per device with
+    `per_device`; power columns are per device: mean of means, highest peak), then the what-ifs."""
+    from easlurm.energy.result import sum_known
+    from easlurm.table import render_table
+
+    gpus = f"{card.n_gpus} x {card.gpu_type or 'gpu'}" if card.n_gpus else "none"
+    if card.shards:
+        gpus += f" ({card.shards} shards)"
+    elapsed = "-" if card.elapsed_s is None else f"{card.elapsed_s:.0f}s"
+    lines = [
+        f"Job {card.job_id} ({card.name})  user {card.user}  account {card.account}  partition {card.partition}",
+        f"State {card.state}  Elapsed {elapsed}  Nodes {card.nnodes} ({card.nodelist})  GPUs {gpus}"
+        + (f"  Run {card.run} of {card.runs - 1}" if card.runs > 1 else ""),
+    ]
+    if card.spec:
+        lines.append(f"SPEC {card.spec}")
+    if not card.has_records:
+        lines.append(
+            "no energy records (the job was not submitted with --energy-profile, or its agents wrote none)"
+        )
+        if card.earlier_runs_j:
+            lines.append(f"Earlier runs (requeue): {_e(card.requeue_energy_j)}")
+        return "\n".join(lines)
+    modelled = f" (modelled: {', '.join(card.modelled)})" if card.modelled else ""
+    lines.append(
+        f"Energy {_e(card.total_energy_j)} = GPU {_e(card.gpu_energy_j)} + CPU {_e(card.cpu_energy_j)} + "
+        f"DRAM {_e(card.dram_energy_j)}{modelled}"
+    )
+    lim = "" if card.limits is None else f" (GPU limit {card.limits.limit_w:g} W each)"
+    edp = "-" if card.edp_j_s is None else f"{card.edp_j_s:.4g} J*s"
+    lines.append(f"Mean power {_p(card.mean_power_w)}{lim}  EDP {edp}")
+    if card.work_steps is not None:
+        lines.append(
+            f"Per step of work ({card.work_steps} steps): {_e(card.energy_per_work_step_j)} "
+            f"(GPU {_e(card.gpu_energy_per_work_step_j)})"
+        )
+    if card.earlier_runs_j:
+        per = ", ".join(f"run {i}: {_e(v)}" for i, v in enumerate(card.earlier_runs_j))
+        lines.append(f"Earlier runs (requeue): {_e(card.requeue_energy_j)} ({per})")
+    if card.limits is None and card.n_gpus:
+        lines.append("Idle allocated GPUs: unknown (GPU type not in the catalogue)")
+    elif card.n_gpus:
+        idle = ", ".join(f"{d.device}@{d.host} ({_p(d.mean_power_w)})" for d in card.idle_gpus)
+        lines.append(f"Idle allocated GPUs: {idle or 'none'}")
+    lines.extend(card.notes)
+    rows = []
+    for s in card.steps:
+        groups: dict[tuple[str, str, bool, str | None], list[Any]] = {}
+        for d in s.devices:
+            key = (
+                d.host,
+                d.kind if not per_device else d.device,
+                d.modelled or not d.in_total,
+                d.apportioned,
+            )
+            groups.setdefault(key, []).append(d)
+        for devs in groups.values():
+            d = devs[0]
+            flags = [
+                f for f in ("modelled" if d.modelled else "", "sub-domain" if not d.in_total else "") if f
+            ]
+            if d.apportioned:
+                flags.append(f"shared:{100 * (d.share or 0):.0f}%")
+            means = [x.mean_power_w for x in devs if x.mean_power_w is not None]
+            peaks = [x.peak_power_w for x in devs if x.peak_power_w is not None]
+            utils = [x.utilisation for x in devs if x.utilisation is not None]
+            rows.append(
+                {
+                    "Step": s.step,
+                    "Node": d.host,
+                    "Device": d.device if len(devs) == 1 else f"{len(devs)}x{d.kind}",
+                    "Energy": _e(sum_known(x.energy_j for x in devs)),
+                    "MeanPower": _p(sum(means) / len(means) if means else None),
+                    "PeakPower": _p(max(peaks) if peaks else None),
+                    "Limit": _p(d.limit_w),
+                    "Util": f"{100 * sum(utils) / len(utils):.0f}%" if utils else "-",
+                    "Flags": ",".join(flags) or "measured",
+                }
+            )
+    lines.append("")
+    cols = ["Step", "Node", "Device", "Energy", "MeanPower", "PeakPower", "Limit", "Util", "Flags"]
+    lines.append(render_table(cols, rows))
+    if whatifs or whatif_note:
+        lines.append("")
+        lines.append(
+            "What if (oracle; same work, changes against the oracle's own figure for this placement):"
+        )
+        lines.extend(f"  {w.line()}" for w in whatifs)
+        if whatif_note:
+            lines.append(f"  {whatif_note}")
+    return "\n".join(lines)
+
+
+def compute_whatifs(
+    ctx: click.Context, card: Any, cluster_types: Sequence[str]
+) -> tuple[list[Any], str | None]:
+    """The what-ifs of a card with a declared model, or ([], why not)."""
+    from easlurm.accounting.seff import parse_spec_quiet
+    from easlurm.accounting.whatif import Placement, what_ifs
+    from easlurm.cli import load_ctx_config
+    from easlurm.model.build import apply_oracle_config, build_oracle
+
+    spec = parse_spec_quiet(card.spec)
+    if spec.model is None:
+        return [], None
+    if not spec.batch:
+        return [], "no what-if: the SPEC declares no batch (batch=N)"
+    cfg = load_ctx_config(ctx)
+    catalogue = apply_oracle_config(cfg)
+    if card.shards and not card.gpu_type:
+        return [], "no what-if: a shard job's accounting record (AllocTRES) names no GPU type"
+    if not card.gpu_type or card.gpu_type not in catalogue:
+        return [], f"no what-if: GPU type {card.gpu_type or '(none)'} is not in the oracle's catalogue"
+    oracle = build_oracle(cfg.get("oracle.params"), cfg.get("oracle.hardware"))
+    key = catalogue.resolve(card.gpu_type)
+    n = max(1, card.n_gpus)
+    others = [catalogue.resolve(t) for t in cluster_types if t in catalogue]
+    try:
+        out = what_ifs(
+            oracle,
+            spec,
+            Placement(key, n, spec.batch[0]),
+            others,
+            elapsed_s=card.elapsed_s,
+            gpu_energy_j=card.gpu_energy_j,
+        )
+    except EaslurmError as exc:
+        return [], f"no what-if: {exc}"
+    return out, None if out else "no what-if: the work does not fit its own placement in the oracle"
+
+
+@click.command(
+    "seff",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    help="The energy card of a finished job from its accounting records: energy by device per step and node, "
+    "mean and peak power against the GPUs' limit, energy per step of work, EDP, the energy of earlier runs "
+    "(requeues), GPUs allocated but idle, and for a job whose SPEC declares model= and batch= the oracle's "
+    "what-if (fewer or more GPUs, a power limit, another GPU type of the cluster, sharing the GPU).",
+)
+@click.argument("job_id")
+@click.option(
+    "--run", "run", type=int, default=None, help="Show this run of a requeued job (default: the last)."
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON document (SI units in key names).")
+@click.option("--no-whatif", is_flag=True, help="Leave the oracle's what-if out.")
+@click.option("--devices", "per_device", is_flag=True, help="One row per device (default: per device kind).")
+@click.option(
+    "--spool",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Also read step records from this spool (default: spank.spool).",
+)
+@click.option("--no-spool", is_flag=True, help="Use AdminComment only.")
+@click.option("--debug", is_flag=True, help="Echo Slurm commands and their raw output on stderr.")
+@click.pass_context
+def seff_cmd(
+    ctx: click.Context,
+    job_id: str,
+    run: int | None,
+    as_json: bool,
+    no_whatif: bool,
+    per_device: bool,
+    spool: str | None,
+    no_spool: bool,
+    debug: bool,
+) -> None:
+    from easlurm.accounting.sacct_cli import build_rows
+    from easlurm.accounting.seff import SACCT_FIELDS, build_card, card_document
+    from easlurm.cli import load_ctx_config
+    from easlurm.model.build import apply_oracle_config
+    from easlurm.slurm.client import CliSlurmClient
+
+    if not job_id.isdigit():
+        raise ConfigError(f"seff: JOBID must be a job number, got {job_id[:40]!r}")
+    client = CliSlurmClient(debug=debug, echo=lambda msg: click.echo(msg, err=True))
+    rows = client.sacct(["--jobs", job_id, "--duplicates"], list(SACCT_FIELDS))
+    rows = [r for r in rows if r["JobIDRaw"].split(".")[0] == job_id]
+    if not rows:
+        raise ConfigError(f"seff: job {job_id} is not in the accounting records")
+    cfg = load_ctx_config(ctx)
+    spool_dir = None if no_spool else Path(spool or cfg.get("spank.spool"))
+    _, records = build_rows(rows, None, spool_dir, duplicates=True)
+    from easlurm.accounting.seff import tres_gpus
+
+    types = {tres_gpus(r.get("AllocTRES", ""))[1] or "" for r in rows}
+    card = build_card(rows, records.get(job_id, []), gpu_limits(apply_oracle_config(cfg), sorted(types)), run)
+    whatifs: list[Any] = []
+    note = None
+    if card.has_records and not no_whatif:
+        whatifs, note = compute_whatifs(ctx, card, cluster_gpu_types(client))
+    if as_json:
+        click.echo(json.dumps(card_document(card, whatifs, note), indent=1))
+        return
+    click.echo(render_card(card, whatifs, note, per_device))

@@ -1,0 +1,201 @@
+"""The oracle's what-if for a finished job: the same work on another placement, as a change in time and energy.
+
+Pure: an oracle, the job's declared workload and its placement in, `WhatIf` lines out. A line's change
+is the oracle's ratio between the new and the job's own placement, both predicted (so the oracle's bias
+cancels); applied to the measured GPU energy and elapsed time it gives the absolute figures.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from easlurm.accounting.step_record import ProfileSpec
+from easlurm.errors import EaslurmError
+
+#: Per-GPU power limits tried, as fractions of the GPU's TDP (rounded to 25 W, kept inside its range).
+LIMIT_FRACTIONS = (0.6, 0.75, 0.9)
+#: Extra uncertainty of a regime the calibration did not cover, as multiples of its MAPE.
+_EXTRAPOLATION_FACTOR = {"calibrated": 1.0, "extrapolated": 2.0, "far": 3.0}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the work runs: GPU type (catalogue key), GPU count, global batch, per-GPU limit (None = TDP)."""
+
+    gpu: str
+    n_gpus: int
+    batch: int
+    power_limit_w: float | None = None
+    #: "time-slice": the GPU is shared with another job like this one (gres/shard)
+    sharing: str | None = None
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """One alternative: what changes, by how much, and how sure the oracle is there."""
+
+    label: str
+    placement: Placement
+    #: predicted step time and GPU energy per step on the new placement (all its GPUs)
+    step_time_s: float
+    energy_per_step_j: float
+    time_change: float  # relative, e.g. +0.03 = 3 % longer
+    energy_change: float  # relative GPU energy for the same work
+    #: the measured figures scaled by the change (None when the job's own were unknown)
+    elapsed_s: float | None
+    gpu_energy_j: float | None
+    confidence: str  # calibrated, extrapolated or far
+    uncertainty: float | None  # relative, from the calibration's MAPE
+
+    def line(self) -> str:
+        """ "at a 300 W limit: -14 % energy, +3 % time (±5 %, calibrated)"."""
+        sure = "" if self.uncertainty is None else f"±{100 * self.uncertainty:.0f} %, "
+        return (
+            f"{self.label}: {100 * self.energy_change:+.0f} % energy, {100 * self.time_change:+.0f} % time "
+            f"({sure}{self.confidence})"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        p = self.placement
+        return {
+            "label": self.label,
+            "gpu": p.gpu,
+            "n_gpus": p.n_gpus,
+            "batch": p.batch,
+            "power_limit_w": p.power_limit_w,
+            "sharing": p.sharing,
+            "step_time_s": self.step_time_s,
+            "energy_per_step_j": self.energy_per_step_j,
+            "time_change": self.time_change,
+            "energy_change": self.energy_change,
+            "elapsed_s": self.elapsed_s,
+            "gpu_energy_j": self.gpu_energy_j,
+            "confidence": self.confidence,
+            "uncertainty": self.uncertainty,
+        }
+
+
+def confidence(oracle: Any, model: str, placement: Placement, base: Placement) -> tuple[str, float | None]:
+    """How sure the oracle is on a placement: 'calibrated' when its calibration data holds this GPU and
+    model and the placement keeps to the regime it was fitted on (no limit, no sharing, the job's GPU
+    count); 'extrapolated' for one step outside; 'far' for more. The uncertainty is the calibration's
+    time/power MAPE scaled by that distance (None without calibration figures)."""
+    meta = getattr(oracle.params, "meta", {}) or {}
+    data = str(meta.get("data", "")).lower()
+    spec = oracle.catalogue.get(placement.gpu)
+    gpu_words = {spec.key, *(a.lower() for a in spec.aliases), spec.name.lower()}
+    steps_out = 0
+    steps_out += 0 if any(w and w.replace("-", " ") in data.replace("-", " ") for w in gpu_words) else 1
+    steps_out += 0 if model.lower() in data else 1
+    steps_out += placement.power_limit_w is not None
+    steps_out += placement.sharing is not None
+    steps_out += placement.n_gpus != base.n_gpus
+    level = "calibrated" if steps_out == 0 else "extrapolated" if steps_out == 1 else "far"
+    mapes = [meta.get(k) for k in ("mape_time_pct", "mape_power_pct")]
+    known = [float(m) for m in mapes if isinstance(m, (int, float))]
+    if not known:
+        return level, None
+    return level, math.sqrt(sum(m * m for m in known)) / 100.0 * _EXTRAPOLATION_FACTOR[level]
+
+
+def alternatives(
+    oracle: Any, base: Placement, cluster_gpus: Sequence[str], max_gpus: int | None = None
+) -> list[tuple[str, Placement]]:
+    """The placements to compare with the job's own: half and twice the GPUs, power limits, each other
+    GPU type of the cluster, and sharing the GPU (one-GPU jobs)."""
+    out: list[tuple[str, Placement]] = []
+    if base.n_gpus > 1 and base.n_gpus % 2 == 0:
+        half = base.n_gpus // 2
+        out.append((f"on {half} GPU{'s' if half > 1 else ''}", Placement(base.gpu, half, base.batch)))
+    if max_gpus is None or 2 * base.n_gpus <= max_gpus:
+        out.append((f"on {2 * base.n_gpus} GPUs", Placement(base.gpu, 2 * base.n_gpus, base.batch)))
+    spec = oracle.catalogue.get(base.gpu)
+    limits = []
+    for frac in LIMIT_FRACTIONS:
+        w = round(spec.tdp_w * frac / 25.0) * 25.0
+        if spec.min_power_limit_w <= w < spec.tdp_w and w not in limits:
+            limits.append(w)
+    out.extend(
+        (f"at a {w:g} W limit", Placement(base.gpu, base.n_gpus, base.batch, power_limit_w=w)) for w in limits
+    )
+    for other in dict.fromkeys(cluster_gpus):
+        if other != base.gpu:
+            out.append((f"on {base.n_gpus} x {other}", Placement(other, base.n_gpus, base.batch)))
+    if base.n_gpus == 1:
+        out.append(("sharing its GPU", Placement(base.gpu, 1, base.batch, sharing="time-slice")))
+    return out
+
+
+def _predict(oracle: Any, workload: Any, p: Placement) -> tuple[float, float] | None:
+    """(step time s, GPU energy per step J) of the work on `p`; None where it does not fit."""
+    from easlurm.model.oracle import Placements
+
+    limit = math.nan if p.power_limit_w is None else p.power_limit_w
+    if p.sharing is None:
+        pred = oracle.predict(workload, Placements.of([p.n_gpus], [p.batch], [p.gpu], [limit]))
+        if pred.feasible is not None and not bool(pred.feasible[0]):
+            return None
+        t, e = float(pred.step_time_s[0]), float(pred.energy_j[0])
+        return (t, e) if math.isfinite(t) and math.isfinite(e) else None
+    from easlurm.model.colocation import GpuFacts, Sharing, corun, predict_solo
+
+    solo = predict_solo(oracle, workload, p.batch, p.gpu)
+    if solo is None:
+        return None
+    run = corun(
+        solo, solo, GpuFacts.of(oracle.catalogue.get(p.gpu), oracle.params), Sharing(p.sharing), oracle.params
+    )
+    if not run.feasible:
+        return None
+    t = solo.step_time_s / run.speed[0]
+    return t, run.job_power_w(0) * t
+
+
+def what_ifs(
+    oracle: Any,
+    spec: ProfileSpec,
+    base: Placement,
+    cluster_gpus: Sequence[str] = (),
+    elapsed_s: float | None = None,
+    gpu_energy_j: float | None = None,
+    max_gpus: int | None = None,
+) -> list[WhatIf]:
+    """Every alternative the oracle can predict for the SPEC's model; [] when the job's own placement
+    does not fit. Raises the oracle's errors (unknown model or GPU) for the caller to report."""
+    if spec.model is None:
+        return []
+    from easlurm.model.zoo import get_workload
+
+    workload = get_workload(spec.model)
+    own = _predict(oracle, workload, base)
+    if own is None:
+        return []
+    t0, e0 = own
+    out = []
+    for label, p in alternatives(oracle, base, cluster_gpus, max_gpus):
+        try:
+            got = _predict(oracle, workload, p)
+        except EaslurmError:
+            continue
+        if got is None:
+            continue
+        t, e = got
+        level, unc = confidence(oracle, spec.model, p, base)
+        out.append(
+            WhatIf(
+                label=label,
+                placement=p,
+                step_time_s=t,
+                energy_per_step_j=e,
+                time_change=t / t0 - 1.0,
+                energy_change=e / e0 - 1.0,
+                elapsed_s=None if elapsed_s is None else elapsed_s * t / t0,
+                gpu_energy_j=None if gpu_energy_j is None else gpu_energy_j * e / e0,
+                confidence=level,
+                uncertainty=unc,
+            )
+        )
+    return out
