@@ -90,10 +90,12 @@ class RecordedBaseline:
         self._deadline: list[float] = []
         self._users: list[str] = []
         self._measured_j: list[float] = []
+        self.unknown_start = 0  # replayed jobs whose recorded start the trace does not say (SWF wait -1)
 
     def add(self, m: Mapped) -> None:
         spec = m.spec
         if spec.recorded_start_s is None or spec.recorded_end_s is None:
+            self.unknown_start += 1
             return
         c = self._cols
         c["submit"].append(spec.submit_s)
@@ -164,7 +166,8 @@ class RecordedBaseline:
         """
         if not self._models:
             return {
-                "metrics": {"completed_jobs": 0.0},
+                # no recorded start at all (SWF waits all -1): the recorded schedule is unknown, not empty
+                "metrics": {"completed_jobs": None if self.unknown_start else 0.0},
                 "power_times_s": [],
                 "power_w": [],
                 "user_gpu_share": {},
@@ -230,6 +233,7 @@ class RecordedBaseline:
             "measured_energy_kwh": float(measured[known].sum() / 3.6e6) if known.any() else None,
             "measured_jobs": float(known.sum()),
             "peak_busy_gpus": float(fit.peak_gpus),
+            "unknown_start_jobs": float(self.unknown_start),
         }
         if not fits:
             t_steps, p_steps = t_steps[:0], p_steps[:0]
