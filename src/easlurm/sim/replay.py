@@ -286,6 +286,8 @@ def replay(
             run.setdefault("metrics", {})["replay_wall_s"] = wall
             run["metrics"]["jobs_per_s"] = n_jobs / wall if wall > 0 else None
             run["metrics"].update(waits.metrics())
+            if not baseline.users_known:
+                run["metrics"]["jain_index"] = None  # no user column: unknown, not perfect
             result.runs.append((name + suffix, run_seed, run))
             log.info("policy %s seed %d: %d jobs in %.1f s", name, run_seed, n_jobs, wall)
             if on_progress:

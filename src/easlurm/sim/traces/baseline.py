@@ -114,6 +114,11 @@ class RecordedBaseline:
         measured = m.trace.measured_energy_j
         self._measured_j.append(np.nan if measured is None else measured)
 
+    @property
+    def users_known(self) -> bool:
+        """False when the trace names no user (every job is the mapping's "unknown")."""
+        return any(u != "unknown" for u in self._users)
+
     def __len__(self) -> int:
         return len(self._models)
 
@@ -224,7 +229,8 @@ class RecordedBaseline:
             "p95_jct_s": float(np.percentile(jct, 95)),
             "mean_wait_s": float(np.mean(start - submit)),
             "deadline_miss_rate": float(np.mean(end[has_dl] > deadline[has_dl])) if has_dl.any() else None,
-            "jain_index": jain_index(np.asarray(per_user_jct)),
+            # no user column: fairness is unknown, not perfect (one "unknown" user gives 1.0)
+            "jain_index": jain_index(np.asarray(per_user_jct)) if self.users_known else None,
             "max_power_w": float(max(np.max(p_steps), idle_total_w)) if fits else None,
             "power_budget_w": power_budget_w,
             "time_over_budget_s": over_budget if fits else None,
