@@ -43,6 +43,10 @@ class ReplayResult:
     runs: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
     power_budget_w: float | None = None
     seed: int = 0
+    cluster_name: str = ""
+    cluster_gpus: int = 0
+    cluster_sized: bool = False  # no cluster given: sized like the trace's own record
+    notices: list[str] = field(default_factory=list)  # said before any simulation (fit, sizing)
 
     def run(self, policy: str, seed: int | None = None) -> dict[str, Any]:
         """The result of one policy (its first seed unless `seed` is given); KeyError when absent."""
@@ -86,6 +90,12 @@ class ReplayResult:
             "calibration": [c.to_dict() for c in self.calibration],
             "power_budget_w": self.power_budget_w,
             "seed": self.seed,
+            "cluster": {
+                "name": self.cluster_name,
+                "gpus": self.cluster_gpus,
+                "sized_like_trace": self.cluster_sized,
+            },
+            "notices": list(self.notices),
             "rows": [
                 {"label": r["label"], "seed": r["spec"]["seed"], "metrics": _clean(r["result"]["metrics"])}
                 for r in self.records()
@@ -101,9 +111,45 @@ def _idle_by_type(mapper: TraceMapper) -> dict[str, float]:
     return {t: float(mapper.catalogue.get(t).idle_w) for t in mapper.cluster_types}
 
 
+def size_cluster(trace: str, fmt: str, skip_bad: bool, trace_options: dict[str, Any]) -> tuple[Any, str]:
+    """(a cluster sized like the trace's record, the sentence that announces it); one quiet read."""
+    from easlurm.model.build import default_catalogue
+    from easlurm.sim.cluster import ClusterSpec
+    from easlurm.sim.traces.reader import SubmitOrder
+    from easlurm.sim.traces.sizing import cluster_for, measure
+
+    quiet = TraceStats(quiet=True)
+    source = open_trace(trace, fmt, skip_bad=skip_bad, stats=quiet, **trace_options)
+    size = measure(SubmitOrder(source, stats=quiet), default_catalogue())
+    sized = cluster_for(size)
+    if sized is None:
+        default = ClusterSpec.default()
+        return default, (
+            f"no --cluster given and no job of the trace has a recorded run with GPUs: the default cluster "
+            f"{default.name} ({default.n_gpus} GPUs) is the target"
+        )
+    types = ", ".join(f"{p} {t}" for t, p in size.peak_by_type.items())
+    return sized, (
+        f"no --cluster given: the target is a cluster sized like the trace's own, {sized.name} "
+        f"({len(sized.nodes)} nodes, {sized.n_gpus} GPUs), holding the most GPUs its record ran at once "
+        f"({size.peak_gpus}: {types})"
+    )
+
+
+def _fit_notice(fit: dict[str, Any], cluster_name: str, jobs: int) -> str:
+    """The sentence said before simulating a trace whose record does not fit the target cluster."""
+    return (
+        f"the trace's record ran up to {fit['peak_gpus']:,} GPUs at once; cluster {cluster_name} has "
+        f"{fit['cluster_gpus']:,}: the policies must queue what the record ran at once, so the replay of "
+        f"{jobs:,} jobs can take long (its cost grows with the queue) and compares a different load; the "
+        f"recorded row's energy is left blank. For a like-for-like comparison use a cluster of at least "
+        f"{fit['suggest_gpus']:,} GPUs (--cluster, or none to size it like the trace)"
+    )
+
+
 def replay(
     trace: str | Path,
-    cluster: Any,
+    cluster: Any | None,
     policies: Sequence[str],
     *,
     fmt: str = "auto",
@@ -119,6 +165,7 @@ def replay(
     trace_options: dict[str, Any] | None = None,
     compare_retype: bool = False,
     progress_bar: Callable[[Iterator[Any], int, str], Iterator[Any]] | None = None,
+    on_notice: Callable[[str], None] | None = None,
 ) -> ReplayResult:
     """Replay `trace` on `cluster` (a ClusterSpec) under each policy; the recorded schedule is the baseline.
 
@@ -127,6 +174,9 @@ def replay(
     `simulate_fn` defaults to easlurm.sim.runner.simulate (injectable for tests).
     `compare_retype` also runs each policy with jobs of unknown GPU type free to move (`name+retype`).
     `progress_bar(jobs, n, label)` wraps each run's job stream (n jobs) to show progress.
+    `cluster` None: a cluster sized like the trace's record (one extra read of the trace).
+    `on_notice(sentence)` hears, before any simulation, what the user must know about the target:
+    the sized cluster, or a record that does not fit it (also kept in `result.notices`).
     """
     from easlurm.model.build import build_oracle
     from easlurm.model.oracle import NoisyOracle
@@ -134,6 +184,18 @@ def replay(
     options = options or ReplayOptions()
     trace = str(trace)
     trace_options = trace_options or {}
+    notices: list[str] = []
+
+    def notice(sentence: str) -> None:
+        notices.append(sentence)
+        log.info("%s", sentence)
+        if on_notice is not None:
+            on_notice(sentence)
+
+    sized = cluster is None
+    if cluster is None:
+        cluster, sentence = size_cluster(trace, fmt, skip_bad, trace_options)
+        notice(sentence)
     truth = build_oracle()
     stats = TraceStats()
     mapper = TraceMapper(cluster, truth, options)
@@ -166,7 +228,14 @@ def replay(
         ),
         power_budget_w=power_budget_w,
         seed=seed,
+        cluster_name=cluster.name,
+        cluster_gpus=cluster.n_gpus,
+        cluster_sized=sized,
+        notices=notices,
     )
+    fit = result.baseline.get("fit")
+    if fit and not fit["fits"]:
+        notice(_fit_notice(fit, cluster.name, mapper.stats.mapped))
     if on_progress:
         on_progress(f"{BASELINE_LABEL}: {mapper.stats.mapped} jobs")
     if simulate_fn is None:
@@ -217,6 +286,8 @@ def replay(
             run.setdefault("metrics", {})["replay_wall_s"] = wall
             run["metrics"]["jobs_per_s"] = n_jobs / wall if wall > 0 else None
             run["metrics"].update(waits.metrics())
+            if not baseline.users_known:
+                run["metrics"]["jain_index"] = None  # no user column: unknown, not perfect
             result.runs.append((name + suffix, run_seed, run))
             log.info("policy %s seed %d: %d jobs in %.1f s", name, run_seed, n_jobs, wall)
             if on_progress:

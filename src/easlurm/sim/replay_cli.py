@@ -23,7 +23,7 @@ DEFAULT_POLICIES = "pollux,zeus,hades,aurachronos,charon"
     "cluster_path",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Cluster YAML (default: sim.cluster setting, else 8x A100 + 8x H100).",
+    help="Cluster YAML (default: sim.cluster setting, else a cluster sized like the trace's own record).",
 )
 @click.option("--policies", default=DEFAULT_POLICIES, show_default=True, help="Comma list of policies.")
 @click.option("--power-budget", "power_budget", default=None, help="Cluster power budget, e.g. 4500W.")
@@ -142,7 +142,7 @@ def replay_cmd(
     if deadline_slack is not None and deadline_slack <= 0:
         raise ConfigError("--deadline-slack must be > 0")
     cluster_file = cfg.get("sim.cluster")
-    cluster = ClusterSpec.from_yaml(cluster_file) if cluster_file else ClusterSpec.default()
+    cluster = ClusterSpec.from_yaml(cluster_file) if cluster_file else None
     budget = parse_power_w(power_budget, "--power-budget") if power_budget else None
     options = ReplayOptions(
         honor_gpu_type=not free_gpu_type,
@@ -163,6 +163,9 @@ def replay_cmd(
 
     def report_line(line: str) -> None:
         click.echo(f"replay: {line}", err=True)
+
+    def notice_line(line: str) -> None:
+        click.echo(f"replay: note: {line}", err=True)
 
     def bar(jobs: Iterator[Any], n: int, label: str) -> Iterator[Any]:
         stderr = sys.stderr
@@ -185,11 +188,16 @@ def replay_cmd(
         trace_options=trace_options,
         compare_retype=compare_retype and not allow_retype,
         progress_bar=bar if show else None,
+        on_notice=notice_line,
     )
     md = write_replay_report(result, out_dir, html_too=html_too)
     st = result.trace_stats
+    not_replayed = sum(result.mapping.excluded.values()) + sum(
+        n for reason, n in st.excluded.items() if reason != "repeated_header"
+    )
     click.echo(
-        f"{result.mapping.mapped} jobs replayed under {len(names)} policies "
-        f"({st.skipped_bad} malformed skipped, {sum(result.mapping.excluded.values())} not replayable); "
-        f"report: {md}"
+        f"{result.mapping.mapped} of {st.jobs} jobs replayed under {len(names)} policies "
+        f"({st.skipped_bad} malformed skipped, {not_replayed} not replayed, by reason in the report)"
+        + ("; reading stopped at --max-jobs" if st.stopped_early else "")
+        + f"; report: {md}"
     )

@@ -90,10 +90,12 @@ class RecordedBaseline:
         self._deadline: list[float] = []
         self._users: list[str] = []
         self._measured_j: list[float] = []
+        self.unknown_start = 0  # replayed jobs whose recorded start the trace does not say (SWF wait -1)
 
     def add(self, m: Mapped) -> None:
         spec = m.spec
         if spec.recorded_start_s is None or spec.recorded_end_s is None:
+            self.unknown_start += 1
             return
         c = self._cols
         c["submit"].append(spec.submit_s)
@@ -111,6 +113,11 @@ class RecordedBaseline:
         self._users.append(spec.user)
         measured = m.trace.measured_energy_j
         self._measured_j.append(np.nan if measured is None else measured)
+
+    @property
+    def users_known(self) -> bool:
+        """False when the trace names no user (every job is the mapping's "unknown")."""
+        return any(u != "unknown" for u in self._users)
 
     def __len__(self) -> int:
         return len(self._models)
@@ -164,7 +171,8 @@ class RecordedBaseline:
         """
         if not self._models:
             return {
-                "metrics": {"completed_jobs": 0.0},
+                # no recorded start at all (SWF waits all -1): the recorded schedule is unknown, not empty
+                "metrics": {"completed_jobs": None if self.unknown_start else 0.0},
                 "power_times_s": [],
                 "power_w": [],
                 "user_gpu_share": {},
@@ -221,7 +229,8 @@ class RecordedBaseline:
             "p95_jct_s": float(np.percentile(jct, 95)),
             "mean_wait_s": float(np.mean(start - submit)),
             "deadline_miss_rate": float(np.mean(end[has_dl] > deadline[has_dl])) if has_dl.any() else None,
-            "jain_index": jain_index(np.asarray(per_user_jct)),
+            # no user column: fairness is unknown, not perfect (one "unknown" user gives 1.0)
+            "jain_index": jain_index(np.asarray(per_user_jct)) if self.users_known else None,
             "max_power_w": float(max(np.max(p_steps), idle_total_w)) if fits else None,
             "power_budget_w": power_budget_w,
             "time_over_budget_s": over_budget if fits else None,
@@ -230,6 +239,7 @@ class RecordedBaseline:
             "measured_energy_kwh": float(measured[known].sum() / 3.6e6) if known.any() else None,
             "measured_jobs": float(known.sum()),
             "peak_busy_gpus": float(fit.peak_gpus),
+            "unknown_start_jobs": float(self.unknown_start),
         }
         if not fits:
             t_steps, p_steps = t_steps[:0], p_steps[:0]

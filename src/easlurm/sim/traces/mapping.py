@@ -239,7 +239,7 @@ class TraceMapper:
             if job.state == "CANCELLED":
                 self.stats.cancelled_pending += 1
             return "never_started"
-        if job.end_s is None or job.recorded_runtime_s is None:
+        if job.recorded_runtime_s is None or (job.end_s is None and not job.start_unknown):
             return "unfinished"
         if job.n_gpus > self.max_node_gpus:
             return "exceeds_node"
@@ -306,13 +306,19 @@ class TraceMapper:
 def map_trace(
     jobs: Iterable[TraceJob], mapper: TraceMapper, stats: TraceStats | None = None
 ) -> Iterator[Mapped]:
-    """Mapped jobs in submit order, times relative to the first submit; streaming (bounded buffer)."""
-    from easlurm.sim.traces.reader import in_submit_order
+    """Mapped jobs in submit order, times relative to the first submit; streaming (bounded buffer).
+
+    With `max_jobs`, reading stops at the N-th replayable job: the jobs already read ahead for
+    submit ordering are counted as `beyond_max_jobs` and `stats.stopped_early` is set (the rest
+    of the file is not read).
+    """
+    from easlurm.sim.traces.reader import SubmitOrder
 
     t0: float | None = None
     n = 0
     limit = mapper.options.max_jobs
-    for job in in_submit_order(jobs, window=mapper.options.reorder_window, stats=stats):
+    ordered = SubmitOrder(jobs, window=mapper.options.reorder_window, stats=stats)
+    for job in ordered:
         if t0 is None:
             t0 = job.submit_s
         mapped = mapper.map(job, t0)
@@ -321,4 +327,8 @@ def map_trace(
         yield mapped
         n += 1
         if limit is not None and n >= limit:
+            if stats is not None:
+                if ordered.held:
+                    stats.exclude("beyond_max_jobs", ordered.held)
+                stats.stopped_early = True
             return

@@ -81,34 +81,102 @@ def open_trace(
 def in_submit_order(
     jobs: Iterable[TraceJob], window: int = 10_000, stats: TraceStats | None = None
 ) -> Iterator[TraceJob]:
-    """Yield jobs sorted by submit time, holding at most `window` of them.
+    """Yield jobs sorted by submit time, holding at most `window` of them (see SubmitOrder)."""
+    return iter(SubmitOrder(jobs, window, stats))
+
+
+def _rank(job: TraceJob) -> tuple[int, float]:
+    """Which of two records of one job to keep: one that ran to its end, then the latest end."""
+    if job.ran or job.start_unknown:
+        return 2, job.end_s if job.end_s is not None else float("-inf")
+    return (1 if job.start_s is not None else 0), float("-inf")
+
+
+class SubmitOrder:
+    """Jobs sorted by submit time through a bounded buffer, duplicate job ids merged.
 
     sacct lists jobs by id, which is nearly submit order (arrays and requeues are the exceptions).
     A job older than one already yielded (further out of order than the window) is yielded at the
     time of the last yielded job and counted in `stats.reordered`, never dropped.
-    """
-    heap: list[tuple[float, int, TraceJob]] = []
-    last = float("-inf")
 
-    def pop() -> TraceJob:
-        nonlocal last
-        submit, _, out = heapq.heappop(heap)
-        if submit < last:
-            if stats is not None:
-                stats.reordered += 1
-            if stats is None or not stats.quiet:
+    One job listed twice (monthly dumps concatenated, a job shown again after a requeue) is one job:
+    of the records of one id, the one that ran to its end is kept (the latest end among several) and
+    the others are counted as `duplicate_id`. A copy that arrives after its job was already yielded
+    is counted the same way. REQUEUED records (`sacct --duplicates`) pass through: the mapping
+    counts them as earlier attempts. `held` is the number of jobs read but not yet yielded.
+    """
+
+    def __init__(
+        self, jobs: Iterable[TraceJob], window: int = 10_000, stats: TraceStats | None = None
+    ) -> None:
+        self.jobs = jobs
+        self.window = window
+        self.stats = stats
+        self.held = 0
+        self._heap: list[tuple[float, int, TraceJob]] = []
+        self._live: dict[str, tuple[float, int, TraceJob]] = {}  # id -> its entry in the heap
+        self._dead: set[int] = set()  # seq of heap entries replaced by a better copy
+        self._done: set[str] = set()  # ids already yielded
+        self._last = float("-inf")
+
+    def _duplicate(self, job: TraceJob, kept: TraceJob | None) -> None:
+        if self.stats is not None:
+            self.stats.exclude("duplicate_id")
+        if self.stats is None or not self.stats.quiet:
+            why = f"the copy at {kept.source} is kept" if kept else "that job was already replayed"
+            log.warning("%s: job %s is listed again: %s", job.source, job.job_id, why)
+
+    def _push(self, seq: int, job: TraceJob) -> None:
+        if job.state != "REQUEUED":
+            if job.job_id in self._done:
+                self._duplicate(job, None)
+                return
+            other = self._live.get(job.job_id)
+            if other is not None:
+                if _rank(job) <= _rank(other[2]):
+                    self._duplicate(job, other[2])
+                    return
+                self._dead.add(other[1])
+                self.held -= 1
+                self._duplicate(other[2], job)
+            entry = (job.submit_s, seq, job)
+            self._live[job.job_id] = entry
+        else:
+            entry = (job.submit_s, seq, job)
+        heapq.heappush(self._heap, entry)
+        self.held += 1
+
+    def _pop(self) -> TraceJob | None:
+        submit, seq, out = heapq.heappop(self._heap)
+        if seq in self._dead:
+            self._dead.discard(seq)
+            return None
+        self.held -= 1
+        live = self._live.get(out.job_id)
+        if live is not None and live[1] == seq:
+            del self._live[out.job_id]
+            self._done.add(out.job_id)
+        if submit < self._last:
+            if self.stats is not None:
+                self.stats.reordered += 1
+            if self.stats is None or not self.stats.quiet:
                 log.warning(
                     "%s: submitted %.0f s before a job already replayed; moved to its time",
                     out.source,
-                    last - submit,
+                    self._last - submit,
                 )
-            return replace(out, submit_s=last)
-        last = submit
+            return replace(out, submit_s=self._last)
+        self._last = submit
         return out
 
-    for seq, job in enumerate(jobs):
-        heapq.heappush(heap, (job.submit_s, seq, job))
-        if len(heap) > window:
-            yield pop()
-    while heap:
-        yield pop()
+    def __iter__(self) -> Iterator[TraceJob]:
+        for seq, job in enumerate(self.jobs):
+            self._push(seq, job)
+            while self.held > self.window:
+                out = self._pop()
+                if out is not None:
+                    yield out
+        while self._heap:
+            out = self._pop()
+            if out is not None:
+                yield out

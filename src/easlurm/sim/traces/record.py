@@ -61,11 +61,20 @@ class TraceJob:
         """True for a job that got no allocation: pending at dump time, or cancelled while pending.
 
         sacct prints Start = End (the cancel time) for a job cancelled while pending, with NodeList
-        `None assigned`; replaying it would turn its wait into a zero-length run.
+        `None assigned`; replaying it would turn its wait into a zero-length run. A job whose start
+        is unknown but whose run time is known (SWF wait -1) did run.
         """
-        if self.start_s is None or self.allocated is False:
+        if self.allocated is False:
             return True
+        if self.start_s is None:
+            # an SWF job with an unknown wait (-1) but a known run time ran: its start is unknown
+            return self.runtime_s is None
         return self.state == "CANCELLED" and self.end_s is not None and self.end_s <= self.start_s
+
+    @property
+    def start_unknown(self) -> bool:
+        """True for a job that ran (its run time is known) but whose start the trace does not say."""
+        return self.start_s is None and self.runtime_s is not None and self.allocated is not False
 
     @property
     def recorded_runtime_s(self) -> float | None:
@@ -90,6 +99,7 @@ class TraceStats:
     excluded: Counter[str] = field(default_factory=Counter)
     missing_fields: set[str] = field(default_factory=set)
     reordered: int = 0
+    stopped_early: bool = False  # --max-jobs: the rest of the file was not read
 
     max_examples: int = 20
     quiet: bool = False  # a later pass over the same file: count, but do not warn again
@@ -119,4 +129,5 @@ class TraceStats:
             "excluded": dict(sorted(self.excluded.items())),
             "missing_fields": sorted(self.missing_fields),
             "reordered": self.reordered,
+            "stopped_early": self.stopped_early,
         }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 #: Columns whose text is free (may hold the delimiter or newlines).
 FREE_TEXT = frozenset(
@@ -217,6 +218,29 @@ class Misplaced:
     column: str
     value: str
     ambiguous: bool = False
+    holds_delimiter: bool = False  # the delimiter is inside this shaped column (value: the whole of it)
+
+
+def _shaped_holder(
+    fields: Sequence[str], cols: Sequence[str], delimiter: str, checks: list[Any]
+) -> Misplaced | None:
+    """The shaped columns whose value, taking the extra fields, lets every other column fit (names
+    joined by ' or ' when several could; the value is the first's); None when none can."""
+    extra = len(fields) - len(cols)
+    hits = []
+    for j, col in enumerate(cols):
+        if col in FREE_TEXT:
+            continue
+        pieces = fields[j : j + extra + 1]
+        if not all(checks[j](p) for p in pieces):
+            continue  # each piece of the split value must look like a value of the column
+        values = [*fields[:j], delimiter.join(pieces), *fields[j + extra + 1 :]]
+        if all(checks[i](v) for i, v in enumerate(values) if i != j):
+            hits.append(Misplaced(col, values[j], holds_delimiter=True))
+    if not hits:
+        return None
+    value = hits[0].value if len(hits) == 1 else ""
+    return Misplaced(" or ".join(h.column for h in hits), value, holds_delimiter=True)
 
 
 def place_fields(
@@ -269,6 +293,9 @@ def place_fields(
     if steps[0] > max_steps:  # too many ways to try (many delimiters among many free columns)
         return Misplaced(cols[max(deepest[0][0], 0)], deepest[0][1], ambiguous=True)
     if not found:
+        holder = _shaped_holder(fields, cols, delimiter, checks)
+        if holder is not None:
+            return holder
         j, value = deepest[0]
         return Misplaced(cols[j] if 0 <= j < ncols else cols[-1], value)
     shaped = [i for i, c in enumerate(cols) if c in used and not free[i]]

@@ -22,7 +22,7 @@ from pathlib import Path
 from easlurm.errors import TraceError
 from easlurm.sim.traces.energy_hook import decode_energy
 from easlurm.sim.traces.record import TraceJob, TraceStats
-from easlurm.sim.traces.sacct_fields import FREE_TEXT, Misplaced, place_fields
+from easlurm.sim.traces.sacct_fields import FREE_TEXT, Misplaced, place_fields, shape_of
 from easlurm.sim.traces.slurmtime import parse_elapsed_s, parse_timelimit_s, parse_timestamp_s
 from easlurm.sim.traces.source import open_text
 from easlurm.slurm.gres import gpus_from_tres, gpus_of_gres, parse_tres
@@ -100,9 +100,29 @@ def _records(
         value = fields[job_i].strip()
         return JOBID.match(value) is not None or value.lower() in jobcol_names
 
+    def looks_like_tail(fields: list[str]) -> bool:
+        k = len(fields)
+        if k < 2 or k >= ncols:
+            return False
+        tail = cols[-k:]
+        shaped = [i for i, c in enumerate(tail) if c and c not in FREE_TEXT and fields[i].strip()]
+        return bool(shaped) and all(shape_of(c)(v) for c, v in zip(tail, fields))
+
     def finish(at: int, fields: list[str]) -> Iterator[tuple[int, list[str]]]:
         if len(fields) > ncols:
             placed = place_fields(fields, cols, delimiter, USED)
+            if isinstance(placed, Misplaced) and placed.holds_delimiter:
+                stats.rows += 1
+                stats.bad(
+                    f"{where}:{at}: field "
+                    + " or ".join(names.get(c, c) for c in placed.column.split(" or "))
+                    + f" holds {len(fields) - ncols} {delimiter!r}"
+                    + (f" ({placed.value!r})" if placed.value else "")
+                    + ": only free-text columns "
+                    "(JobName, Comment, SubmitLine...) can, so the row cannot be read",
+                    skip_bad,
+                )
+                return
             if isinstance(placed, Misplaced):
                 stats.rows += 1
                 what = "could be placed two ways" if placed.ambiguous else f"cannot be {placed.value!r}"
@@ -131,6 +151,18 @@ def _records(
         if len(fields) >= ncols or (complete and starts_record(fields)):
             yield from finish(first, buf)
             first, buf, continued = lineno, fields, 0
+        elif complete and len(buf) == ncols and looks_like_tail(fields):
+            # a complete record followed by what looks like the end of another row (its fields fit
+            # the shapes of the last columns): a stray fragment of a split dump, not a newline inside
+            # the record's last column (a multi-line SubmitLine `a |\n b` stays one record)
+            yield from finish(first, buf)
+            buf = None
+            stats.rows += 1
+            stats.bad(
+                f"{where}:{lineno}: stray fragment of {len(fields)} fields (its first field "
+                f"{fields[0][:40]!r} is not a job id) after the complete record of line {first}",
+                skip_bad,
+            )
         elif (not complete or last_free) and continued < MAX_CONTINUATION:
             buf = [*buf[:-1], buf[-1] + "\n" + fields[0], *fields[1:]]
             continued += 1

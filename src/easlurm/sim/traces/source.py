@@ -3,18 +3,75 @@
 from __future__ import annotations
 
 import gzip
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TextIO
+from types import TracebackType
+from typing import TextIO, cast
 
 from easlurm.errors import TraceError
 
+#: What a damaged gzip stream raises while it is read: a truncated file ends with EOFError, which
+#: click would otherwise take for Ctrl-D/Ctrl-C ("aborted", exit 130).
+_GZIP_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error)
+
+
+class _GzipText:
+    """A gzip text stream whose decompression errors become TraceError naming the file and line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fh = gzip.open(path, "rt", encoding="utf-8", errors="replace", newline="")  # noqa: SIM115 - closed by close()
+        self._lines = 0
+
+    def _fail(self, exc: Exception) -> TraceError:
+        what = "truncated" if isinstance(exc, EOFError) else f"corrupt ({exc})"
+        return TraceError(
+            f"{self.path}:{self._lines + 1}: gzip archive {what} (the file is incomplete: copy or download it again)"
+        )
+
+    def __iter__(self) -> Iterator[str]:
+        while True:
+            line = self.readline()
+            if not line:
+                return
+            yield line
+
+    def readline(self, size: int = -1) -> str:
+        try:
+            line = self._fh.readline(size)
+        except _GZIP_ERRORS as exc:
+            raise self._fail(exc) from exc
+        if line.endswith("\n"):
+            self._lines += 1
+        return line
+
+    def read(self, size: int = -1) -> str:
+        try:
+            data = self._fh.read(size)
+        except _GZIP_ERRORS as exc:
+            raise self._fail(exc) from exc
+        self._lines += data.count("\n")
+        return data
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> _GzipText:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
 
 def open_text(path: str | Path) -> TextIO:
-    """Open for streaming text reading; '.gz' files are decompressed on the fly."""
+    """Open for streaming text reading; '.gz' files are decompressed on the fly (damage is a TraceError)."""
     p = Path(path)
     try:
         if p.suffix == ".gz":
-            return gzip.open(p, "rt", encoding="utf-8", errors="replace", newline="")
+            return cast(TextIO, _GzipText(p))
         return p.open("r", encoding="utf-8", errors="replace", newline="")
     except OSError as exc:
         raise TraceError(f"{p}: cannot read trace ({exc.strerror})") from exc

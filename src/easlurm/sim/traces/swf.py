@@ -2,17 +2,22 @@
 
 SWF counts processors, not GPUs: a job's GPUs are ceil(processors / procs_per_gpu) (allocated
 processors, else requested), procs_per_gpu=1 by default. Times are seconds from the log start;
-the `; UnixStartTime:` header, when present, makes them absolute. -1 means unknown.
+the `; UnixStartTime:` header, when it holds a number, makes them absolute (archive logs also say
+`UNKNOWN`: times stay relative). -1 means unknown: a job with an unknown wait but a known run time
+ran (its start is unknown, its work is not); a cancelled job (status 5) with no run time never did.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterator
 from pathlib import Path
 
 from easlurm.sim.traces.record import TraceJob, TraceStats
 from easlurm.sim.traces.source import open_text
+
+log = logging.getLogger(__name__)
 
 FIELDS = (
     "job_number",
@@ -54,6 +59,25 @@ class SwfReader:
         self.stats.path = self.path
         self.procs_per_gpu = max(1, int(procs_per_gpu))
         self.header: dict[str, str] = {}
+        self.origin_s = 0.0  # UnixStartTime, when the header gives one
+
+    def _header_line(self, line: str, where: str) -> None:
+        key, sep, value = line[1:].partition(":")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or " " in key or key in self.header:
+            return
+        self.header[key] = value
+        if key == "UnixStartTime":
+            try:
+                origin = float(value)
+            except ValueError:
+                origin = math.nan
+            if math.isfinite(origin) and origin >= 0:
+                self.origin_s = origin
+            elif not self.stats.quiet:
+                log.warning(
+                    "%s: UnixStartTime %r is not a time: times stay relative to the log start", where, value
+                )
 
     def __iter__(self) -> Iterator[TraceJob]:
         with open_text(self.path) as fh:
@@ -61,13 +85,11 @@ class SwfReader:
                 line = raw.strip()
                 if not line:
                     continue
+                where = f"{self.path}:{lineno}"
                 if line.startswith(";"):
-                    key, sep, value = line[1:].partition(":")
-                    if sep and key.strip() and " " not in key.strip():
-                        self.header.setdefault(key.strip(), value.strip())
+                    self._header_line(line, where)
                     continue
                 self.stats.rows += 1
-                where = f"{self.path}:{lineno}"
                 job = self._parse(line.split(), where)
                 if job is not None:
                     self.stats.jobs += 1
@@ -87,17 +109,19 @@ class SwfReader:
         if values["submit_time"] < 0:
             self.stats.bad(f"{where}: field submit_time: unknown (-1)", self.skip_bad)
             return None
-        origin = float(self.header.get("UnixStartTime", "0") or 0)
 
         def known(name: str) -> float | None:
             return values[name] if values[name] >= 0 else None
 
-        submit_s = origin + values["submit_time"]
+        submit_s = self.origin_s + values["submit_time"]
         wait, run = known("wait_time"), known("run_time")
-        start_s = submit_s + wait if wait is not None else None
+        status = known("status")
+        if status == 5 and not run:
+            run = None  # cancelled before it ran: its "run" is no work
+        cancelled_pending = status == 5 and run is None
+        start_s = submit_s + wait if wait is not None and not cancelled_pending else None
         end_s = start_s + run if start_s is not None and run is not None else None
         procs = known("allocated_processors") or known("requested_processors") or 0
-        status = known("status")
         user = known("user_id")
         partition = known("partition_number")
         return TraceJob(
@@ -107,7 +131,7 @@ class SwfReader:
             partition=str(int(partition)) if partition is not None else None,
             start_s=start_s,
             end_s=end_s,
-            runtime_s=run if end_s is not None else None,
+            runtime_s=run,
             timelimit_s=known("requested_time"),
             n_gpus=math.ceil(procs / self.procs_per_gpu),
             n_cpus=int(procs) or None,

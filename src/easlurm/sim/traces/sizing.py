@@ -1,0 +1,89 @@
+"""A target cluster sized like the trace's own: the most GPUs of each type its record ran at once."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from easlurm.sim.traces.record import TraceJob
+
+#: GPUs per node of a sized cluster (more when a single job of the trace needs more).
+NODE_GPUS = 8
+#: The type of jobs whose trace does not say one (the thesis cluster's first type).
+DEFAULT_TYPE = "a100-40gb"
+
+
+@dataclass(frozen=True)
+class TraceSize:
+    """The record's concurrency: peak GPUs busy at once, in total and per catalogue type."""
+
+    jobs: int  # jobs that ran with GPUs (start and end known)
+    peak_gpus: int
+    peak_by_type: dict[str, int]
+    largest_job_gpus: int
+
+
+def _peak(start: np.ndarray, end: np.ndarray, n: np.ndarray) -> int:
+    if len(start) == 0:
+        return 0
+    times = np.concatenate([start, end])
+    delta = np.concatenate([n, -n])
+    order = np.lexsort((delta, times))  # at one instant, ends before starts
+    return round(float(np.cumsum(delta[order]).max()))
+
+
+def _catalogue_key(catalogue: Any, name: str | None) -> str | None:
+    from easlurm.errors import ModelError
+
+    try:
+        return catalogue.resolve(name) if name and name in catalogue else None
+    except ModelError:
+        return None
+
+
+def measure(jobs: Iterable[TraceJob], catalogue: Any) -> TraceSize:
+    """Peak concurrency of the jobs that ran with GPUs (their recorded starts and ends)."""
+    cols: dict[str, list[tuple[float, float, float]]] = {}
+    largest = 0
+    count = 0
+    for job in jobs:
+        if job.n_gpus <= 0 or not job.ran or job.never_started or job.state == "REQUEUED":
+            continue
+        assert job.start_s is not None and job.end_s is not None
+        gpu_type = DEFAULT_TYPE
+        for name in (job.gpu_type, job.partition):
+            key = _catalogue_key(catalogue, name)
+            if key is not None:
+                gpu_type = key
+                break
+        cols.setdefault(gpu_type, []).append((job.start_s, job.end_s, float(job.n_gpus)))
+        largest = max(largest, job.n_gpus)
+        count += 1
+    by_type: dict[str, int] = {}
+    every = []
+    for gpu_type, rows in sorted(cols.items()):
+        a = np.asarray(rows, dtype=np.float64)
+        by_type[gpu_type] = _peak(a[:, 0], a[:, 1], a[:, 2])
+        every.append(a)
+    total = np.concatenate(every) if every else np.zeros((0, 3))
+    return TraceSize(count, _peak(total[:, 0], total[:, 1], total[:, 2]), by_type, largest)
+
+
+def cluster_for(size: TraceSize) -> Any:
+    """Whole nodes of NODE_GPUS (or the largest job's GPUs) per type, holding each type's peak; None
+    when no job ran with GPUs (the caller keeps its default)."""
+    from easlurm.sim.cluster import ClusterSpec
+
+    if not size.peak_by_type:
+        return None
+    per_node = max(NODE_GPUS, size.largest_job_gpus)
+    groups = [
+        (max(1, math.ceil(peak / per_node)), per_node, gpu_type)
+        for gpu_type, peak in size.peak_by_type.items()
+    ]
+    spec = ClusterSpec.mixed(groups)
+    return ClusterSpec(spec.nodes, f"like-trace-{spec.n_gpus}")
