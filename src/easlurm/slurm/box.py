@@ -146,6 +146,11 @@ class BoxPaths:
     def lib(self) -> Path:
         return self.root / "lib"
 
+    @property
+    def spool(self) -> Path:
+        """Where node records meet: the SPANK plugin's `spool=` (spank/install-box writes the same)."""
+        return self.root / "spool" / "easlurm"
+
 
 @dataclass(frozen=True)
 class Ports:
@@ -189,8 +194,17 @@ class SlurmBox:
     # ---- environment -------------------------------------------------------------------------------
     @property
     def env(self) -> dict[str, str]:
-        """Variables a client (sbatch, sacct, easlurm) needs to talk to this box."""
-        return {"SLURM_CONF": str(self.paths.slurm_conf)}
+        """Variables a client (sbatch, sacct, easlurm) needs to talk to this box: Slurm's configuration,
+        and easlurm's settings that must match the box's plugin (its spool, the scheduler's hint files
+        under `<spool>/sched`, which the plugin reads) or stay inside the box (the decision log)."""
+        return {
+            "SLURM_CONF": str(self.paths.slurm_conf),
+            "EASLURM_SPANK__SPOOL": str(self.paths.spool),
+            "EASLURM_SCHED__ENV_DIR": str(self.paths.spool / "sched"),
+            "EASLURM_SCHED__DECISION_LOG": str(self.paths.log / "schedd.jsonl"),
+            "EASLURM_BOX__DIR": str(self.paths.root),
+            "EASLURM_BOX__BASE_PORT": str(self.ports.base),
+        }
 
     def client_env(self) -> dict[str, str]:
         return {**os.environ, **self.env}
