@@ -113,3 +113,39 @@ def test_box_env_points_sacct_and_schedd_at_the_box(slurm_box: Any, tmp_path: Pa
     assert res.returncode == 0, res.stderr
     assert not stale.exists(), "schedd did not manage the plugin's scheduler directory"
     assert Path("/var/spool/easlurm").exists() == host_spool_existed
+
+
+def test_a_users_own_profiled_job_shows_gpu_and_cpu_energy_from_the_fake_sensors(
+    slurm_box: Any, tmp_path: Path
+) -> None:
+    """box.fake_sensors (on by default): after `slurm-box up` and eval of `slurm-box env`, a plain
+    `sbatch --energy-profile` job (no test plugstack line) shows GPU energy at the fake's 250 W per GPU,
+    and measured CPU and DRAM energy from the fake RAPL tree: nothing modelled, no device without sensor."""
+    env = box_shell_env(slurm_box)
+    assert env["EASLURM_BOX__FAKE_SENSORS"] == "true"
+    up = run(env, str(REPO / "scripts" / "slurm-box"), "up", "-q", timeout=180)  # as a user would
+    assert up.returncode == 0, up.stderr
+    tmp_path.chmod(0o755)
+    job = run(
+        env, "sbatch", "--parsable", "-p", "a100", "-N1", "--gres=gpu:a100:2", "--energy-profile",
+        "-o", str(tmp_path / "out"), "--wrap", "srun sleep 3",
+    ).stdout.strip()  # fmt: skip
+    assert job.isdigit(), job
+    assert slurm_box.wait_job(job, timeout_s=90) == "COMPLETED"
+    end = time.monotonic() + 60
+    step: dict[str, Any] = {}
+    while time.monotonic() < end:
+        res = easlurm(env, "sacct", "-j", job, "--json")
+        assert res.returncode == 0, res.stderr
+        step = next((r for r in json.loads(res.stdout)["rows"] if r["job_id"] == f"{job}.0"), {})
+        if step.get("energy_record"):
+            break
+        time.sleep(1)
+    rec = step["energy_record"]
+    gpus = [d for n in rec["nodes"] for d in n["devices"] if d["kind"] == "gpu"]
+    assert len(gpus) == 2
+    for dev in gpus:
+        assert dev["energy_j"] == pytest.approx(250.0 * dev["duration_s"], rel=0.02), dev
+    assert step["cpu_energy_j"] and step["cpu_energy_j"] > 0, step
+    assert step["dram_energy_j"] and step["dram_energy_j"] > 0, step
+    assert "modelled" not in step["energy_flags"] and "nosensor" not in step["energy_flags"], step
