@@ -25,7 +25,8 @@ def test_no_gpu_and_no_cpu_sensor_are_named_with_why(nvml_env: pytest.MonkeyPatc
     nvml_env.setenv("PATH", "/nonexistent")  # and no nvidia-smi
     d = discover(parse_devices("gpu,cpu,dram"), nvml_module=FAKE_NVML, powercap_root="/nonexistent")
     d.close()
-    assert set(d.no_sensor) >= {"gpu"} and "dram" not in d.no_sensor  # DRAM has its model
+    assert set(d.no_sensor) == {"gpu", "cpu"}  # not DRAM: it has its model (flagged modelled:dram)
+    assert d.no_sensor["cpu"].startswith("no CPU sensor on this host (")
     assert d.no_sensor["gpu"].startswith("no GPU sensor on this host (")
     assert "\n" not in d.no_sensor["gpu"]
 
