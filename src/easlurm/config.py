@@ -32,6 +32,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "cluster_name": "easbox",
         "base_port": 16817,
         "shards_per_gpu": 3,
+        # the box's node agents read a fake NVML (8 GPUs at 250 W) and a fake RAPL tree: the local
+        # cluster only (scripts/slurm-box); a real install never reads this section
+        "fake_sensors": True,
     },
     "oracle": {
         "params": None,

@@ -265,6 +265,7 @@ def node_record_from_profile(
         devices=devices,
         step_start_time=step_start,
         step_end_time=step_end,
+        no_sensor=[str(k) for k in getattr(result, "no_sensor", [])],
     )
 
 

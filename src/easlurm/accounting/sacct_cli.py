@@ -41,7 +41,8 @@ ENERGY_COLUMNS: dict[str, tuple[str, str]] = {
     ),
     "EnergyFlags": (
         "energy_flags",
-        "partial, modelled:<kinds>, degraded:<devices>, detail:<level>, apportioned:<gpu>:<how> (a GPU "
+        "partial, nosensor:<kinds> (a requested device had no sensor on a node: its energy is unknown, "
+        "not zero), modelled:<kinds>, degraded:<devices>, detail:<level>, apportioned:<gpu>:<how> (a GPU "
         "shared with another job: this step's share, split by utilisation or time), spool (read from the "
         "spool files), "
         "damaged, ended:<state> (a step ended by cancel, requeue, preemption, time limit ...), "
@@ -70,6 +71,8 @@ def _flags(step: StepRecord) -> str:
     flags = []
     if step.partial:
         flags.append("partial")
+    if step.no_sensor_kinds:
+        flags.append("nosensor:" + "+".join(step.no_sensor_kinds))
     if step.modelled_kinds:
         flags.append("modelled:" + "+".join(step.modelled_kinds))
     degraded = sorted({d.name for n in step.nodes for d in n.devices if d.error})
@@ -104,7 +107,10 @@ def node_values(node: NodeRecord) -> dict[str, Any]:
         "TotalEnergy": total,
         "AvgPower": node.mean_power_w,
         "EDP": None if total is None or node.duration_s is None else total * node.duration_s,
-        "EnergyFlags": "error" if node.error else "",
+        "EnergyFlags": ",".join(
+            (["error"] if node.error else [])
+            + (["nosensor:" + "+".join(node.no_sensor)] if node.no_sensor else [])
+        ),
         "Node": node.host,
     }
 

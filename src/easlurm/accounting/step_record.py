@@ -215,6 +215,8 @@ class NodeRecord:
     step_start_time: float | None = None
     step_end_time: float | None = None
     error: str | None = None
+    #: Requested kinds (gpu, cpu) that had no sensor on this node: their energy is unknown, not zero.
+    no_sensor: list[str] = field(default_factory=list)
 
     def kind_energy_j(self, kind: str | None) -> float | None:
         return sum_known(d.energy_j for d in self.devices if d.in_total and (kind is None or d.kind == kind))
@@ -256,6 +258,7 @@ class NodeRecord:
                 step_start_time=_opt_float(d.get("step_start_time")),
                 step_end_time=_opt_float(d.get("step_end_time")),
                 error=d.get("error"),
+                no_sensor=[str(k) for k in d.get("no_sensor", [])],
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise TraceError(f"node record: malformed ({exc})") from exc
@@ -340,6 +343,12 @@ class StepRecord:
         return sorted({f"{d.name}:{d.apportioned}" for n in self.nodes for d in n.devices if d.apportioned})
 
     @property
+    def no_sensor_kinds(self) -> list[str]:
+        """Requested kinds that had no sensor on some node (not the modelled DRAM: that is measured
+        differently, this is not measured at all)."""
+        return sorted({k for n in self.nodes for k in n.no_sensor})
+
+    @property
     def modelled_kinds(self) -> list[str]:
         """Device kinds whose energy is (partly) modelled rather than measured (the DRAM model)."""
         return sorted({d.kind for n in self.nodes for d in n.devices if d.modelled})
@@ -364,6 +373,7 @@ class StepRecord:
             "mean_power_w": self.mean_power_w,
             "edp_j_s": self.edp,
             "modelled": self.modelled_kinds,
+            "no_sensor": self.no_sensor_kinds,
             "apportioned": self.apportioned_devices,
             "nodes": [n.to_dict() for n in self.nodes],
         }
@@ -403,6 +413,7 @@ class StepRecord:
                     duration_s=self.duration_s,
                     devices=[d for n in nodes for d in n.devices],
                     error="; ".join(n.error for n in nodes if n.error) or None,
+                    no_sensor=sorted({k for n in nodes for k in n.no_sensor}),
                 )
             )
             nodes = [merged]
@@ -476,6 +487,7 @@ def _per_kind(node: NodeRecord) -> NodeRecord:
         node.step_start_time,
         node.step_end_time,
         node.error,
+        list(node.no_sensor),
     )
 
 

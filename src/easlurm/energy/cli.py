@@ -170,8 +170,12 @@ def _restore_foreground(fd: int | None) -> None:
         signal.signal(signal.SIGTTOU, old)
 
 
-def run_profiled(command: list[str], prof_kwargs: dict[str, Any]) -> tuple[int, Any, Any]:
-    """Run the command under the profiler; a profiler failure only loses the measurement."""
+def run_profiled(
+    command: list[str], prof_kwargs: dict[str, Any], required: dict[str, str] | None = None
+) -> tuple[int, Any, Any]:
+    """Run the command under the profiler; a profiler failure only loses the measurement. `required`
+    maps device kinds the user asked for by name to the option that named them: a kind with no sensor on
+    this host is an error before the command runs (an empty table would read as zero energy)."""
     from easlurm.energy.profiler import EnergyProfiler
 
     profiler = EnergyProfiler(**prof_kwargs, command=command)  # bad options raise here, before the run
@@ -180,6 +184,11 @@ def run_profiled(command: list[str], prof_kwargs: dict[str, Any]) -> tuple[int, 
     except Exception as exc:
         log.error("profiling disabled: %s", exc)
         profiler = None  # type: ignore[assignment]
+    missing = profiler.no_sensor if profiler is not None else {}
+    for kind, option in (required or {}).items():
+        if kind in missing:
+            profiler.discard()
+            raise ConfigError(f"{option}: {missing[kind]}")
     try:
         child = subprocess.Popen(command, process_group=0)
     except OSError as exc:
@@ -277,7 +286,11 @@ def profile_cmd(
         "sample_log": p["sample_log"],
         "mpi": mpi,
     }
-    code, result, cluster = run_profiled(cmd, kwargs)
+    named = {d.strip().lower() for d in devices.split(",")} if devices else set()
+    required: dict[str, str] = {k: f"--devices {devices}" for k in ("gpu", "cpu") if k in named}
+    if gpus:
+        required["gpu"] = f"--gpus {gpus}"
+    code, result, cluster = run_profiled(cmd, kwargs, required)
     if mpi and cluster is None:
         result = None  # under MPI only rank 0 reports (its table covers every node)
     if result is not None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from easlurm.energy.amd import discover_amdsmi
 from easlurm.energy.dram import DramModelSensor
 from easlurm.energy.gpus import job_gpus
-from easlurm.energy.nvml import discover_nvml
+from easlurm.energy.nvml import NO_SUCH_GPU, discover_nvml
 from easlurm.energy.perf import discover_perf
 from easlurm.energy.rapl import discover_rapl
 from easlurm.energy.result import DeviceKind
@@ -48,6 +48,20 @@ class Discovery:
     sensors: list[Sensor] = field(default_factory=list)
     failed: list[tuple[Sensor, str]] = field(default_factory=list)
     statuses: list[SensorStatus] = field(default_factory=list)
+    #: Requested kinds (gpu, cpu) with no sensor at all on this host, or a requested GPU that does not
+    #: exist, each with why: measured as nothing, which is not zero (never set for DRAM: it has a model).
+    no_sensor: dict[str, str] = field(default_factory=dict)
+
+    def _has(self, kind: DeviceKind) -> bool:
+        """A sensor of this kind was found (it may have failed to open: that is `degraded`, not missing)."""
+        return any(s.kind is kind for s in self.sensors) or any(s.kind is kind for s, _ in self.failed)
+
+    def _why_not(self, kind: str) -> str:
+        """One line: no sensor of this kind, and the first backend's reason."""
+        reasons = [s.detail for s in self.statuses if s.kind == kind and not s.available and s.detail]
+        return f"no {kind.upper()} sensor on this host" + (
+            f" ({reasons[0].splitlines()[0]})" if reasons else ""
+        )
 
     def _try_open(self, sensor: Sensor) -> bool:
         try:
@@ -116,6 +130,11 @@ def discover(
                 d._try_open(s)
         for s in _guarded(d, "amdsmi", "gpu", discover_amdsmi):
             d._try_open(s)
+        absent = [x.name for x in d.statuses if x.kind == "gpu" and x.detail == NO_SUCH_GPU]
+        if absent:
+            d.no_sensor["gpu"] = f"no GPU {','.join(absent)} on this host"
+        elif refs != [] and not d._has(DeviceKind.GPU):  # [] = the step has no GPU here: none wanted
+            d.no_sensor["gpu"] = d._why_not("gpu")
     if not node_level:
         return d
     want_cpu, want_dram = DeviceKind.CPU in kinds, DeviceKind.DRAM in kinds
@@ -129,6 +148,8 @@ def discover(
         if want_cpu and not any(z.kind is DeviceKind.CPU for z in zones):
             for s in _guarded(d, "perf", "cpu", lambda: discover_perf(interval_s)):
                 d._try_open(s)
+        if want_cpu and not d._has(DeviceKind.CPU):
+            d.no_sensor["cpu"] = d._why_not("cpu")
     if want_dram and not have_dram:
         d._try_open(DramModelSensor(pids))
     return d

@@ -302,6 +302,10 @@ class NvmlGpuSensor(Sensor):
         return f"{self.uuid}{extra}"
 
 
+#: The status detail of a requested GPU that the node does not have.
+NO_SUCH_GPU = "no such GPU on this node"
+
+
 def discover_nvml(
     module_name: str, refs: Sequence[GpuRef] | None
 ) -> tuple[list[NvmlGpuSensor], list[SensorStatus]]:
@@ -328,7 +332,7 @@ def discover_nvml(
         for ref in refs or []:
             idx = _resolve(nvml, ref, by_uuid, count)
             if idx is None:
-                statuses.append(SensorStatus(ref.text, "gpu", "nvml", False, "no such GPU on this node"))
+                statuses.append(SensorStatus(ref.text, "gpu", "nvml", False, NO_SUCH_GPU))
             else:
                 note = f"(parent of {ref.text}, shared by all its MIG instances)" if ref.mig else ""
                 chosen.setdefault(idx, note)

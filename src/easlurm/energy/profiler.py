@@ -138,6 +138,11 @@ class EnergyProfiler:
             log.error("run directory %s: %s; profiling without it", self.out_dir, exc)
             self.out_dir = None
 
+    @property
+    def no_sensor(self) -> dict[str, str]:
+        """Requested kinds with no sensor on this host, and why (empty before start)."""
+        return dict(self._discovery.no_sensor) if self._discovery is not None else {}
+
     def stop(self) -> ProfileResult:
         """Stop sampling and build the result (idempotent). Collective under MPI."""
         if self.result is not None:
@@ -224,6 +229,7 @@ class EnergyProfiler:
             marks=marks,
             interval_s=self.interval_s,
             sampler_cpu_s=sum(th.cpu_s for th in self._threads),
+            no_sensor=sorted(self._discovery.no_sensor),
         )
 
     def track_pid(self, pid: int) -> None:

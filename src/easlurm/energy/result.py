@@ -83,6 +83,8 @@ class ProfileResult:
     marks: list[RegionEnergy] = field(default_factory=list)
     interval_s: float | None = None
     sampler_cpu_s: float | None = None
+    #: Requested kinds with no sensor on this host (see Discovery.no_sensor): unknown, not zero.
+    no_sensor: list[str] = field(default_factory=list)
 
     def _kind_total(self, kind: DeviceKind | None) -> float | None:
         chosen = [d for d in self.devices if d.in_total and (kind is None or d.kind == kind.value)]
@@ -141,6 +143,7 @@ class ProfileResult:
             "devices": [{**asdict(d), "edp_j_s": d.edp} for d in self.devices],
             "regions": [_region_dict(r) for r in self.regions],
             "marks": [_region_dict(r) for r in self.marks],
+            "no_sensor": list(self.no_sensor),
         }
 
     @classmethod
@@ -162,6 +165,7 @@ class ProfileResult:
                 marks=[_region_from(x) for x in d.get("marks", [])],
                 interval_s=d.get("interval_s"),
                 sampler_cpu_s=d.get("sampler_cpu_s"),
+                no_sensor=[str(k) for k in d.get("no_sensor", [])],
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise SensorError(f"profile result: malformed document ({exc})") from exc

@@ -230,8 +230,9 @@ def release_all(jobs: Iterable[SlurmJob], now_s: float) -> list[Action]:
 
 def write_env_file(directory: Path, job_id: str, env: Mapping[str, str]) -> Path:
     """`job-<id>.env` (KEY=VALUE lines) atomically: the SPANK plugin reads it at task start, and only
-    from a root-owned directory and file that group and others cannot write (mode 0755 / 0644)."""
-    directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+    from a root-owned directory and file that group and others cannot write (mode 0755 / 0644). Only the
+    directory itself is created, never its parents (the spool is the plugin's, made at its install)."""
+    directory.mkdir(mode=0o755, exist_ok=True)
     path = directory / f"job-{int(job_id)}.env"
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(f"{k}={v}\n" for k, v in env.items()))

@@ -22,6 +22,24 @@ log = logging.getLogger(__name__)
 CHOICES = ("zeus", "hades", "aurachronos", "charon", "pollux", "themis", "chronos")
 
 
+def scheduler_env_dir(spool: str, env_dir: str | None, dry_run: bool) -> Path:
+    """Where the hint files go: sched.env_dir, else `<spank.spool>/sched` (what the plugin reads). Only the
+    last component is ever created: a spool that does not exist means the setting does not match this
+    host's plugin (e.g. the default /var/spool/easlurm next to the local cluster), and guessing would
+    scatter directories over the host where no job reads them."""
+    path = Path(env_dir) if env_dir else Path(spool) / "sched"
+    if dry_run or path.is_dir() or path.parent.is_dir():
+        return path
+    if env_dir:
+        raise ConfigError(
+            f"sched.env_dir: {path.parent} does not exist (set it to the plugin's <spool>/sched)"
+        )
+    raise ConfigError(
+        f"spank.spool: {spool} does not exist (set it, or sched.env_dir, to the SPANK plugin's spool=; "
+        'for the local cluster: eval "$(scripts/slurm-box env)")'
+    )
+
+
 @click.command("schedd")
 @click.option(
     "--policy", type=str, default=None, help=f"Policy: {', '.join(CHOICES)} (default: sched.policy)."
@@ -101,7 +119,7 @@ def schedd_cmd(
         raise ConfigError("--interval must be > 0")
     client = CliSchedClient(debug=debug, echo=lambda m: click.echo(m, err=True))
     state_dir = sched["state_save_dir"] or client.state_save_location()
-    env_dir = sched["env_dir"] or str(Path(cfg.get("spank.spool")) / "sched")
+    env_dir = scheduler_env_dir(cfg.get("spank.spool"), sched["env_dir"], dry_run)
     dcfg = DaemonConfig(
         policy=name,
         interval_s=float(sched["interval_s"]),
@@ -111,7 +129,7 @@ def schedd_cmd(
         preempt_cooldown_s=float(sched["preempt_cooldown_s"]),
         aging_weight=float(sched["aging_weight"]),
         decision_log=Path(sched["decision_log"]) if sched["decision_log"] else None,
-        env_dir=Path(env_dir),
+        env_dir=env_dir,
         state_save_dir=state_dir,
         log_snapshots=log_snapshots,
         name_prefix=only_names,

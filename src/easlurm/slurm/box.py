@@ -41,6 +41,9 @@ DEBIAN_PACKAGES = (
 )
 
 DB_PASSWORD = "easbox"
+#: The checkout's fake sensors (box.fake_sensors) and the process that keeps the fake RAPL counters going.
+FAKES = Path(__file__).resolve().parents[3] / "tests" / "fakes"
+FAKE_POWERCAP = "fake-powercap"
 #: gres/shard per GPU (docs/colocation-live.md): the daemon pairs jobs on GPUs with 3 or more (a lone job
 #: takes all but one); 0 offers whole GPUs only.
 DEFAULT_SHARDS_PER_GPU = 3
@@ -146,6 +149,16 @@ class BoxPaths:
     def lib(self) -> Path:
         return self.root / "lib"
 
+    @property
+    def fake_powercap(self) -> Path:
+        """The fake RAPL tree (box.fake_sensors); spank/install-box points the agents at it when it exists."""
+        return self.root / "fake-sensors" / "powercap"
+
+    @property
+    def spool(self) -> Path:
+        """Where node records meet: the SPANK plugin's `spool=` (spank/install-box writes the same)."""
+        return self.root / "spool" / "easlurm"
+
 
 @dataclass(frozen=True)
 class Ports:
@@ -179,18 +192,30 @@ class SlurmBox:
         base_port: int = 16817,
         shards_per_gpu: int = DEFAULT_SHARDS_PER_GPU,
         shards_source: str = "box.shards_per_gpu",
+        fake_sensors: bool = True,
     ):
         self.paths = BoxPaths(Path(root) if root else default_box_dir())
         self.cluster_name = cluster_name
         self.ports = Ports(base_port)
         self.shards_per_gpu = check_shards_per_gpu(shards_per_gpu, shards_source)
+        self.fake_sensors = fake_sensors and FAKES.is_dir()  # the fakes ship with a checkout only
         self._children: dict[str, subprocess.Popen[bytes]] = {}
 
     # ---- environment -------------------------------------------------------------------------------
     @property
     def env(self) -> dict[str, str]:
-        """Variables a client (sbatch, sacct, easlurm) needs to talk to this box."""
-        return {"SLURM_CONF": str(self.paths.slurm_conf)}
+        """Variables a client (sbatch, sacct, easlurm) needs to talk to this box: Slurm's configuration,
+        and easlurm's settings that must match the box's plugin (its spool, the scheduler's hint files
+        under `<spool>/sched`, which the plugin reads) or stay inside the box (the decision log)."""
+        return {
+            "SLURM_CONF": str(self.paths.slurm_conf),
+            "EASLURM_SPANK__SPOOL": str(self.paths.spool),
+            "EASLURM_SCHED__ENV_DIR": str(self.paths.spool / "sched"),
+            "EASLURM_SCHED__DECISION_LOG": str(self.paths.log / "schedd.jsonl"),
+            "EASLURM_BOX__DIR": str(self.paths.root),
+            "EASLURM_BOX__BASE_PORT": str(self.ports.base),
+            "EASLURM_BOX__FAKE_SENSORS": "true" if self.fake_sensors else "false",
+        }
 
     def client_env(self) -> dict[str, str]:
         return {**os.environ, **self.env}
@@ -396,7 +421,7 @@ class SlurmBox:
             return None
         return pid
 
-    def _spawn(self, name: str, argv: Sequence[str]) -> int:
+    def _spawn(self, name: str, argv: Sequence[str], extra_env: dict[str, str] | None = None) -> int:
         logf = open(self.paths.log / f"{name}.out", "ab")  # noqa: SIM115 - handed to the child
         proc = subprocess.Popen(
             list(argv),
@@ -404,7 +429,7 @@ class SlurmBox:
             stdout=logf,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env=self.client_env(),
+            env={**self.client_env(), **(extra_env or {})},
         )
         logf.close()
         self._children[name] = proc
@@ -413,7 +438,8 @@ class SlurmBox:
         return proc.pid
 
     def daemons(self) -> list[str]:
-        return ["munged", "mariadbd", "slurmdbd", "slurmctld", *[f"slurmd-{n.name}" for n in NODES]]
+        fakes = [FAKE_POWERCAP] if self.fake_sensors else []
+        return [*fakes, "munged", "mariadbd", "slurmdbd", "slurmctld", *[f"slurmd-{n.name}" for n in NODES]]
 
     # ---- up ----------------------------------------------------------------------------------------
     def up(self, timeout_s: float = 90.0) -> None:
@@ -422,8 +448,9 @@ class SlurmBox:
         if missing:
             raise SlurmError(f"packages missing: {' '.join(missing)} (run: scripts/slurm-box install)")
         self.write_config()
-        self._install_spank()
         deadline = time.monotonic() + timeout_s
+        self._fake_sensors(deadline)
+        self._install_spank()
         self._start_munge()
         self._start_mariadb(deadline)
         if self.pid_of("slurmdbd") is None:
@@ -459,6 +486,35 @@ class SlurmBox:
 
         _wait_for(listening, deadline, f"{name} on port {port}", self.paths.log / logname)
 
+    def _fake_sensors(self, deadline: float) -> None:
+        """box.fake_sensors: a fake RAPL tree whose counters a small process keeps advancing (package 60 W,
+        of which core 40 W; DRAM 6 W), for the agents the plugin starts (spank/install-box also points
+        them at the fake NVML). Off: that process is stopped and its tree removed."""
+        import shutil
+
+        tree = self.paths.fake_powercap
+        if not self.fake_sensors:
+            self._stop(FAKE_POWERCAP)
+            shutil.rmtree(tree.parent, ignore_errors=True)
+            return
+        if self.pid_of(FAKE_POWERCAP) is not None:
+            return
+        shutil.rmtree(tree, ignore_errors=True)
+        tree.parent.mkdir(parents=True, exist_ok=True)
+        ticks = [a for zone in ("package-0=60", "core-0=40", "dram-0=6") for a in ("--tick", zone)]
+        self._spawn(
+            FAKE_POWERCAP,
+            [sys.executable, "-m", "easlurm_fakes.powercap", str(tree), *ticks, "--period", "0.05"],
+            {"PYTHONPATH": f"{FAKES}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"},
+        )
+        _wait_for(
+            lambda: (tree / "intel-rapl:0" / "energy_uj").exists(),
+            deadline,
+            "the fake RAPL tree",
+            self.paths.log / f"{FAKE_POWERCAP}.out",
+        )
+        tree.parent.chmod(0o755)
+
     def _install_spank(self) -> None:
         """Build and install the easlurm SPANK plugin when the checkout provides its installer."""
         installer = Path(__file__).resolve().parents[3] / "spank" / "install-box"
@@ -468,6 +524,7 @@ class SlurmBox:
                 capture_output=True,
                 text=True,
                 check=False,
+                env={**os.environ, "EASLURM_BOX__FAKE_SENSORS": "true" if self.fake_sensors else "false"},
             )
             if res.returncode != 0:
                 log.warning("SPANK plugin not installed: %s", (res.stderr or res.stdout).strip()[-500:])
@@ -627,6 +684,7 @@ class SlurmBox:
         self._kill_orphan_stepds()
         for name in ("slurmctld", "slurmdbd", "mariadbd", "munged"):
             self._stop(name, timeout_s=timeout_s / 2)
+        self._stop(FAKE_POWERCAP)
 
     def _stop(self, name: str, timeout_s: float = 15.0) -> None:
         pid = self.pid_of(name)

@@ -19,7 +19,14 @@ def make_box() -> SlurmBox:
     cfg = config.section("box")
     origin = config.origin.get("box.shards_per_gpu")
     where = f"{origin}: box.shards_per_gpu" if origin else "box.shards_per_gpu"
-    return SlurmBox(cfg["dir"], cfg["cluster_name"], cfg["base_port"], cfg["shards_per_gpu"], where)
+    return SlurmBox(
+        cfg["dir"],
+        cfg["cluster_name"],
+        cfg["base_port"],
+        cfg["shards_per_gpu"],
+        where,
+        fake_sensors=bool(cfg["fake_sensors"]),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -121,12 +121,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--subzones", default="core,dram")
     ap.add_argument("--root-only", action="store_true")
     ap.add_argument("--tick", action="append", default=[], help="zone=watts, e.g. package-0=80")
+    ap.add_argument("--period", type=float, default=0.005, help="seconds between counter updates")
     args = ap.parse_args(argv)
     fp = FakePowercap(
         args.root, args.sockets, tuple(z for z in args.subzones.split(",") if z), root_only=args.root_only
     )
     if args.tick:
-        fp.start_ticker({k: float(v) for k, v in (t.split("=", 1) for t in args.tick)})
+        fp.start_ticker({k: float(v) for k, v in (t.split("=", 1) for t in args.tick)}, args.period)
         try:
             while True:
                 time.sleep(3600)

@@ -78,3 +78,33 @@ def test_daemon_cycle_prunes_stale_files_and_keeps_live_ones(tmp_path: Path) -> 
     write_env_file(env, "998", {"EASLURM_GPUS": "8"})
     Daemon(client, dry, oracle=Oracle(), metrics=Metrics(), clock=lambda: NOW).cycle()
     assert (env / "job-998.env").exists()  # dry run changes nothing
+
+
+def test_write_env_file_never_creates_the_spool_itself(tmp_path: Path) -> None:
+    """Only `<spool>/sched` is made: a spool that does not exist is a wrong setting, not a directory to make."""
+    import pytest
+
+    with pytest.raises(FileNotFoundError):
+        write_env_file(tmp_path / "no-spool" / "sched", "1", {"EASLURM_GPUS": "1"})
+    assert not (tmp_path / "no-spool").exists()
+
+
+def test_schedd_env_dir_from_a_missing_spool_is_one_line_naming_the_setting(tmp_path: Path) -> None:
+    """The default spool (/var/spool/easlurm) beside a local cluster: schedd stops with one line naming
+    spank.spool and creates nothing; a configured sched.env_dir is made only under an existing directory."""
+    import pytest
+
+    from easlurm.errors import ConfigError
+    from easlurm.priority.schedd_cli import scheduler_env_dir
+
+    spool = tmp_path / "spool"
+    with pytest.raises(ConfigError, match=r"^spank\.spool: .*spool does not exist") as exc:
+        scheduler_env_dir(str(spool), None, dry_run=False)
+    assert "\n" not in str(exc.value)
+    with pytest.raises(ConfigError, match=r"^sched\.env_dir: "):
+        scheduler_env_dir(str(spool), str(tmp_path / "a" / "b"), dry_run=False)
+    assert not spool.exists() and not (tmp_path / "a").exists()
+    assert scheduler_env_dir(str(spool), None, dry_run=True) == spool / "sched"  # writes nothing
+    spool.mkdir()
+    assert scheduler_env_dir(str(spool), None, dry_run=False) == spool / "sched"
+    assert scheduler_env_dir(str(spool), str(tmp_path / "hints"), dry_run=False) == tmp_path / "hints"

@@ -9,8 +9,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from easlurm.accounting.sacct_cli import build_rows, format_cell, sacct_cmd
-from easlurm.accounting.step_record import DeviceRecord, NodeRecord, StepRecord, encode_admin_comment
+from easlurm.accounting.sacct_cli import build_rows, format_cell, node_values, sacct_cmd, step_values
+from easlurm.accounting.step_record import (
+    DeviceRecord,
+    NodeRecord,
+    StepRecord,
+    decode_admin_comment,
+    encode_admin_comment,
+)
 from easlurm.errors import ConfigError
 from easlurm.slurm.client import SACCT_DELIMITER
 
@@ -230,3 +236,18 @@ def test_spool_files_fill_in_for_jobs_without_admin_comment(tmp_path: Path) -> N
     assert rows[2].get("TotalEnergy") is None
     rows, _ = build_rows(sacct_rows)  # without the spool: nothing
     assert rows[1].get("GPUEnergy") is None
+
+
+def test_a_requested_device_without_sensor_is_flagged_apart_from_the_dram_model() -> None:
+    """A node whose step asked for GPUs but had no GPU sensor: `nosensor:gpu` (unknown, not zero) on the
+    step and its node row, distinct from `modelled:dram`; it survives every AdminComment detail level."""
+    rec = record(9, "0", 250.0)
+    rec.nodes[1].devices = [d for d in rec.nodes[1].devices if d.kind != "gpu"]
+    rec.nodes[1].no_sensor = ["gpu"]
+    for detail in ("device", "node", "step"):
+        (back,) = decode_admin_comment(encode_admin_comment([rec.reduced(detail)]))
+        assert back.no_sensor_kinds == ["gpu"], detail
+        assert step_values(back)["EnergyFlags"].split(",")[:2] == ["nosensor:gpu", "modelled:dram"], detail
+    assert node_values(rec.nodes[1])["EnergyFlags"] == "nosensor:gpu"
+    assert node_values(rec.nodes[0])["EnergyFlags"] == ""
+    assert rec.to_dict()["no_sensor"] == ["gpu"]
