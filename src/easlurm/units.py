@@ -75,17 +75,52 @@ def parse_power_w(text: str | float | int, field: str = "power") -> float:
     return value
 
 
-def format_energy(joules: float | None) -> str:
-    """Human form of an energy: J, kJ, MJ; None -> empty (sacct leaves unknown fields blank)."""
-    if joules is None or (isinstance(joules, float) and math.isnan(joules)):
+#: SI prefixes a user may ask for (sacct's --units letters; K is read as k).
+SI_PREFIXES = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+
+
+def si_prefix(letter: str) -> str:
+    """sacct's `--units` letter (K, M, G, T, P; any case) -> the SI prefix (k, M, G, T, P)."""
+    low = letter.strip().lower()
+    if low in ("", "k"):
+        return low
+    if low.upper() in SI_PREFIXES:
+        return low.upper()
+    raise ConfigError(f"--units: expected one of K, M, G, T, P, got {letter!r}")
+
+
+def format_si(value: float | None, unit: str, prefix: str | None = None, digits: int = 2) -> str:
+    """`value` (in `unit`, e.g. J or J*s) with an SI prefix: the largest that keeps it >= 1, or the one
+    given (`prefix=""` is no prefix). None or NaN -> empty (sacct leaves unknown fields blank)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
-    for unit, scale in (("MJ", 1e6), ("kJ", 1e3)):
-        if abs(joules) >= scale:
-            return f"{joules / scale:.2f}{unit}"
-    return f"{joules:.2f}J"
+    if prefix is None:
+        prefix = next((p for p in ("P", "T", "G", "M", "k") if abs(value) >= SI_PREFIXES[p]), "")
+    return f"{value / SI_PREFIXES[prefix]:.{digits}f}{prefix}{unit}"
 
 
-def format_power(watts: float | None) -> str:
+def format_energy(joules: float | None, prefix: str | None = None) -> str:
+    """Human form of an energy: J, kJ, MJ, GJ ... (the one unit of energy in every command)."""
+    return format_si(joules, "J", prefix)
+
+
+def format_edp(joule_seconds: float | None, prefix: str | None = None) -> str:
+    """Human form of an energy-delay product: J*s with an SI prefix (kJ*s, MJ*s ...)."""
+    return format_si(joule_seconds, "J*s", prefix)
+
+
+def format_power(watts: float | None, prefix: str | None = None) -> str:
+    """Human form of a power: W below 10 kW (one decimal), then kW, MW ... (two decimals)."""
     if watts is None or (isinstance(watts, float) and math.isnan(watts)):
         return ""
-    return f"{watts / 1e3:.2f}kW" if abs(watts) >= 1e4 else f"{watts:.1f}W"
+    if prefix == "" or (prefix is None and abs(watts) < 1e4):
+        return f"{watts:.1f}W"
+    return format_si(watts, "W", prefix)
+
+
+def format_raw(value: float | None) -> str:
+    """A number for a `*Raw` column: SI unit, no prefix or symbol, at most three decimals."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return ""
+    text = f"{value:.3f}".rstrip("0").rstrip(".")
+    return "0" if text == "-0" else text

@@ -20,12 +20,14 @@ from easlurm.accounting.step_record import (
 )
 from easlurm.energy.result import sum_known
 from easlurm.errors import ConfigError, EaslurmError
-from easlurm.table import render_table, select_columns
-from easlurm.units import format_energy, format_power
+from easlurm.slurm.sacct_values import json_key, json_value
+from easlurm.table import delimiter_clashes, parse_format, render_table
+from easlurm.units import format_edp, format_energy, format_power, format_raw, si_prefix
 
 log = logging.getLogger(__name__)
 
-JSON_SCHEMA_VERSION = 1
+#: 2: sacct's own fields are numbers in the unit their key names (n_nodes, elapsed_s, consumed_energy_j).
+JSON_SCHEMA_VERSION = 2
 
 #: easlurm's columns -> (JSON key, what it holds).
 ENERGY_COLUMNS: dict[str, tuple[str, str]] = {
@@ -51,6 +53,12 @@ ENERGY_COLUMNS: dict[str, tuple[str, str]] = {
     "Node": ("node", "host of a --detail row"),
     "Device": ("device", "device of a --detail=device row"),
 }
+#: `<column>Raw`: the number in the SI unit its key names (J, W, J*s), as sacct's ConsumedEnergyRaw.
+RAW_COLUMNS: dict[str, str] = {
+    f"{name}Raw": name
+    for name in ("GPUEnergy", "CPUEnergy", "DRAMEnergy", "TotalEnergy", "AvgPower", "EDP", "RequeueEnergy")
+}
+EASLURM_COLUMNS = (*ENERGY_COLUMNS, *RAW_COLUMNS)
 DEFAULT_COLUMNS = (
     "JobID",
     "JobName",
@@ -280,39 +288,45 @@ def build_rows(
     return out, {job: list(steps.values()) for job, steps in records.items()}
 
 
-def format_cell(column: str, value: Any) -> Any:
-    """Human units for the table and -P: kJ/MJ, W/kW, J*s."""
+def format_cell(column: str, value: Any, prefix: str | None = None) -> Any:
+    """A cell of the table and -p/-P: energy in J with an SI prefix (the largest that keeps the number
+    >= 1, or `prefix`: sacct's --units; "" for --noconvert), power in W, EDP in J*s; `*Raw` columns plain
+    numbers in J, W and J*s."""
+    if column in RAW_COLUMNS:
+        return format_raw(value)
     if value is None or column not in ENERGY_COLUMNS:
         return value
     if column == "AvgPower":
-        return format_power(value)
+        return format_power(value, prefix)
     if column == "EDP":
-        return format_energy(value) + "s"
+        return format_edp(value, prefix)
     if column.endswith("Energy"):
-        return format_energy(value)
+        return format_energy(value, prefix)
     return value
+
+
+def row_value(row: dict[str, Any], column: str) -> Any:
+    """A row's value of a column; a `*Raw` column reads its energy column's number."""
+    return row.get(RAW_COLUMNS.get(column, column))
 
 
 def _json_key(column: str) -> str:
     if column in ENERGY_COLUMNS:
         return ENERGY_COLUMNS[column][0]
-    out = []
-    for i, ch in enumerate(column):
-        if (
-            ch.isupper()
-            and i
-            and (not column[i - 1].isupper() or (i + 1 < len(column) and column[i + 1].islower()))
-        ):
-            out.append("_")
-        out.append(ch.lower())
-    return "".join(out)
+    return json_key(column)
 
 
 def render_json(columns: Sequence[str], rows: Sequence[dict[str, Any]]) -> str:
     """One document: snake_case keys with units, numbers in SI, and each step's full record."""
     doc_rows = []
     for row in rows:
-        item = {_json_key(c): row.get(c) for c in columns}
+        item: dict[str, Any] = {}
+        for c in columns:
+            if c in ENERGY_COLUMNS:
+                item[_json_key(c)] = row.get(c)
+            elif c not in RAW_COLUMNS:  # JSON numbers are raw already
+                raw = row.get(c)
+                item[_json_key(c)] = None if raw is None else json_value(c, raw)
         rec = row.get("_record")
         if rec is not None:
             item["energy_record"] = rec.to_dict()
@@ -334,6 +348,7 @@ def selection_argv(options: dict[str, Any]) -> list[str]:
         ("--nodelist", "nodelist"),
         ("--name", "name"),
         ("--qos", "qos"),
+        ("--units", "units"),
     ):
         if options.get(key):
             argv.append(f"{flag}={options[key]}")
@@ -341,6 +356,7 @@ def selection_argv(options: dict[str, Any]) -> list[str]:
         ("--allusers", "allusers"),
         ("--allocations", "allocations"),
         ("--duplicates", "duplicates"),
+        ("--noconvert", "noconvert"),
     ):
         if options.get(key):
             argv.append(flag)
@@ -351,9 +367,10 @@ def selection_argv(options: dict[str, Any]) -> list[str]:
     "sacct",
     context_settings={"help_option_names": ["-h", "--help"]},
     help="Run sacct and show easlurm's per-step energy (GPUEnergy, CPUEnergy, DRAMEnergy, TotalEnergy, "
-    "AvgPower, EDP, EnergyFlags) next to any sacct field. Jobs submitted with --energy-profile carry the "
-    "records; a job (allocation) row shows the job's total (its batch step plus srun steps' other nodes) "
-    "and RequeueEnergy, the energy of its earlier runs. -D shows every run of a requeued job.",
+    "AvgPower, EDP, EnergyFlags, and each as a plain number: GPUEnergyRaw ...) next to any sacct field. "
+    "Jobs submitted with --energy-profile carry the records; a job (allocation) row shows the job's "
+    "total (its batch step plus srun steps' other nodes) and RequeueEnergy, the energy of its earlier "
+    "runs. Options shared with sacct behave as sacct's; -D shows every run of a requeued job.",
 )
 @click.option("-j", "--jobs", help="Job(s) to show: comma list, as sacct -j.")
 @click.option("-u", "--user", help="User(s), as sacct -u.")
@@ -366,23 +383,58 @@ def selection_argv(options: dict[str, Any]) -> list[str]:
 @click.option("-N", "--nodelist", help="Node list (sacct -N).")
 @click.option("--name", help="Job name(s) (sacct --name).")
 @click.option("-q", "--qos", help="QOS (sacct -q).")
-@click.option("-X", "--allocations", is_flag=True, help="Only allocation rows (no steps, so no energy).")
+@click.option(
+    "-X",
+    "--allocations",
+    is_flag=True,
+    help="Only job (allocation) rows, no step rows (sacct -X); each carries the job's total energy.",
+)
 @click.option(
     "-D",
     "--duplicates",
     is_flag=True,
     help="Every run of a requeued job, each with its own energy (sacct -D).",
 )
-@click.option("-o", "--format", "fmt", help="Comma list of columns: any sacct field and the energy columns.")
+@click.option(
+    "-o",
+    "--format",
+    "fmt",
+    help="Comma list of columns: any sacct field and the energy columns; NAME%N sets a width as sacct "
+    "(N > 0 right-aligned, N < 0 left-aligned, longer values cut with '+').",
+)
 @click.option(
     "--detail",
     type=click.Choice(["node", "device"]),
     default=None,
     help="Add one row per node (and per device) under each profiled step.",
 )
-@click.option("-P", "--parsable", is_flag=True, help="Pipe-delimited, no padding.")
-@click.option("-n", "--noheader", is_flag=True, help="No header line.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON document (SI numbers, full step records).")
+@click.option("-p", "--parsable", is_flag=True, help="'|'-delimited, a '|' after each field (sacct -p).")
+@click.option("-P", "--parsable2", is_flag=True, help="'|'-delimited, none after the last field (sacct -P).")
+@click.option(
+    "--delimiter",
+    default="|",
+    show_default=True,
+    help="The field delimiter of -p/-P (sacct --delimiter). A value holding it is printed with '/' "
+    "in its place, and said so on stderr (sacct prints it unchanged, so its line has extra fields).",
+)
+@click.option(
+    "--units",
+    type=click.Choice(["K", "M", "G", "T", "P"], case_sensitive=False),
+    default=None,
+    help="Show sacct's sizes and easlurm's energy, power and EDP in this unit (sacct --units; K is kJ, kW).",
+)
+@click.option(
+    "--noconvert",
+    is_flag=True,
+    help="No unit conversion (sacct --noconvert): energy in J, power in W, EDP in J*s.",
+)
+@click.option("-n", "--noheader", is_flag=True, help="No header line (sacct -n).")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="One JSON document: numbers in the unit their key names (elapsed_s, total_energy_j), full records.",
+)
 @click.option(
     "--spool",
     type=click.Path(file_okay=False),
@@ -399,6 +451,8 @@ def sacct_cmd(
     fmt: str | None,
     detail: str | None,
     parsable: bool,
+    parsable2: bool,
+    delimiter: str,
     noheader: bool,
     as_json: bool,
     spool: str | None,
@@ -412,19 +466,29 @@ def sacct_cmd(
     client = CliSlurmClient(debug=debug, echo=lambda msg: click.echo(msg, err=True))
     # the running Slurm's own field list: each version adds and drops fields
     slurm_fields = client.sacct_fields()
-    available = [*slurm_fields, *ENERGY_COLUMNS]
+    available = [*slurm_fields, *EASLURM_COLUMNS]
     if helpformat:
         click.echo(" ".join(slurm_fields))
         for name, (key, what) in ENERGY_COLUMNS.items():
-            click.echo(f"{name:12} {key:15} {what}")
+            click.echo(f"{name:15} {key:17} {what}")
+        for name, of in RAW_COLUMNS.items():
+            click.echo(f"{name:15} {'':17} {of} as a plain number in SI units (J, W, J*s)")
         return
-    if as_json and parsable:
-        raise ConfigError("--json and -P are exclusive")
-    columns = select_columns(fmt, available, DEFAULT_COLUMNS)
+    if as_json and (parsable or parsable2):
+        raise ConfigError("--json and -p/-P are exclusive")
+    if not delimiter:
+        raise ConfigError("--delimiter: must not be empty")
+    spec = parse_format(fmt, available, DEFAULT_COLUMNS)
+    columns = [c.name for c in spec]
+    widths = [c.width for c in spec]
     if detail and not fmt:
-        columns[1:1] = ["Node", "Device"] if detail == "device" else ["Node"]
-    native = [c for c in columns if c not in ENERGY_COLUMNS]
+        extra = ["Node", "Device"] if detail == "device" else ["Node"]
+        columns[1:1] = extra
+        widths[1:1] = [None] * len(extra)
+    native = [c for c in columns if c not in EASLURM_COLUMNS]
     fields = list(dict.fromkeys(["JobIDRaw", "JobID", "AdminComment", *native, "State"]))
+    if as_json:  # exact numbers, whatever --units says
+        selection = {**selection, "units": None, "noconvert": True}
     # every run, whatever -D says: a row's run (and its records) is known from the order of all runs
     sacct_rows = client.sacct(selection_argv({**selection, "duplicates": True}), fields)
     spool_dir = None
@@ -440,7 +504,27 @@ def sacct_cmd(
             )
         )
         return
-    shown = [{c: format_cell(c, row.get(c)) for c in columns} for row in rows]
-    text = render_table(columns, shown, parsable=parsable, header=not noheader)
+    prefix = "" if selection.get("noconvert") else None
+    if selection.get("units"):
+        prefix = si_prefix(selection["units"])
+    shown = [{c: format_cell(c, row_value(row, c), prefix) for c in columns} for row in rows]
+    delimited = parsable or parsable2
+    if delimited:
+        clashes = delimiter_clashes(columns, shown, delimiter)
+        if clashes:
+            click.echo(
+                f"easlurm: warning: values of {', '.join(clashes)} hold the delimiter {delimiter!r}; "
+                "shown with '/' in its place (use --delimiter or --json)",
+                err=True,
+            )
+    text = render_table(
+        columns,
+        shown,
+        parsable=delimited,
+        header=not noheader,
+        delimiter=delimiter,
+        trailing=parsable and not parsable2,
+        widths=widths,
+    )
     if text:
         click.echo(text)

@@ -20,7 +20,7 @@ import click
 from easlurm.cli import load_ctx_config
 from easlurm.errors import ConfigError, EaslurmError
 from easlurm.table import render_table, select_columns
-from easlurm.units import format_energy, format_power, parse_duration_s
+from easlurm.units import format_edp, format_energy, format_power, parse_duration_s
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,7 @@ COLUMNS = [
     "Energy",
     "MeanPower",
     "PeakPower",
+    "EDP",
     "Duration",
     "Samples",
     "Modelled",
@@ -69,6 +70,7 @@ def device_rows(result: Any) -> list[dict[str, Any]]:
                 "Energy": format_energy(d.energy_j),
                 "MeanPower": format_power(d.mean_power_w),
                 "PeakPower": format_power(d.peak_power_w),
+                "EDP": format_edp(d.edp),
                 "Duration": "" if d.duration_s is None else f"{d.duration_s:.2f}s",
                 "Samples": d.samples,
                 "Modelled": "modelled" if d.modelled else "measured",
@@ -80,6 +82,7 @@ def device_rows(result: Any) -> list[dict[str, Any]]:
             "Device": "TOTAL",
             "Energy": format_energy(result.total_energy_j),
             "MeanPower": format_power(result.mean_power_w),
+            "EDP": format_edp(result.edp),
             "Duration": f"{result.duration_s:.2f}s",
         }
     )
@@ -304,8 +307,12 @@ def profile_cmd(
         else:
             head = f"easlurm profile: {' '.join(cmd)} exited {code} after {result.duration_s:.2f} s"
             if result.edp is not None:
-                head += f", EDP {result.edp:.4g} J*s"
-            text = [head, render_table(columns, device_rows(result), parsable=parsable)]
+                head += f", EDP {format_edp(result.edp)}"
+            text = [render_table(columns, device_rows(result), parsable=parsable)]
+            if parsable:  # -P prints tables only: the summary goes to stderr
+                click.echo(head, err=True)
+            else:
+                text.insert(0, head)
             if cluster is not None:
                 rows = [
                     {k: (f"{v:.2f}" if isinstance(v, float) else v) for k, v in r.items()}

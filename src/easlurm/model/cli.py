@@ -12,6 +12,7 @@ import click
 
 from easlurm.cli import LazyGroup, load_ctx_config
 from easlurm.errors import ConfigError
+from easlurm.model.hardware import DEFAULT_GPU
 from easlurm.progress import progressbar
 
 PREDICT_COLUMNS = (
@@ -26,6 +27,7 @@ PREDICT_COLUMNS = (
     "EDP",
     "SamplesPerSec",
     "PeakMem",
+    "Best",
 )
 PREDICT_DEFAULT = (
     "GPUType",
@@ -37,6 +39,7 @@ PREDICT_DEFAULT = (
     "EnergyStep",
     "EDP",
     "PeakMem",
+    "Best",
 )
 
 
@@ -114,7 +117,7 @@ def _placements(
 )
 @click.option("--precision", default="bf16", show_default=True, help="fp32, tf32, bf16 or fp16.")
 @click.option("--gpus", default="1", show_default=True, help="GPU counts, comma list (e.g. 1,2,4,8).")
-@click.option("--gpu", "gpu_types", default="a100-40gb", show_default=True, help="GPU types, comma list.")
+@click.option("--gpu", "gpu_types", default=DEFAULT_GPU, show_default=True, help="GPU types, comma list.")
 @click.option(
     "--power-limit", default=None, help="Per-GPU power limits, comma list (e.g. 300,400W); default TDP."
 )
@@ -147,13 +150,14 @@ def predict_cmd(
     noheader: bool,
     as_json: bool,
 ) -> None:
-    """Predict step time, power, energy and EDP of a training job for each placement; * marks the best EDP."""
+    """Predict step time, power, energy and EDP of a training job for each placement; * in Best marks the
+    lowest EDP."""
     import numpy as np
 
     from easlurm.model.yaml_workload import load_workload_yaml
     from easlurm.model.zoo import get_workload
     from easlurm.table import render_table, select_columns
-    from easlurm.units import format_energy, format_power, parse_power_w
+    from easlurm.units import format_edp, format_energy, format_power, parse_power_w
 
     if (model is None) == (workload_file is None):
         raise ConfigError("give exactly one of --model or --workload")
@@ -190,7 +194,7 @@ def predict_cmd(
                 "step_time_s": float(pred.step_time_s[i]) if ok else None,
                 "power_w": float(pred.power_w[i]) if ok else None,
                 "energy_per_step_j": float(pred.energy_j[i]) if ok else None,
-                "edp_js": float(pred.edp[i]) if ok else None,
+                "edp_j_s": float(pred.edp[i]) if ok else None,
                 "samples_per_s": float(pred.samples_per_s[i]) if ok else None,
                 # an infeasible row shows what one sample alone would need: the GPU is too small for it
                 "peak_mem_gib": None if pred.peak_mem_gib is None else round(float(pred.peak_mem_gib[i]), 3),
@@ -219,13 +223,13 @@ def predict_cmd(
                 "StepTime": "OOM" if not r["feasible"] else f"{r['step_time_s']:.4f}s",
                 "Power": format_power(r["power_w"]),
                 "EnergyStep": format_energy(r["energy_per_step_j"]),
-                "EDP": None if r["edp_js"] is None else f"{r['edp_js']:.4g}",
+                "EDP": format_edp(r["edp_j_s"]),
                 "SamplesPerSec": None if r["samples_per_s"] is None else f"{r['samples_per_s']:.1f}",
                 "PeakMem": None if r["peak_mem_gib"] is None else f"{r['peak_mem_gib']:.1f}GiB",
+                "Best": "*" if r["best_edp"] else "",
             }
         )
-    marks = ["*" if r["best_edp"] else "" for r in records]
-    click.echo(render_table(columns, rows, parsable=parsable, header=not noheader, marks=marks))
+    click.echo(render_table(columns, rows, parsable=parsable, header=not noheader))
 
 
 @click.command("calibrate")

@@ -11,12 +11,13 @@ import click
 
 from easlurm.errors import ConfigError
 from easlurm.model.cli import HARDWARE_OPTION, _oracle
+from easlurm.model.hardware import DEFAULT_GPU
 
 
 @click.command("corun")
 @click.argument("first")
 @click.argument("second")
-@click.option("--gpu", default="h100-sxm", show_default=True, help="Catalogue GPU type.")
+@click.option("--gpu", default=DEFAULT_GPU, show_default=True, help="Catalogue GPU type.")
 @click.option(
     "--sharing",
     type=click.Choice(["time-slice", "mps"]),
@@ -78,13 +79,13 @@ def corun_cmd(
             {
                 "job": text,
                 "step_time_alone_s": s.step_time_s,
-                "power_w_alone": s.power_w,
+                "power_alone_w": s.power_w,
                 "compute_busy": s.compute_busy,
                 "hbm_busy": s.hbm_busy,
                 "gpu_busy": s.gpu_busy,
                 "peak_mem_gib": s.peak_mem_bytes / 2**30,
                 "speed": co.speed[i] if co.feasible else None,
-                "power_w_shared": co.job_power_w(i) if co.feasible else None,
+                "power_shared_w": co.job_power_w(i) if co.feasible else None,
             }
             for i, (text, s) in enumerate(solos)
         ],
@@ -94,7 +95,7 @@ def corun_cmd(
         return
     for job in doc["jobs"]:
         click.echo(
-            f"{job['job']:<24} alone {job['step_time_alone_s'] * 1e3:8.1f} ms {job['power_w_alone']:5.0f} W  "
+            f"{job['job']:<24} alone {job['step_time_alone_s'] * 1e3:8.1f} ms {job['power_alone_w']:5.0f} W  "
             f"busy: compute {job['compute_busy']:.2f} HBM {job['hbm_busy']:.2f} kernels {job['gpu_busy']:.2f}  "
             f"mem {job['peak_mem_gib']:.1f} GiB"
         )

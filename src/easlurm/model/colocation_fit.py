@@ -14,6 +14,7 @@ import numpy as np
 
 from easlurm.errors import ModelError, TraceError
 from easlurm.model.colocation import GpuFacts, Sharing, Solo, corun, parse_sharing, predict_solo
+from easlurm.model.hardware import DEFAULT_GPU
 from easlurm.model.params import COLOC_PARAMS, OracleParams, bounds
 from easlurm.model.zoo import get_workload
 
@@ -29,7 +30,6 @@ PAIR_REQUIRED = (
 )
 PAIR_OPTIONAL = ("gpu", "sharing", "seq_len", "image_size", "gpu_power_alone_w", "gpu_power_shared_w")
 log = logging.getLogger(__name__)
-DEFAULT_GPU = "h100-sxm"
 #: one prior width (a quarter of the parameter's range) costs as much as this relative slowdown error
 PRIOR_WEIGHT = 0.02
 

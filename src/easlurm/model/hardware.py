@@ -61,6 +61,10 @@ class GpuSpec:
         return tflops * 1e12
 
 
+#: The GPU type a command predicts for when none is given (predict, corun, calibrate-pairs).
+DEFAULT_GPU = "h100-sxm"
+
+
 class Catalogue:
     """GPU specs by key, with aliases ('a100' -> 'a100-40gb', 'h100' -> 'h100-sxm')."""
 

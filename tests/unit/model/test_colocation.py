@@ -252,7 +252,7 @@ def test_corun_cli_reports_both_jobs(capsys: pytest.CaptureFixture[str]) -> None
     assert main(["model", "corun", "bert-base:16", "distilbert:8", "--sharing", "mps", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["feasible"] and doc["throughput"] > 1.5
-    assert sum(j["power_w_shared"] for j in doc["jobs"]) == pytest.approx(doc["gpu_power_w"])
+    assert sum(j["power_shared_w"] for j in doc["jobs"]) == pytest.approx(doc["gpu_power_w"])
     assert main(["model", "corun", "bert-base", "gpt2:8"]) != 0
     assert "FIRST: expected MODEL:BATCH[:PRECISION]" in capsys.readouterr().err
     # the jobs are named as `model measure --pairs` names them; an inference job is not predicted

@@ -54,7 +54,7 @@ def test_predict_json_has_schema_and_one_best(capsys):
 def test_predict_parsable(capsys):
     rc, out, _ = run(capsys, "predict", "--model", "resnet50", "-P", "-o", "GPUs,StepTime")
     assert rc == 0
-    assert out.splitlines()[0] == "GPUs|StepTime|"
+    assert out.splitlines()[0] == "GPUs|StepTime"
 
 
 def test_unknown_model_is_one_line_and_exit_2(capsys):

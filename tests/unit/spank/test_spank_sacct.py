@@ -156,8 +156,10 @@ def test_parsable_with_native_and_energy_columns(fake_sacct: Path) -> None:
 def test_json_has_si_numbers_and_full_records(fake_sacct: Path) -> None:
     fields = ["JobIDRaw", "JobID", "AdminComment", "JobName", "State", "Elapsed", "NNodes"]
     doc = json.loads(invoke(fake_sacct, ["-j", "9", "--json"], fields))
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     step0 = next(r for r in doc["rows"] if r["job_id"] == "9.0")
+    # sacct's own fields: numbers in the unit their key names; IDs and states stay text
+    assert step0["n_nodes"] == 2 and step0["elapsed_s"] == 5.0 and step0["state"] == "COMPLETED"
     assert step0["gpu_energy_j"] == pytest.approx(2000.0)
     assert step0["mean_power_w"] == pytest.approx(2 * 304.0)
     assert step0["edp_j_s"] == pytest.approx(2 * 304 * 4.0 * 4.0)
@@ -251,3 +253,64 @@ def test_a_requested_device_without_sensor_is_flagged_apart_from_the_dram_model(
     assert node_values(rec.nodes[1])["EnergyFlags"] == "nosensor:gpu"
     assert node_values(rec.nodes[0])["EnergyFlags"] == ""
     assert rec.to_dict()["no_sensor"] == ["gpu"]
+
+
+def test_p_ends_each_line_with_the_delimiter_and_P_does_not(fake_sacct: Path) -> None:
+    """As sacct: -p puts the delimiter after every field (header too), -P only between fields."""
+    fields = ["JobIDRaw", "JobID", "AdminComment", "State"]
+    out_p = invoke(fake_sacct, ["-j", "9", "-p", "--format", "jobid,state,totalenergy"], fields)
+    out_big_p = invoke(fake_sacct, ["-j", "9", "-P", "--format", "jobid,state,totalenergy"], fields)
+    assert out_p.splitlines()[0] == "JobID|State|TotalEnergy|"
+    assert [ln + "|" for ln in out_big_p.splitlines()] == out_p.splitlines()
+    semi = invoke(fake_sacct, ["-j", "9", "-P", "--delimiter", ";", "-o", "jobid,state"], fields)
+    assert semi.splitlines()[:2] == ["JobID;State", "9;COMPLETED"]
+
+
+def test_raw_columns_are_plain_numbers_in_si_units(fake_sacct: Path) -> None:
+    fields = ["JobIDRaw", "JobID", "AdminComment", "State"]
+    out = invoke(
+        fake_sacct,
+        ["-j", "9", "-P", "-n", "-o", "jobid,totalenergy,totalenergyraw,edpraw,avgpowerraw"],
+        fields,
+    )
+    row = {ln.split("|")[0]: ln.split("|") for ln in out.splitlines()}
+    total_j = 2 * (250 + 50 + 4) * 4.0
+    assert row["9.0"][1] == "2.43kJ" and row["9.0"][2] == "2432"
+    assert float(row["9.0"][3]) == pytest.approx(total_j * 4.0) and float(row["9.0"][4]) == 608.0
+
+
+def test_units_and_noconvert_reach_sacct_and_the_energy_columns(fake_sacct: Path) -> None:
+    fields = ["JobIDRaw", "JobID", "AdminComment", "State"]
+    out = invoke(fake_sacct, ["-j", "9", "-P", "-n", "--units=M", "-o", "jobid,totalenergy,edp"], fields)
+    assert "--units=M" in (fake_sacct.parent / "argv").read_text().splitlines()
+    assert out.splitlines()[2].split("|")[1:] == ["0.00MJ", "0.01MJ*s"]
+    out = invoke(
+        fake_sacct, ["-j", "9", "-P", "-n", "--noconvert", "-o", "jobid,totalenergy,avgpower"], fields
+    )
+    assert "--noconvert" in (fake_sacct.parent / "argv").read_text().splitlines()
+    assert out.splitlines()[2].split("|")[1:] == ["2432.00J", "608.0W"]
+
+
+def test_width_suffix_sets_width_and_alignment_as_sacct(fake_sacct: Path) -> None:
+    """JobID%-8 left-aligns in 8 characters, State%4 right-aligns and cuts with '+'."""
+    fields = ["JobIDRaw", "JobID", "AdminComment", "State"]
+    out = invoke(fake_sacct, ["-j", "9", "-o", "JobID%-8,State%4,TotalEnergy%9"], fields)
+    lines = out.splitlines()
+    assert lines[0] == "JobID    Stat TotalEner"
+    assert lines[1] == "-------- ---- ---------"
+    assert lines[4] == "9.0      COM+    2.43kJ"
+
+
+def test_delimiter_inside_a_value_is_replaced_and_reported(fake_sacct: Path) -> None:
+    """sacct -P prints a '|' in a job name unchanged, so that line has one field too many; easlurm keeps
+    every line parsable and says so on stderr."""
+    import os
+
+    fields = ["JobIDRaw", "JobID", "AdminComment", "JobName", "State"]
+    write_answer(fake_sacct, fields, os.environ["FAKE_COMMENT"])
+    text = fake_sacct.read_text().replace("train", "a|b")
+    fake_sacct.write_text(text)
+    res = CliRunner().invoke(sacct_cmd, ["-j", "9", "-P", "-o", "jobid,jobname,state", "--no-spool"])
+    assert res.exit_code == 0
+    assert res.stdout.splitlines()[1] == "9|a/b|COMPLETED"
+    assert "JobName" in res.stderr and "delimiter '|'" in res.stderr
