@@ -508,3 +508,51 @@ def test_schedd_charon_budget_holds_on_measured_power(slurm_box: Any, blocker: s
     assert measured and all(abs(m - 0.6) < 0.05 for m in measured), measured
     # what the GPUs draw, not what was predicted, decides: a third job ran beside two measured ones
     assert max(len(s.running) for s in snaps) >= 3
+
+
+class FixedPolicy:
+    """A policy that always decides the same: the test states the placement, Slurm shows what it made."""
+
+    name = "fixed"
+
+    def __init__(self, decision: Decision) -> None:
+        self.decision = decision
+
+    def decide(self, snapshot: ClusterSnapshot, oracle: Any) -> Decision:
+        return self.decision
+
+
+def test_schedd_pins_untyped_requests_and_publishes_hints_after_slurm_accepts(
+    slurm_box: Any, tmp_path: Path
+) -> None:
+    """Two jobs asking for `--gres=gpu:2` without a type, in the partition of every node (Slurm alone puts
+    them on a100-1). The daemon places one on 1 h100 (a count change: Slurm refuses a typed rewrite of an
+    untyped request) and the other on 2 h100 (the count already matches: only the type needs pinning).
+    Both run where their hints say, and the hints are written after Slurm accepted the placement."""
+    from easlurm.priority.snapshot import StartJob
+
+    spec = "model=resnet50,steps=500,batch=64,gpus=1:2"
+    common = ["--hold", "-p", "all", "--gres=gpu:2", "--wrap", "sleep 20"]
+    ids = [slurm_box.sbatch("-J", f"schedd-it-pin-{i}", comment(spec), *common) for i in range(2)]
+    decision = Decision(
+        starts=(StartJob(ids[0], NODE, 1, 64, "h100"), StartJob(ids[1], NODE, 2, 64, "h100")),
+    )
+    env_dir = tmp_path / "env"
+    cfg = DaemonConfig(
+        interval_s=1.0, env_dir=env_dir, name_prefix="schedd-it-pin", decision_log=tmp_path / "log.jsonl"
+    )
+    try:
+        d = Daemon(client(slurm_box), cfg, policy=FixedPolicy(decision))
+        report = d.cycle()  # the jobs are user-held: Slurm cannot start them before the daemon acts
+        assert report.error is None and report.outcome is not None
+        assert report.outcome.failed == [], report.outcome.failed
+        slurm_box.run(["scontrol", "release", *ids])
+        wait_for(lambda: all(j.running for j in mine(slurm_box, ids).values()), 60, "the jobs to run")
+        jobs = mine(slurm_box, ids)
+        for job_id, n in zip(ids, (1, 2), strict=True):
+            job = jobs[job_id]
+            assert (job.nodes, job.gpu_type, job.gpus_per_node) == (NODE, "h100", n), job
+            hints = (env_dir / f"job-{job_id}.env").read_text().splitlines()
+            assert f"EASLURM_GPUS={n}" in hints and "EASLURM_GPU_TYPE=h100" in hints
+    finally:
+        cancel(slurm_box, ids)
