@@ -556,3 +556,53 @@ def test_schedd_pins_untyped_requests_and_publishes_hints_after_slurm_accepts(
             assert f"EASLURM_GPUS={n}" in hints and "EASLURM_GPU_TYPE=h100" in hints
     finally:
         cancel(slurm_box, ids)
+
+
+def test_schedd_hold_shows_why_in_squeue_and_ends_after_its_ttl_on_an_idle_cluster(
+    slurm_box: Any, tmp_path: Path
+) -> None:
+    """A 2-GPU job under a budget it can never fit (1 W) on an otherwise idle node: squeue shows it waiting
+    for its BeginTime until the hold's end, with the daemon's reason in its AdminComment; once held a
+    full TTL with nothing running it is released for good and runs while the daemon keeps going."""
+    ttl = 8.0
+    jid = slurm_box.sbatch(
+        "-J",
+        "schedd-it-ttl",
+        comment("model=resnet50,steps=500,batch=64,gpus=2"),
+        "-p",
+        "h100",
+        f"--nodelist={NODE}",
+        "--gres=gpu:h100:2",
+        "--wrap",
+        "sleep 30",
+    )
+    cfg = DaemonConfig(
+        policy="charon",
+        interval_s=1.0,
+        power_budget_w=1.0,
+        hold_ttl_s=ttl,
+        decision_log=tmp_path / "log.jsonl",
+        env_dir=tmp_path / "env",
+        name_prefix="schedd-it-ttl",
+        nodes=(NODE,),
+    )
+    _, stop, t = start_daemon(slurm_box, cfg)
+    try:
+        wait_for(lambda: holds.mark_of(mine(slurm_box, [jid])[jid]) is not None, 10, "the hold")
+        held_at = time.monotonic()
+        job = mine(slurm_box, [jid])[jid]
+        mark = holds.mark_of(job)
+        assert mark is not None and mark.why in (holds.WHY_POLICY, holds.WHY_GATE), job.admin_comment
+        want = f"BeginTime|{holds.slurm_time(mark.until_s)}"  # the reason from Slurm's next pass (5 s here)
+
+        def row() -> str:
+            return str(slurm_box.run(["squeue", "-h", "-j", jid, "-o", "%r|%S"]).stdout.strip())
+
+        wait_for(lambda: row() == want, 7, f"squeue to show {want}")
+        wait_for(lambda: mine(slurm_box, [jid])[jid].running, ttl + 15, "the job to run after one TTL")
+        assert time.monotonic() - held_at >= ttl - 2  # the budget held it for its TTL first
+        time.sleep(3)  # the daemon keeps cycling: it does not take the job back
+        assert mine(slurm_box, [jid])[jid].running
+    finally:
+        stop_daemon(stop, t)
+        cancel(slurm_box, [jid])

@@ -72,6 +72,13 @@ class PlanContext:
     hold_ttl_s: float
     gate_all: bool = False  # under a power budget: every declared job not started now is held
     recently_requeued: frozenset[str] = frozenset()
+    #: jobs released after a full TTL on an idle cluster: never held again, nor shed once they run
+    ttl_spent: frozenset[str] = frozenset()
+
+
+#: Release reason of a job held a full TTL while nothing ran on the daemon's nodes: nothing will free
+#: power or GPUs for it, so holding it longer would hold it for ever.
+IDLE_TTL_RELEASE = "held a full TTL on an idle cluster"
 
 
 def partition_for(job: SlurmJob, node: SlurmNode | None) -> str | None:
@@ -173,6 +180,9 @@ def plan(
         if job_id in ctx.recently_requeued:
             log.info("not preempting job %s again within the cooldown", job_id)
             continue
+        if job_id in ctx.ttl_spent:
+            log.info("not preempting job %s: it was %s", job_id, IDLE_TTL_RELEASE)
+            continue
         actions.append(Action(Kind.REQUEUE, job_id, reason="preempted"))
     feasible, places = feasible_starts(decision, snapshot, ctx)
     decision = Decision(starts=tuple(feasible), preempt=decision.preempt, hold=decision.hold)
@@ -201,11 +211,20 @@ def plan(
             if j in ctx.jobs and holds.user_deferred(ctx.jobs[j], ctx.now_s, ctx.hold_ttl_s)
         }
     to_hold -= started
+    to_hold -= ctx.ttl_spent
+    idle = not snapshot.running
+    spent = {
+        j
+        for j in to_hold
+        if idle and j in ctx.jobs and holds.held_a_full_ttl(ctx.jobs[j], ctx.now_s, ctx.hold_ttl_s)
+    }
+    to_hold -= spent
     for job in ctx.jobs.values():
         if not job.pending or holds.mark_of(job) is None or job.job_id not in ctx.declared:
             continue  # out of this daemon's scope: its TTL, or the daemon that owns it, releases it
         if job.job_id not in to_hold:
-            actions.append(Action(Kind.RELEASE, job.job_id, holds.release_fields(job, ctx.now_s), "headroom"))
+            why = IDLE_TTL_RELEASE if job.job_id in spent else "headroom"
+            actions.append(Action(Kind.RELEASE, job.job_id, holds.release_fields(job, ctx.now_s), why))
     queue = [s.job_id for s in decision.starts]
     queue += [j for j in ranking if j not in started and j not in to_hold][: max(top_k - len(queue), 0)]
     ranked = set(queue)
@@ -226,6 +245,7 @@ def plan(
     # cycle, the jobs Slurm would start first are held first
     rank = {j: i for i, j in enumerate([*decision.hold, *ranking])}
     n_holds = 0
+    by_policy = set(decision.hold)
     for job_id in sorted(to_hold, key=lambda j: (rank.get(j, len(rank)), j)):
         job = ctx.jobs.get(job_id)
         if job is None or not holds.can_hold(job, ctx.now_s, ctx.hold_ttl_s):
@@ -235,9 +255,14 @@ def plan(
                 log.info("hold updates capped at %d this cycle; the rest follow next cycles", max_holds)
                 break
             n_holds += 1
-            actions.append(
-                Action(Kind.HOLD, job_id, holds.hold_fields(job, ctx.now_s, ctx.hold_ttl_s), "power budget")
-            )
+            if job_id in by_policy:
+                why = holds.WHY_POLICY
+            elif holds.user_deferred(job, ctx.now_s, ctx.hold_ttl_s):
+                why = holds.WHY_BEGIN
+            else:
+                why = holds.WHY_GATE
+            fields = holds.hold_fields(job, ctx.now_s, ctx.hold_ttl_s, why)
+            actions.append(Action(Kind.HOLD, job_id, fields, why))
     return actions
 
 

@@ -162,3 +162,30 @@ def test_execute_dry_run_and_failures(tmp_path: Path) -> None:
     assert [a.job_id for a in undo] == ["2"]
     execute(undo, client, None, dry_run=False)
     assert client.get("2").admin_comment == "" and client.get("2").reason == "Priority"
+
+
+def test_a_hold_ends_after_one_ttl_on_an_idle_cluster() -> None:
+    """Under a budget a job is held; once held a full TTL while nothing runs (nothing will free power for
+    it), it is released and never held again; while something runs, the hold is extended."""
+    from easlurm.priority.apply import IDLE_TTL_RELEASE
+    from easlurm.priority.snapshot import RunningJob
+
+    mark = holds.HoldMark(int(NOW + 10), None, int(NOW - 600), holds.WHY_GATE).encode()
+    held = job("1", reason="BeginTime", admin_comment=mark)
+    acts = plan(Decision(hold=("1",)), snap("1"), ctx([held], {"1"}, gate=True))
+    assert [(a.kind, a.reason) for a in acts if a.job_id == "1"] == [(Kind.RELEASE, IDLE_TTL_RELEASE)]
+    spent = PlanContext(**{**ctx([job("1")], {"1"}, gate=True).__dict__, "ttl_spent": frozenset({"1"})})
+    assert not [a for a in plan(Decision(hold=("1",)), snap("1"), spent) if a.kind is Kind.HOLD]
+    running = job("1", state="RUNNING")  # once it runs, a budget policy does not shed it either
+    spent = PlanContext(**{**ctx([running], {"1"}, gate=True).__dict__, "ttl_spent": frozenset({"1"})})
+    assert not [a for a in plan(Decision(preempt=("1",)), snap(), spent) if a.kind is Kind.REQUEUE]
+    busy = ClusterSnapshot(
+        time_s=NOW,
+        nodes=(),
+        running=(RunningJob("9", "bob", "h100-1", "h100", 8, 64, 5000.0, NOW - 60),),
+        pending=(pend("1"),),
+    )
+    acts = plan(Decision(hold=("1",)), busy, ctx([held], {"1"}, gate=True))
+    hold = next(a for a in acts if a.job_id == "1")
+    assert hold.kind is Kind.HOLD and hold.reason == holds.WHY_POLICY
+    assert holds.HoldMark.decode(hold.fields["AdminComment"]).since_s == int(NOW - 600)  # type: ignore[union-attr]
