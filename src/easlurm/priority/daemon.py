@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from easlurm.priority.apply import (
 )
 from easlurm.priority.metrics import Metrics
 from easlurm.priority.policy_call import call_policy
+from easlurm.priority.report import StartPrediction, predict_starts
 from easlurm.priority.slurm_snapshot import (
     SnapshotInputs,
     SpecReader,
@@ -80,6 +81,8 @@ class CycleReport:
     outcome: Outcome | None = None
     timings_s: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    #: the oracle's prediction of each start (remaining steps): what `schedd --once` shows
+    predictions: dict[str, StartPrediction] = field(default_factory=dict)
 
     def to_dict(self, with_snapshot: bool) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -90,6 +93,8 @@ class CycleReport:
         }
         if self.decision is not None:
             out["decision"] = self.decision.to_dict()
+        if self.predictions:
+            out["predictions"] = {j: asdict(p) for j, p in self.predictions.items()}
         out["actions"] = [a.to_dict() for a in self.actions]
         if self.outcome is not None:
             out["failed"] = [{"action": a.to_dict(), "error": e} for a, e in self.outcome.failed]
@@ -244,6 +249,7 @@ class Daemon:
                 log.warning("job %s: %s, released for good", act.job_id, IDLE_TTL_RELEASE)
                 self._ttl_spent.add(act.job_id)
         report.snapshot, report.decision, report.actions, report.outcome = snap, decision, actions, outcome
+        report.predictions = predict_starts(decision, snap, self.oracle)
         report.timings_s = {"slurm": t1 - t0, "policy": t2 - t1, "apply": t3 - t2}
         self._observe(report, inputs)
         self._log(report)
