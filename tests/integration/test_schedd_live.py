@@ -508,3 +508,107 @@ def test_schedd_charon_budget_holds_on_measured_power(slurm_box: Any, blocker: s
     assert measured and all(abs(m - 0.6) < 0.05 for m in measured), measured
     # what the GPUs draw, not what was predicted, decides: a third job ran beside two measured ones
     assert max(len(s.running) for s in snaps) >= 3
+
+
+class FixedPolicy:
+    """A policy that always decides the same: the test states the placement, Slurm shows what it made."""
+
+    name = "fixed"
+
+    def __init__(self, decision: Decision) -> None:
+        self.decision = decision
+
+    def decide(self, snapshot: ClusterSnapshot, oracle: Any) -> Decision:
+        return self.decision
+
+
+def test_schedd_pins_untyped_requests_and_publishes_hints_after_slurm_accepts(
+    slurm_box: Any, tmp_path: Path
+) -> None:
+    """Two jobs asking for `--gres=gpu:2` without a type, in the partition of every node (Slurm alone puts
+    them on a100-1). The daemon places one on 1 h100 (a count change: Slurm refuses a typed rewrite of an
+    untyped request) and the other on 2 h100 (the count already matches: only the type needs pinning).
+    Both run where their hints say, and the hints are written after Slurm accepted the placement."""
+    from easlurm.priority.snapshot import StartJob
+
+    spec = "model=resnet50,steps=500,batch=64,gpus=1:2"
+    common = ["--hold", "-p", "all", "--gres=gpu:2", "--wrap", "sleep 20"]
+    ids = [slurm_box.sbatch("-J", f"schedd-it-pin-{i}", comment(spec), *common) for i in range(2)]
+    decision = Decision(
+        starts=(StartJob(ids[0], NODE, 1, 64, "h100"), StartJob(ids[1], NODE, 2, 64, "h100")),
+    )
+    env_dir = tmp_path / "env"
+    cfg = DaemonConfig(
+        interval_s=1.0, env_dir=env_dir, name_prefix="schedd-it-pin", decision_log=tmp_path / "log.jsonl"
+    )
+    try:
+        d = Daemon(client(slurm_box), cfg, policy=FixedPolicy(decision))
+        report = d.cycle()  # the jobs are user-held: Slurm cannot start them before the daemon acts
+        assert report.error is None and report.outcome is not None
+        assert report.outcome.failed == [], report.outcome.failed
+        slurm_box.run(["scontrol", "release", *ids])
+        wait_for(lambda: all(j.running for j in mine(slurm_box, ids).values()), 60, "the jobs to run")
+        jobs = mine(slurm_box, ids)
+        for job_id, n in zip(ids, (1, 2), strict=True):
+            job = jobs[job_id]
+            assert (job.nodes, job.gpu_type, job.gpus_per_node) == (NODE, "h100", n), job
+            hints = (env_dir / f"job-{job_id}.env").read_text().splitlines()
+            assert f"EASLURM_GPUS={n}" in hints and "EASLURM_GPU_TYPE=h100" in hints
+    finally:
+        cancel(slurm_box, ids)
+
+
+def test_schedd_hold_shows_why_in_squeue_and_ends_after_its_ttl_on_an_idle_cluster(
+    slurm_box: Any, tmp_path: Path
+) -> None:
+    """A 2-GPU job under a budget it can never fit (1 W) on an otherwise idle node: squeue shows it waiting
+    for its BeginTime until the hold's end, with the daemon's reason in its AdminComment; once held a
+    full TTL with nothing running it is released for good and runs while the daemon keeps going."""
+    ttl = 12.0  # extended at 6 s: after Slurm's first pass (5 s here) has set the Reason
+    jid = slurm_box.sbatch(
+        "-J",
+        "schedd-it-ttl",
+        comment("model=resnet50,steps=500,batch=64,gpus=2"),
+        "--begin=now+5",  # gated before Slurm can start it at submission (see the gate test)
+        "-p",
+        "h100",
+        f"--nodelist={NODE}",
+        "--gres=gpu:h100:2",
+        "--wrap",
+        "sleep 30",
+    )
+    cfg = DaemonConfig(
+        policy="charon",
+        interval_s=1.0,
+        power_budget_w=1.0,
+        hold_ttl_s=ttl,
+        decision_log=tmp_path / "log.jsonl",
+        env_dir=tmp_path / "env",
+        name_prefix="schedd-it-ttl",
+        nodes=(NODE,),
+    )
+    _, stop, t = start_daemon(slurm_box, cfg)
+    try:
+        wait_for(lambda: holds.mark_of(mine(slurm_box, [jid])[jid]) is not None, 10, "the hold")
+        held_at = time.monotonic()
+        job = mine(slurm_box, [jid])[jid]
+        mark = holds.mark_of(job)
+        assert mark is not None and mark.why in (holds.WHY_POLICY, holds.WHY_GATE, holds.WHY_BEGIN), (
+            job.admin_comment
+        )
+
+        def shown() -> bool:
+            """squeue's Reason is BeginTime (from Slurm's next pass, 5 s here) and its start time the end
+            of the daemon's current hold (extended when half the TTL is left)."""
+            now_mark = holds.mark_of(mine(slurm_box, [jid])[jid])
+            row = slurm_box.run(["squeue", "-h", "-j", jid, "-o", "%r|%S"]).stdout.strip()
+            return now_mark is not None and row == f"BeginTime|{holds.slurm_time(now_mark.until_s)}"
+
+        wait_for(shown, 10, "squeue to show BeginTime until the hold's end")
+        wait_for(lambda: mine(slurm_box, [jid])[jid].running, ttl + 15, "the job to run after one TTL")
+        assert time.monotonic() - held_at >= ttl - 2  # the budget held it for its TTL first
+        time.sleep(3)  # the daemon keeps cycling: it does not take the job back
+        assert mine(slurm_box, [jid])[jid].running
+    finally:
+        stop_daemon(stop, t)
+        cancel(slurm_box, [jid])

@@ -15,6 +15,8 @@ from easlurm.errors import SlurmError
 from easlurm.priority import holds
 from easlurm.priority.sharing import share_placement
 from easlurm.priority.snapshot import ClusterSnapshot, Decision, StartJob
+from easlurm.slurm.gres import request_prefix
+from easlurm.slurm.hostlist import expand_hostlist
 from easlurm.slurm.sched_client import SchedClient, SlurmJob, SlurmNode
 
 log = logging.getLogger(__name__)
@@ -33,9 +35,9 @@ class Kind(enum.Enum):
     """Closed set of what the daemon ever does to a job, in the order it does it."""
 
     REQUEUE = "requeue"
+    PLACE = "place"
     ENV = "env"
     RELEASE = "release"
-    PLACE = "place"
     ORDER = "order"
     HOLD = "hold"
 
@@ -70,6 +72,13 @@ class PlanContext:
     hold_ttl_s: float
     gate_all: bool = False  # under a power budget: every declared job not started now is held
     recently_requeued: frozenset[str] = frozenset()
+    #: jobs released after a full TTL on an idle cluster: never held again, nor shed once they run
+    ttl_spent: frozenset[str] = frozenset()
+
+
+#: Release reason of a job held a full TTL while nothing ran on the daemon's nodes: nothing will free
+#: power or GPUs for it, so holding it longer would hold it for ever.
+IDLE_TTL_RELEASE = "held a full TTL on an idle cluster"
 
 
 def partition_for(job: SlurmJob, node: SlurmNode | None) -> str | None:
@@ -82,20 +91,39 @@ def partition_for(job: SlurmJob, node: SlurmNode | None) -> str | None:
     return node.partitions[0]
 
 
-def placement_fields(job: SlurmJob, start: StartJob, node: SlurmNode | None) -> dict[str, str]:
-    """scontrol fields that turn the job's request into the chosen placement ({} when it already is)."""
+def placement_fields(
+    job: SlurmJob, start: StartJob, node: SlurmNode | None, nodes: Mapping[str, SlurmNode] | None = None
+) -> dict[str, str]:
+    """scontrol fields that turn the job's request into the chosen placement ({} when it already is).
+
+    A typed request is rewritten in the job's own GRES prefix (`gres:gpu:h100:2`). An untyped one
+    (`--gres=gpu:2`) keeps no type, since Slurm refuses a typed rewrite of it ("Invalid GRES specification
+    (with and without type identification)"); its type is pinned by requiring the chosen node instead
+    (`NodeList=`), unless the job's own node list already holds only nodes of that type."""
     fields: dict[str, str] = {}
-    if (
-        job.gpus_per_node != start.n_gpus
-        or job.node_count != 1
-        or (job.gpu_type or start.gpu_type) != start.gpu_type
-    ):
+    typed = job.gpu_type is not None
+    if job.gpus_per_node != start.n_gpus or job.node_count != 1 or (typed and job.gpu_type != start.gpu_type):
+        prefix = request_prefix(job.gres_request)
         fields["NumNodes"] = "1"
-        fields["TresPerNode"] = f"gres:gpu:{start.gpu_type}:{start.n_gpus}"
+        gpu_type = f"{start.gpu_type}:" if typed else ""
+        fields["TresPerNode"] = f"{prefix}gpu:{gpu_type}{start.n_gpus}"
+    if not typed and not _pinned_to_type(job, start.gpu_type, nodes or {}):
+        fields["NodeList"] = start.node
     part = partition_for(job, node)
     if part is not None:
         fields["Partition"] = part
     return fields
+
+
+def _pinned_to_type(job: SlurmJob, gpu_type: str, nodes: Mapping[str, SlurmNode]) -> bool:
+    """The job's own required nodes are all known nodes with GPUs of `gpu_type`."""
+    if not job.required_nodes:
+        return False
+    try:
+        names = expand_hostlist(job.required_nodes)
+    except ValueError:
+        return False
+    return bool(names) and all(n in nodes and nodes[n].gpu_type == gpu_type for n in names)
 
 
 def feasible_starts(
@@ -121,7 +149,7 @@ def feasible_starts(
                     continue
                 places[start.job_id] = place
         elif job is not None and job.pending:
-            places[start.job_id] = placement_fields(job, start, node)
+            places[start.job_id] = placement_fields(job, start, node, ctx.nodes)
         starts.append(start)
     return starts, places
 
@@ -134,10 +162,11 @@ def plan(
     top_k: int = TOP_K,
     max_holds: int = MAX_HOLDS,
 ) -> list[Action]:
-    """Actions in application order: requeue victims, publish env, release holds, place, order, hold.
+    """Actions in application order: requeue victims, place, publish env, release holds, order, hold.
 
-    The env files come before anything that lets a job start (release, placement, order): Slurm may
-    start a job the moment it becomes eligible, and the SPANK plugin reads the file at task start.
+    A job's env file is written only once Slurm accepted its placement (`execute` skips it when the
+    placement update failed: hints must describe what the job runs on), and before anything else that
+    lets a job start (release, order): the SPANK plugin reads the file at task start.
 
     Order: the decision's starts first (in its order), then the policy's `ranking` of the other
     declared jobs, down to `top_k` jobs (a bound on scontrol updates per cycle); others get 0.
@@ -151,9 +180,19 @@ def plan(
         if job_id in ctx.recently_requeued:
             log.info("not preempting job %s again within the cooldown", job_id)
             continue
+        if job_id in ctx.ttl_spent:
+            log.info("not preempting job %s: it was %s", job_id, IDLE_TTL_RELEASE)
+            continue
         actions.append(Action(Kind.REQUEUE, job_id, reason="preempted"))
     feasible, places = feasible_starts(decision, snapshot, ctx)
     decision = Decision(starts=tuple(feasible), preempt=decision.preempt, hold=decision.hold)
+    for start in decision.starts:
+        place = places.get(start.job_id)
+        if place:
+            why = f"{start.n_gpus}x{start.gpu_type}"
+            if start.colocate_with is not None:
+                why += f" beside {start.colocate_with}"
+            actions.append(Action(Kind.PLACE, start.job_id, place, why))
     for start in decision.starts:
         env = {"EASLURM_BATCH_SIZE": str(start.batch), "EASLURM_GPUS": str(start.n_gpus)}
         env["EASLURM_GPU_TYPE"] = start.gpu_type
@@ -172,21 +211,23 @@ def plan(
             if j in ctx.jobs and holds.user_deferred(ctx.jobs[j], ctx.now_s, ctx.hold_ttl_s)
         }
     to_hold -= started
+    to_hold -= ctx.ttl_spent
+    idle = not snapshot.running
+    spent = {
+        j
+        for j in to_hold
+        if idle and j in ctx.jobs and holds.held_a_full_ttl(ctx.jobs[j], ctx.now_s, ctx.hold_ttl_s)
+    }
+    to_hold -= spent
     for job in ctx.jobs.values():
         if not job.pending or holds.mark_of(job) is None or job.job_id not in ctx.declared:
             continue  # out of this daemon's scope: its TTL, or the daemon that owns it, releases it
         if job.job_id not in to_hold:
-            actions.append(Action(Kind.RELEASE, job.job_id, holds.release_fields(job, ctx.now_s), "headroom"))
+            why = IDLE_TTL_RELEASE if job.job_id in spent else "headroom"
+            actions.append(Action(Kind.RELEASE, job.job_id, holds.release_fields(job, ctx.now_s), why))
     queue = [s.job_id for s in decision.starts]
     queue += [j for j in ranking if j not in started and j not in to_hold][: max(top_k - len(queue), 0)]
     ranked = set(queue)
-    for start in decision.starts:
-        place = places.get(start.job_id)
-        if place:
-            why = f"{start.n_gpus}x{start.gpu_type}"
-            if start.colocate_with is not None:
-                why += f" beside {start.colocate_with}"
-            actions.append(Action(Kind.PLACE, start.job_id, place, why))
     for i, job_id in enumerate(queue):
         job = ctx.jobs.get(job_id)
         if job is None or not job.pending:
@@ -204,6 +245,7 @@ def plan(
     # cycle, the jobs Slurm would start first are held first
     rank = {j: i for i, j in enumerate([*decision.hold, *ranking])}
     n_holds = 0
+    by_policy = set(decision.hold)
     for job_id in sorted(to_hold, key=lambda j: (rank.get(j, len(rank)), j)):
         job = ctx.jobs.get(job_id)
         if job is None or not holds.can_hold(job, ctx.now_s, ctx.hold_ttl_s):
@@ -213,9 +255,14 @@ def plan(
                 log.info("hold updates capped at %d this cycle; the rest follow next cycles", max_holds)
                 break
             n_holds += 1
-            actions.append(
-                Action(Kind.HOLD, job_id, holds.hold_fields(job, ctx.now_s, ctx.hold_ttl_s), "power budget")
-            )
+            if job_id in by_policy:
+                why = holds.WHY_POLICY
+            elif holds.user_deferred(job, ctx.now_s, ctx.hold_ttl_s):
+                why = holds.WHY_BEGIN
+            else:
+                why = holds.WHY_GATE
+            fields = holds.hold_fields(job, ctx.now_s, ctx.hold_ttl_s, why)
+            actions.append(Action(Kind.HOLD, job_id, fields, why))
     return actions
 
 
@@ -282,9 +329,16 @@ class Outcome:
 
 def execute(actions: Iterable[Action], client: SchedClient, env_dir: Path | None, dry_run: bool) -> Outcome:
     """Apply actions one by one; a failing command is logged and skipped (each action is independent and
-    the next cycle re-plans from Slurm's state). In dry-run, only log."""
+    the next cycle re-plans from Slurm's state), except that a job whose placement Slurm refused gets
+    no env file: its hints would describe a placement it does not have. In dry-run, only log."""
     out = Outcome()
+    refused: dict[str, str] = {}
     for act in actions:
+        if act.kind is Kind.ENV and act.job_id in refused:
+            why = f"not published: Slurm refused the placement ({refused[act.job_id]})"
+            log.warning("hints of job %s %s", act.job_id, why)
+            out.failed.append((act, why))
+            continue
         if dry_run:
             log.info("dry-run: %s job %s %s (%s)", act.kind.value, act.job_id, dict(act.fields), act.reason)
             out.done.append(act)
@@ -300,6 +354,8 @@ def execute(actions: Iterable[Action], client: SchedClient, env_dir: Path | None
         except (SlurmError, OSError) as exc:
             log.warning("%s of job %s failed: %s", act.kind.value, act.job_id, exc)
             out.failed.append((act, str(exc)))
+            if act.kind is Kind.PLACE:
+                refused[act.job_id] = str(exc)
             continue
         out.done.append(act)
     return out

@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ import numpy as np
 from easlurm.errors import SlurmError
 from easlurm.priority import holds
 from easlurm.priority.apply import (
+    IDLE_TTL_RELEASE,
     Action,
     Kind,
     Outcome,
@@ -27,6 +28,7 @@ from easlurm.priority.apply import (
 )
 from easlurm.priority.metrics import Metrics
 from easlurm.priority.policy_call import call_policy
+from easlurm.priority.report import StartPrediction, predict_starts
 from easlurm.priority.slurm_snapshot import (
     SnapshotInputs,
     SpecReader,
@@ -79,6 +81,8 @@ class CycleReport:
     outcome: Outcome | None = None
     timings_s: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    #: the oracle's prediction of each start (remaining steps): what `schedd --once` shows
+    predictions: dict[str, StartPrediction] = field(default_factory=dict)
 
     def to_dict(self, with_snapshot: bool) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -89,6 +93,8 @@ class CycleReport:
         }
         if self.decision is not None:
             out["decision"] = self.decision.to_dict()
+        if self.predictions:
+            out["predictions"] = {j: asdict(p) for j, p in self.predictions.items()}
         out["actions"] = [a.to_dict() for a in self.actions]
         if self.outcome is not None:
             out["failed"] = [{"action": a.to_dict(), "error": e} for a, e in self.outcome.failed]
@@ -149,6 +155,7 @@ class Daemon:
         self._requeued_at: dict[str, float] = {}
         self._failures = 0
         self._known_ids: frozenset[str] = frozenset()
+        self._ttl_spent: set[str] = set()
 
     # -- phases ------------------------------------------------------------------------------
     def _user_history(self, now_s: float) -> dict[str, float]:
@@ -226,6 +233,7 @@ class Daemon:
             recently_requeued=frozenset(
                 j for j, t in self._requeued_at.items() if now - t < self.cfg.preempt_cooldown_s
             ),
+            ttl_spent=frozenset(self._ttl_spent),
         )
         actions = plan(decision, snap, ctx, ranking)
         outcome = execute(actions, self.client, self.cfg.env_dir, self.cfg.dry_run)
@@ -233,10 +241,15 @@ class Daemon:
             # files of jobs Slurm no longer knows (in any state): ids are reused after a reset
             prune_env_files(self.cfg.env_dir, self._known_ids | {a.job_id for a in actions})
         t3 = time.perf_counter()
+        self._ttl_spent &= {j.job_id for j in inputs.jobs}  # pending or running
         for act in outcome.done:
             if act.kind is Kind.REQUEUE and not self.cfg.dry_run:
                 self._requeued_at[act.job_id] = now
+            if act.kind is Kind.RELEASE and act.reason == IDLE_TTL_RELEASE and not self.cfg.dry_run:
+                log.warning("job %s: %s, released for good", act.job_id, IDLE_TTL_RELEASE)
+                self._ttl_spent.add(act.job_id)
         report.snapshot, report.decision, report.actions, report.outcome = snap, decision, actions, outcome
+        report.predictions = predict_starts(decision, snap, self.oracle)
         report.timings_s = {"slurm": t1 - t0, "policy": t2 - t1, "apply": t3 - t2}
         self._observe(report, inputs)
         self._log(report)

@@ -16,27 +16,42 @@ from dataclasses import dataclass
 from easlurm.slurm.sched_client import SlurmJob
 
 HOLD_PREFIX = "easlurm-hold:"
-_MARK = re.compile(r"^easlurm-hold:until=(\d+),begin=(\d+)$")
+_MARK = re.compile(r"^easlurm-hold:until=(\d+),begin=(\d+)(?:,since=(\d+))?(?:,why=([a-z0-9-]{1,32}))?$")
+#: Why the daemon holds a job, as the mark's `why=` says it (readable in `scontrol show job`, sacct and
+#: `squeue --json`; squeue's own Reason column shows BeginTime, its START_TIME the hold's end).
+WHY_POLICY = "power-budget"  # the policy: its start would exceed the budget
+WHY_GATE = "budget-gate"  # under a budget, not started this cycle: Slurm must not start it between cycles
+WHY_BEGIN = "budget-gate-begin"  # the same, for a job waiting for its own begin time
 
 
 @dataclass(frozen=True)
 class HoldMark:
-    """A daemon hold: eligible again at `until_s` (epoch s); `begin_s` is the user's own begin time, if any."""
+    """A daemon hold: eligible again at `until_s` (epoch s); `begin_s` is the user's own begin time, if any;
+    `since_s` when the daemon first held the job (kept across extensions); `why` one of the WHY_* words."""
 
     until_s: int
     begin_s: int | None = None
+    since_s: int | None = None
+    why: str | None = None
 
     def encode(self) -> str:
         """ASCII, lowercase, no quotes or `|`: survives scontrol, sacctmgr and sacct -P."""
-        return f"{HOLD_PREFIX}until={self.until_s},begin={self.begin_s or 0}"
+        text = f"{HOLD_PREFIX}until={self.until_s},begin={self.begin_s or 0}"
+        if self.since_s is not None:
+            text += f",since={self.since_s}"
+        if self.why:
+            text += f",why={self.why}"
+        return text
 
     @classmethod
     def decode(cls, text: str | None) -> HoldMark | None:
+        """The mark, also as older daemons wrote it (without `since` and `why`); None for anything else."""
         m = _MARK.match((text or "").strip())
         if m is None:
             return None
         begin = int(m.group(2))
-        return cls(until_s=int(m.group(1)), begin_s=begin or None)
+        since = int(m.group(3)) if m.group(3) is not None else None
+        return cls(until_s=int(m.group(1)), begin_s=begin or None, since_s=since, why=m.group(4))
 
 
 def slurm_time(epoch_s: float) -> str:
@@ -84,14 +99,22 @@ def can_hold(job: SlurmJob, now_s: float | None = None, ttl_s: float = 0.0) -> b
     return job.pending and not foreign_hold(job) and (not job.admin_comment or mark_of(job) is not None)
 
 
-def hold_fields(job: SlurmJob, now_s: float, ttl_s: float) -> dict[str, str]:
-    """The one update that holds (or extends the hold of) a job until now + ttl."""
+def hold_fields(job: SlurmJob, now_s: float, ttl_s: float, why: str = WHY_POLICY) -> dict[str, str]:
+    """The one update that holds (or extends the hold of) a job until now + ttl, saying why."""
     previous = mark_of(job)
     begin = previous.begin_s if previous is not None else None
     if previous is None and job.eligible_s is not None and job.eligible_s > now_s:
         begin = int(job.eligible_s)
+    since = previous.since_s if previous is not None and previous.since_s is not None else int(now_s)
     until = int(max(now_s + ttl_s, begin or 0))
-    return {"StartTime": slurm_time(until), "AdminComment": HoldMark(until, begin).encode()}
+    mark = HoldMark(until, begin, since, why)
+    return {"StartTime": slurm_time(until), "AdminComment": mark.encode()}
+
+
+def held_a_full_ttl(job: SlurmJob, now_s: float, ttl_s: float) -> bool:
+    """The daemon has held this job for at least one TTL (since its first hold, across extensions)."""
+    mark = mark_of(job)
+    return mark is not None and mark.since_s is not None and now_s - mark.since_s >= ttl_s
 
 
 def release_fields(job: SlurmJob, now_s: float) -> dict[str, str]:

@@ -69,7 +69,8 @@ def scheduler_env_dir(spool: str, env_dir: str | None, dry_run: bool) -> Path:
 )
 @click.option("--only-names", type=str, default=None, help="Manage only jobs whose name starts with this.")
 @click.option("--nodes", "only_nodes", type=str, default=None, help="Schedule only these nodes (comma list).")
-@click.option("--once", is_flag=True, help="Run one cycle, print its report as JSON, keep holds, exit.")
+@click.option("--once", is_flag=True, help="Run one cycle, print its decisions as a table, keep holds, exit.")
+@click.option("--json", "as_json", is_flag=True, help="With --once: print the cycle's report as JSON.")
 @click.option("--debug", is_flag=True, help="Echo every Slurm command and its output on stderr.")
 @HARDWARE_OPTION
 @click.pass_context
@@ -89,6 +90,7 @@ def schedd_cmd(
     only_names: str | None,
     only_nodes: str | None,
     once: bool,
+    as_json: bool,
     debug: bool,
 ) -> None:
     """Drive Slurm with an energy-aware policy: order (SiteFactor), placement, power budget, preemption."""
@@ -118,6 +120,12 @@ def schedd_cmd(
     if float(sched["interval_s"]) <= 0:
         raise ConfigError("--interval must be > 0")
     client = CliSchedClient(debug=debug, echo=lambda m: click.echo(m, err=True))
+    if sched["state_save_dir"]:
+        check_state_save_dir(str(sched["state_save_dir"]))
+    if sched["decision_log"]:
+        check_decision_log(Path(sched["decision_log"]))
+    if only_nodes is not None:
+        only_nodes = ",".join(check_nodes(only_nodes, [n.name for n in client.nodes()]))
     state_dir = sched["state_save_dir"] or client.state_save_location()
     env_dir = scheduler_env_dir(cfg.get("spank.spool"), sched["env_dir"], dry_run)
     dcfg = DaemonConfig(
@@ -144,8 +152,11 @@ def schedd_cmd(
         metrics.serve(int(sched["metrics_port"]), str(sched["metrics_address"] or "0.0.0.0"))
     daemon = Daemon(client, dcfg, metrics=metrics)
     if once:
+        from easlurm.priority.report import render_report
+
         report = daemon.cycle()
-        click.echo(json.dumps(report.to_dict(with_snapshot=log_snapshots), indent=1))
+        doc = {"dry_run": dry_run, **report.to_dict(with_snapshot=log_snapshots)}
+        click.echo(json.dumps(doc, indent=1) if as_json else render_report(doc))
         if report.error is not None:
             sys.exit(1)
         return
@@ -160,3 +171,37 @@ def schedd_cmd(
         f", budget {dcfg.power_budget_w:g} W" if dcfg.power_budget_w else "",
     )
     daemon.run(stop)
+
+
+def check_nodes(text: str, known: list[str]) -> list[str]:
+    """`--nodes` (a comma list or hostlist) against the nodes Slurm knows: an unknown one is a typo that
+    would leave the daemon scheduling nothing, so it is an error at start."""
+    from easlurm.slurm.hostlist import expand_hostlist
+
+    try:
+        names = expand_hostlist(text)
+    except ValueError as exc:
+        raise ConfigError(f"--nodes: {exc}") from exc
+    if not names:
+        raise ConfigError("--nodes: no node given")
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(f"--nodes: unknown node(s) {', '.join(unknown)} (Slurm knows {', '.join(known)})")
+    return names
+
+
+def check_state_save_dir(path: str) -> None:
+    """The job environments are read from StateSaveLocation: a missing directory is an error at start."""
+    if not Path(path).is_dir():
+        raise ConfigError(f"--state-save-dir: {path} is not a directory")
+
+
+def check_decision_log(path: Path) -> None:
+    """Open the decision log for appending once (creating it and its directory as the daemon would):
+    a log that cannot be written is an error at start, not a traceback at the first cycle."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"--decision-log: cannot write {path}: {exc.strerror or exc}") from exc

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,6 +91,25 @@ def _parse(job_id: str, text: str) -> ProfileSpec | None:
     except ConfigError as exc:
         log.warning("job %s: ignoring its declaration: %s", job_id, exc)
         return None
+
+
+def uncontrolled_power_w(inputs: SnapshotInputs, nodes: Sequence[NodeState]) -> float:
+    """Power (W above idle, at TDP) of the pending jobs the daemon does not control (undeclared, or out of
+    its scope) that Slurm can start now on free GPUs of these nodes: under a budget this headroom is
+    theirs, else the daemon starts a job that it must shed seconds later when one of them starts."""
+    free = {n.name: n.free_gpus for n in nodes}
+    reserved = 0.0
+    for job in sorted(inputs.jobs, key=lambda j: (-j.priority, j.submit_s)):
+        if not job.pending or schedulable(inputs.specs.get(job.job_id)) or foreign_hold(job):
+            continue
+        if job.gpus_per_node <= 0 or (job.eligible_s is not None and job.eligible_s > inputs.now_s):
+            continue
+        for n in nodes:
+            if (job.gpu_type is None or job.gpu_type == n.gpu_type) and free[n.name] >= job.gpus_per_node:
+                free[n.name] -= job.gpus_per_node
+                reserved += job.gpus_per_node * max(n.tdp_w - n.idle_power_w, 0.0)
+                break
+    return reserved
 
 
 def schedulable(spec: ProfileSpec | None) -> bool:
@@ -256,6 +275,11 @@ def build_snapshot(
             )
         )
     pending.sort(key=lambda p: (p.submit_s, int(p.job_id) if p.job_id.isdigit() else 0))
+    if power_budget_w is not None:
+        reserved = uncontrolled_power_w(inputs, nodes)
+        if reserved > 0:
+            log.info("budget: %.0f W kept for uncontrolled jobs Slurm can start now", reserved)
+            power_budget_w -= reserved
     return ClusterSnapshot(
         time_s=inputs.now_s,
         nodes=tuple(nodes),

@@ -175,3 +175,10 @@ __all__ = [
     "shards_of_gres",
     "split_items",
 ]
+
+
+def request_prefix(request: str) -> str:
+    """The prefix a job's GRES request carries (`gres:` on 22.05, `gres/` on 24.11+), so that an update
+    speaks the version's own form: 22.05 accepts `gres/gpu:h100:1` but ignores it (the job keeps its old
+    request), and refuses a typed `gres:gpu:h100:1` for a job that asked for untyped GPUs."""
+    return "gres/" if request.startswith("gres/") else "gres:"

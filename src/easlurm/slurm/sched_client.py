@@ -70,6 +70,9 @@ class SlurmJob:
     shards: int = 0
     gpu_indices: tuple[int, ...] = ()
     state_flags: tuple[str, ...] = ()
+    #: the GRES request as Slurm shows it (`gres:gpu:2`, `gres/gpu:h100:1`): its prefix and whether it
+    #: names a type decide which updates Slurm accepts
+    gres_request: str = ""
 
     @property
     def n_gpus(self) -> int:
@@ -162,6 +165,7 @@ def _job(j: dict[str, Any]) -> SlurmJob:
         required_nodes=str(j.get("required_nodes") or ""),
         shards=shards,
         gpu_indices=indices,
+        gres_request=request,
     )
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from schedd_fake import FakeSchedClient, job, node
 
+from easlurm.errors import SlurmError
 from easlurm.priority import holds
 from easlurm.priority.apply import SITE_BASE, SITE_STEP, Kind, PlanContext, execute, plan, release_all
 from easlurm.priority.snapshot import ClusterSnapshot, Decision, PendingJob, StartJob
@@ -60,9 +61,48 @@ def test_placement_changes_count_type_and_partition() -> None:
     d = Decision(starts=(StartJob("1", "a100-1", 4, 256, "a100"),))
     place = next(a for a in plan(d, snap("1"), ctx([j], {"1"})) if a.kind is Kind.PLACE)
     assert place.fields == {"NumNodes": "1", "TresPerNode": "gres:gpu:a100:4", "Partition": "a100"}
-    same = job("2", gpus_per_node=2, gpu_type=None, partition="all")
+    typed = job("2", gpus_per_node=2, gpu_type="h100", partition="all")
     d2 = Decision(starts=(StartJob("2", "h100-1", 2, 64, "h100"),))
-    assert not [a for a in plan(d2, snap("2"), ctx([same], {"2"})) if a.kind is Kind.PLACE]
+    assert not [a for a in plan(d2, snap("2"), ctx([typed], {"2"})) if a.kind is Kind.PLACE]
+
+
+def test_untyped_request_is_pinned_by_node_and_keeps_its_prefix() -> None:
+    """An untyped request (`--gres=gpu:2`) is never rewritten typed (Slurm refuses that); its count is
+    changed in the job's own prefix and the type pinned by the chosen node, also when the count matches."""
+    same = job("2", gpus_per_node=2, gres_request="gres:gpu:2")
+    d = Decision(starts=(StartJob("2", "h100-1", 2, 64, "h100"),))
+    place = next(a for a in plan(d, snap("2"), ctx([same], {"2"})) if a.kind is Kind.PLACE)
+    assert place.fields == {"NodeList": "h100-1"}
+    fewer = job("3", gpus_per_node=2, gres_request="gres/gpu:2")  # 24.11+ shows gres/
+    d3 = Decision(starts=(StartJob("3", "h100-1", 1, 64, "h100"),))
+    place = next(a for a in plan(d3, snap("3"), ctx([fewer], {"3"})) if a.kind is Kind.PLACE)
+    assert place.fields == {"NumNodes": "1", "TresPerNode": "gres/gpu:1", "NodeList": "h100-1"}
+    pinned = job("4", gpus_per_node=2, required_nodes="h100-1")  # already only on h100 nodes
+    d4 = Decision(starts=(StartJob("4", "h100-1", 2, 64, "h100"),))
+    assert not [a for a in plan(d4, snap("4"), ctx([pinned], {"4"})) if a.kind is Kind.PLACE]
+
+
+def test_hints_only_after_slurm_accepts_the_placement(tmp_path: Path) -> None:
+    """The placement update comes before the env file; when Slurm refuses it, no file is written and the
+    refusal is recorded against both actions."""
+
+    class Refusing(FakeSchedClient):
+        def update_job(self, job_id: str, fields: dict[str, str]) -> None:  # type: ignore[override]
+            if "TresPerNode" in fields:
+                raise SlurmError("Invalid GRES specification (with and without type identification)")
+            super().update_job(job_id, fields)
+
+    j = job("1", gpus_per_node=2, gres_request="gres:gpu:2")
+    d = Decision(starts=(StartJob("1", "h100-1", 1, 64, "h100"),))
+    acts = plan(d, snap("1"), ctx([j], {"1"}))
+    assert [a.kind for a in acts if a.job_id == "1"][:2] == [Kind.PLACE, Kind.ENV]
+    env_dir = tmp_path
+    out = execute(acts, Refusing([j], list(NODES.values())), env_dir, dry_run=False)
+    assert not (env_dir / "job-1.env").exists()
+    failed = {a.kind: e for a, e in out.failed}
+    assert "Invalid GRES" in failed[Kind.PLACE] and "refused the placement" in failed[Kind.ENV]
+    out = execute(acts, FakeSchedClient([j], list(NODES.values())), env_dir, dry_run=False)
+    assert not out.failed and "EASLURM_GPUS=1" in (env_dir / "job-1.env").read_text()
 
 
 def test_hold_release_and_foreign_holds() -> None:
@@ -122,3 +162,30 @@ def test_execute_dry_run_and_failures(tmp_path: Path) -> None:
     assert [a.job_id for a in undo] == ["2"]
     execute(undo, client, None, dry_run=False)
     assert client.get("2").admin_comment == "" and client.get("2").reason == "Priority"
+
+
+def test_a_hold_ends_after_one_ttl_on_an_idle_cluster() -> None:
+    """Under a budget a job is held; once held a full TTL while nothing runs (nothing will free power for
+    it), it is released and never held again; while something runs, the hold is extended."""
+    from easlurm.priority.apply import IDLE_TTL_RELEASE
+    from easlurm.priority.snapshot import RunningJob
+
+    mark = holds.HoldMark(int(NOW + 10), None, int(NOW - 600), holds.WHY_GATE).encode()
+    held = job("1", reason="BeginTime", admin_comment=mark)
+    acts = plan(Decision(hold=("1",)), snap("1"), ctx([held], {"1"}, gate=True))
+    assert [(a.kind, a.reason) for a in acts if a.job_id == "1"] == [(Kind.RELEASE, IDLE_TTL_RELEASE)]
+    spent = PlanContext(**{**ctx([job("1")], {"1"}, gate=True).__dict__, "ttl_spent": frozenset({"1"})})
+    assert not [a for a in plan(Decision(hold=("1",)), snap("1"), spent) if a.kind is Kind.HOLD]
+    running = job("1", state="RUNNING")  # once it runs, a budget policy does not shed it either
+    spent = PlanContext(**{**ctx([running], {"1"}, gate=True).__dict__, "ttl_spent": frozenset({"1"})})
+    assert not [a for a in plan(Decision(preempt=("1",)), snap(), spent) if a.kind is Kind.REQUEUE]
+    busy = ClusterSnapshot(
+        time_s=NOW,
+        nodes=(),
+        running=(RunningJob("9", "bob", "h100-1", "h100", 8, 64, 5000.0, NOW - 60),),
+        pending=(pend("1"),),
+    )
+    acts = plan(Decision(hold=("1",)), busy, ctx([held], {"1"}, gate=True))
+    hold = next(a for a in acts if a.job_id == "1")
+    assert hold.kind is Kind.HOLD and hold.reason == holds.WHY_POLICY
+    assert holds.HoldMark.decode(hold.fields["AdminComment"]).since_s == int(NOW - 600)  # type: ignore[union-attr]

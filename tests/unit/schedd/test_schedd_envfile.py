@@ -21,7 +21,8 @@ SPEC = "energy-profile=model=resnet50,steps=2000,batch=64:128,gpus=1:2"
 
 
 def test_env_is_planned_before_the_release_that_lets_the_job_start() -> None:
-    """A held job the policy starts: its env file comes before its release, placement and order."""
+    """A held job the policy starts: its placement first (hints only for a placement Slurm accepted), then
+    its env file, before the release and order that let it start."""
     fields = holds.hold_fields(job("7"), NOW - 10, 600.0)
     marked = job("7", gpu_type="h100", gpus_per_node=2, admin_comment=fields["AdminComment"])
     assert holds.mark_of(marked) is not None
@@ -36,7 +37,7 @@ def test_env_is_planned_before_the_release_that_lets_the_job_start() -> None:
     d = Decision(starts=(StartJob("7", "h100-1", 4, 256, "h100"),))
     kinds = [a.kind for a in plan(d, ClusterSnapshot(time_s=NOW, nodes=()), ctx)]
     assert Kind.RELEASE in kinds and Kind.PLACE in kinds and Kind.ORDER in kinds
-    assert kinds[0] is Kind.ENV
+    assert kinds[:3] == [Kind.PLACE, Kind.ENV, Kind.RELEASE]
 
 
 def test_write_env_file_modes_the_plugin_accepts(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ def test_hold_then_release_restores_user_begin() -> None:
     j = job("1", eligible_s=NOW + 300)
     fields = holds.hold_fields(j, NOW, ttl_s=600)
     mark = HoldMark.decode(fields["AdminComment"])
-    assert mark == HoldMark(int(NOW + 600), int(NOW + 300))
+    assert mark == HoldMark(int(NOW + 600), int(NOW + 300), int(NOW), holds.WHY_POLICY)
     held = job("1", eligible_s=NOW + 600, reason="BeginTime", admin_comment=fields["AdminComment"])
     assert holds.held_by_us(held, NOW) and not holds.foreign_hold(held)
     rel = holds.release_fields(held, NOW)
@@ -38,7 +38,22 @@ def test_refresh_keeps_original_begin() -> None:
     assert not holds.needs_refresh(held, NOW + 100, 600)
     assert holds.needs_refresh(held, NOW + 400, 600)
     again = holds.hold_fields(held, NOW + 400, 600)
-    assert HoldMark.decode(again["AdminComment"]) == HoldMark(int(NOW + 1000), int(NOW + 300))
+    # extended: same begin, same first-hold time (the TTL on an idle cluster counts from it)
+    assert HoldMark.decode(again["AdminComment"]) == HoldMark(
+        int(NOW + 1000), int(NOW + 300), int(NOW), holds.WHY_POLICY
+    )
+    assert not holds.held_a_full_ttl(held, NOW + 599, 600) and holds.held_a_full_ttl(held, NOW + 600, 600)
+
+
+def test_mark_says_why_and_reads_older_marks() -> None:
+    """The mark carries a readable reason; marks written before `since`/`why` existed still decode."""
+    text = holds.hold_fields(job("1"), NOW, 600, holds.WHY_GATE)["AdminComment"]
+    assert text == f"easlurm-hold:until={int(NOW + 600)},begin=0,since={int(NOW)},why=budget-gate"
+    old = HoldMark.decode(f"easlurm-hold:until={int(NOW)},begin=0")
+    assert old == HoldMark(int(NOW)) and not holds.held_a_full_ttl(
+        job("1", admin_comment=old.encode()), NOW, 1
+    )
+    assert HoldMark.decode("easlurm-hold:until=1,begin=0,why=Budget Gate") is None
 
 
 def test_foreign_holds_are_never_ours() -> None:
@@ -68,6 +83,6 @@ def test_gate_adopts_jobs_deferred_by_their_own_begin_time() -> None:
     assert not holds.user_deferred(far, NOW, 600) and not holds.can_hold(far, NOW, 600)
     assert not holds.can_hold(held, NOW, 600)
     mark = HoldMark.decode(holds.hold_fields(soon, NOW, 600)["AdminComment"])
-    assert mark == HoldMark(int(NOW + 600), int(NOW + 10))
+    assert mark == HoldMark(int(NOW + 600), int(NOW + 10), int(NOW), holds.WHY_POLICY)
     late = job("4", reason="BeginTime", eligible_s=NOW + 500)
     assert HoldMark.decode(holds.hold_fields(late, NOW, 300)["AdminComment"]).until_s >= NOW + 500  # type: ignore[union-attr]

@@ -17,7 +17,7 @@ from easlurm.priority.slurm_snapshot import (
     spec_from_comment,
     spec_from_environment,
 )
-from easlurm.slurm.sched_client import parse_sinfo_json, parse_squeue_json
+from easlurm.slurm.sched_client import SlurmNode, parse_sinfo_json, parse_squeue_json
 
 FIX = Path(__file__).parents[2] / "fixtures" / "schedd"
 FACTS = {"a100": GpuFacts(50.0, 400.0, 100.0), "h100": GpuFacts(70.0, 700.0, 200.0)}
@@ -70,7 +70,9 @@ def test_build_snapshot_from_recorded_queue() -> None:
         running["17"].power_w == 600.0 and not running["17"].urgent
     )  # declared: predicted, may be preempted
     assert running["18"].power_w == 400.0 and running["18"].urgent  # undeclared: TDP, never a victim
-    assert snap.power_budget_w == 5000.0
+    # 23 (undeclared, 8 x a100, eligible) fits the free a100 node: Slurm may start it any moment, so its
+    # power at TDP is kept out of the budget the policy sees (21 waits for its own begin time: not counted)
+    assert snap.power_budget_w == 5000.0 - 8 * (400.0 - 50.0)
     assert math.isclose(snap.power_w, 1000.0 + sum(n.free_gpus * n.idle_power_w for n in snap.nodes))
 
 
@@ -125,3 +127,20 @@ def test_running_job_carries_its_prediction_beside_its_measured_power() -> None:
     r = {x.job_id: x for x in snap.running}
     assert (r["6"].power_w, r["6"].predicted_power_w) == (1234.0, 1000.0)
     assert (r["7"].power_w, r["7"].predicted_power_w) == (1000.0, None)  # not measured: nothing to learn
+
+
+def test_budget_keeps_headroom_for_uncontrolled_jobs_slurm_can_start() -> None:
+    """An undeclared pending job that fits free GPUs now is counted at TDP before the policy starts
+    anything (else a budget policy starts a job and sheds it when the uncontrolled one starts); one that
+    cannot fit, is held, or waits for its begin time is not."""
+    nodes = [SlurmNode("h100-1", "MIXED", (), ("h100",), "h100", 8, 6)]
+    free2 = job("1", gpus_per_node=2, gpu_type=None, priority=100)
+    too_big = job("2", gpus_per_node=4, gpu_type="h100", priority=90)
+    held = job("3", gpus_per_node=1, priority=0, reason="JobHeldUser")
+    later = job("4", gpus_per_node=1, eligible_s=2e9, reason="BeginTime")
+    declared = job("5", gpus_per_node=1)
+    specs = {"5": parse_spec("model=resnet50,steps=10,batch=8")}
+    inputs = SnapshotInputs(now_s=1e9, jobs=[free2, too_big, held, later, declared], nodes=nodes, specs=specs)
+    snap = build_snapshot(inputs, FACTS.get, power_budget_w=3000.0)
+    assert snap.power_budget_w == 3000.0 - 2 * (700.0 - 70.0)
+    assert build_snapshot(inputs, FACTS.get).power_budget_w is None
