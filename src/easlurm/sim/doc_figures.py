@@ -21,16 +21,19 @@ N_BOOT, BOOT_SEED = 2000, 0
 BEGIN = "<!-- BEGIN doc-figures {name} -->"
 END = "<!-- END doc-figures {name} -->"
 
-Render = Callable[["Runs"], dict[str, str]]
+#: (repository root, work folder, processes) -> what the doc's renderer reads
+Source = Callable[[Path, Path, int], Any]
 
 
 @dataclass(frozen=True)
 class DocFigures:
-    """One doc whose marked blocks are rendered from the records of one campaign (paths from the repo root)."""
+    """One doc (path from the repository root) whose marked blocks `render` writes from what `source`
+    computes (a campaign's runs, an evaluation); `inputs` names what the source reads, for messages."""
 
     doc: str
-    campaign: str
-    render: Render
+    inputs: str
+    source: Source
+    render: Callable[[Any], dict[str, str]]
 
 
 class Runs:
@@ -169,17 +172,23 @@ def replace_blocks(text: str, blocks: Mapping[str, str], source: str = "doc") ->
 # -- running ------------------------------------------------------------------------------------
 
 
-def regenerate(figures: DocFigures, root: Path, work_dir: Path, jobs: int = 1) -> str:
-    """The doc's text with its marked blocks rendered from a fresh run of its campaign in `work_dir`
-    (runs already there are reused: the campaign runner skips finished runs)."""
-    from easlurm.sim.campaign import load_plan
-    from easlurm.sim.campaign_run import load_records, row_of, run_campaign
+def campaign_source(plan_path: str) -> Source:
+    """Run a campaign plan (finished runs in the work folder are reused) and hand over its runs."""
 
-    plan = load_plan(root / figures.campaign)
-    outcome = run_campaign(plan, work_dir, jobs=jobs, write_results=False)
-    if outcome.failed:
-        raise ConfigError(f"{figures.campaign}: {len(outcome.failed)} run(s) failed")
-    records = load_records(work_dir)
-    runs = Runs(records, [row_of(r) for r in records])
-    doc = root / figures.doc
-    return replace_blocks(doc.read_text(), figures.render(runs), figures.doc)
+    def run(root: Path, work_dir: Path, jobs: int) -> Runs:
+        from easlurm.sim.campaign import load_plan
+        from easlurm.sim.campaign_run import load_records, row_of, run_campaign
+
+        outcome = run_campaign(load_plan(root / plan_path), work_dir, jobs=jobs, write_results=False)
+        if outcome.failed:
+            raise ConfigError(f"{plan_path}: {len(outcome.failed)} run(s) failed")
+        records = load_records(work_dir)
+        return Runs(records, [row_of(r) for r in records])
+
+    return run
+
+
+def regenerate(figures: DocFigures, root: Path, work_dir: Path, jobs: int = 1) -> str:
+    """The doc's text with its marked blocks rendered from a fresh computation in `work_dir`."""
+    data = figures.source(root, work_dir, jobs)
+    return replace_blocks((root / figures.doc).read_text(), figures.render(data), figures.doc)

@@ -1,8 +1,19 @@
-"""What each doc quotes from its campaign: docs/power-budget.md and docs/colocation.md."""
+"""What docs/power-budget.md and docs/colocation.md quote from their campaigns; the registry of every doc."""
 
 from __future__ import annotations
 
-from easlurm.sim.doc_figures import DocFigures, Runs, ci, num, p_text, pct_change, signed_pct, table
+from easlurm.sim.doc_figures import (
+    DocFigures,
+    Runs,
+    campaign_source,
+    ci,
+    num,
+    p_text,
+    pct_change,
+    signed_pct,
+    table,
+)
+from easlurm.sim.doc_oracle import FIGURES as ORACLE_FIGURES
 
 BUDGET_EXP = "budget-4500W"
 
@@ -257,6 +268,17 @@ def _coloc_where(runs: Runs) -> str:
 
 #: name -> the doc and the campaign its marked blocks are rendered from.
 DOCS: dict[str, DocFigures] = {
-    "power-budget": DocFigures("docs/power-budget.md", "campaigns/charon-budget.yaml", power_budget),
-    "colocation": DocFigures("docs/colocation.md", "campaigns/colocation.yaml", colocation),
+    "power-budget": DocFigures(
+        "docs/power-budget.md",
+        "campaigns/charon-budget.yaml",
+        campaign_source("campaigns/charon-budget.yaml"),
+        power_budget,
+    ),
+    "colocation": DocFigures(
+        "docs/colocation.md",
+        "campaigns/colocation.yaml",
+        campaign_source("campaigns/colocation.yaml"),
+        colocation,
+    ),
+    "evaluate": ORACLE_FIGURES,
 }
