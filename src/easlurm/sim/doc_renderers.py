@@ -24,6 +24,17 @@ def _never_started(runs: Runs, experiment: str, label: str) -> tuple[int, int]:
     return sum(1 for j in jobs if j.get("start_s") is None), len(jobs)
 
 
+def _late_starts(runs: Runs, experiment: str, label: str) -> float:
+    """Share (%) of the urgent jobs that started only after their deadline had passed."""
+    urgent = [
+        j
+        for j in runs.jobs(experiment, label)
+        if j.get("urgent") and j.get("deadline_s") is not None and j.get("start_s") is not None
+    ]
+    late = sum(1 for j in urgent if j["start_s"] > j["deadline_s"])
+    return 100.0 * late / len(urgent) if urgent else float("nan")
+
+
 def power_budget(runs: Runs) -> dict[str, str]:
     """docs/power-budget.md: the setup, the table, the budget findings and where the capacity goes."""
     e = BUDGET_EXP
@@ -144,7 +155,9 @@ def _budget_capacity(runs: Runs, budget: float, n: int) -> str:
         "The jobs it starts this way run on fewer or slower GPUs, and jobs the thesis's rule never "
         f"started now start late and finish: the mean JCT of the completed jobs is {jct('charon')} h "
         f"against {jct('charon-thesis')} h, and {miss('charon')} % of the urgent jobs miss their deadline "
-        f"against {miss('charon-thesis')} % ({jct('charon-pl')} h and {miss('charon-pl')} % for `charon-pl`)."
+        f"against {miss('charon-thesis')} % ({jct('charon-pl')} h and {miss('charon-pl')} % for `charon-pl`); "
+        f"{_late_starts(runs, e, 'charon'):.0f} % of the urgent jobs `charon` starts start after their "
+        f"deadline has passed ({_late_starts(runs, e, 'charon-thesis'):.0f} % under the thesis's rule)."
     )
 
 
