@@ -20,6 +20,10 @@ SIM_COMMANDS: dict[str, tuple[str, str]] = {
         "easlurm.sim.campaign_cli:report_cmd",
         "Statistics, plots and report.md of a campaign's results.",
     ),
+    "doc-figures": (
+        "easlurm.sim.doc_cli:doc_figures_cmd",
+        "Rerun the campaigns behind docs/ and rewrite (or --check) their figures.",
+    ),
     "replay": (
         "easlurm.sim.replay_cli:replay_cmd",
         "Replay a sacct/SWF/CSV trace through policies vs. its record.",

@@ -37,6 +37,7 @@ MAIN_COLUMNS = (
     ("p95_jct_s", "p95 JCT (s)", 1.0),
     ("deadline_miss_rate", "Deadline miss (%)", 100.0),
     ("jain_index", "Jain JCT", 1.0),
+    ("mean_power_w", "Mean power (W)", 1.0),
     ("max_power_w", "Max power (W)", 1.0),
     ("time_over_budget_s", "Over budget (s)", 1.0),
     ("preemptions", "Preemptions", 1.0),
@@ -44,6 +45,9 @@ MAIN_COLUMNS = (
     ("colocated_jobs", "Jobs shared", 1.0),
     ("shared_job_h", "Shared (job-h)", 1.0),
 )
+#: Prefix of the per-GPU-type utilisation metrics (busy GPU-seconds / GPU-seconds, `util_h100_sxm`):
+#: one column per type after MAIN_COLUMNS, so an idle node type shows in every report.
+UTIL_PREFIX = "util_"
 #: Columns shown only where some run has a non-zero value (co-location: where a GPU was shared, which
 #: is where its gains and losses come from).
 SHOWN_WHEN_NONZERO = frozenset({"colocated_jobs", "shared_job_h"})
@@ -314,7 +318,7 @@ def _experiment_section(
     present = {
         s.metric for s in mine if s.mean is not None and (s.metric not in SHOWN_WHEN_NONZERO or s.mean > 0)
     }
-    cols = [c for c in MAIN_COLUMNS if c[0] in present]
+    cols = [c for c in MAIN_COLUMNS if c[0] in present] + util_columns(present)
     table = []
     for group in dict.fromkeys(s.group for s in mine):
         by_metric = {s.metric: s for s in mine if s.group == group}
@@ -408,6 +412,12 @@ def _experiment_section(
                 "cluster power over time",
             )
         _tests_table(doc, [t for t in tests if t.cell == (experiment, scenario, load)], title)
+
+
+def util_columns(metrics: Any) -> list[tuple[str, str, float]]:
+    """(metric, header, scale) of each GPU type's utilisation among `metrics`, in percent."""
+    names = sorted(m for m in metrics if m.startswith(UTIL_PREFIX))
+    return [(m, f"{m.removeprefix(UTIL_PREFIX)} util (%)", 100.0) for m in names]
 
 
 def _tests_table(doc: _Doc, tests: Sequence[PairTest], title: str) -> None:

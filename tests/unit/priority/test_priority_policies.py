@@ -161,6 +161,24 @@ def test_charon_holds_what_does_not_fit_the_budget_and_charon_pl_caps_it(oracle:
     assert s.power_w - 8 * 70.0 + st.n_gpus * st.power_limit_w <= 3000.0
 
 
+def test_charon_takes_a_smaller_placement_that_fits_the_budget_and_charon_thesis_waits(
+    oracle: Oracle,
+) -> None:
+    """A job whose minimum-EDP placement (8 H100) exceeds the power left starts on what the budget
+    allows (here the idle A100 node) instead of leaving it idle; the thesis's Charon holds it."""
+    p = job("big", model="vit-b16", gpu_options=(8, 4, 2, 1), batch_options=(512,), precision="fp32")
+    s = snap((p,), power_budget_w=3000.0)
+    thesis = get_policy("charon-thesis").decide(s, oracle)
+    assert not thesis.starts and thesis.hold == ("big",)
+    d = get_policy("charon").decide(s, oracle)
+    assert len(d.starts) == 1 and not d.hold
+    st = d.starts[0]
+    idle_w = 55.0 if st.gpu_type == "a100-40gb" else 70.0
+    assert s.power_w + (st.predicted_power_w or 0.0) - st.n_gpus * idle_w <= 3000.0
+    assert st.n_gpus < 8 or st.gpu_type == "a100-40gb"
+    assert get_policy("charon", fit_budget=False).decide(s, oracle).hold == ("big",)
+
+
 def test_charon_projected_power_accumulates_within_a_cycle(oracle: Oracle) -> None:
     jobs = tuple(job(f"j{i}", gpu_options=(2,), batch_options=(512,)) for i in range(4))
     s = snap(jobs, nodes=(H100,), power_budget_w=2600.0)

@@ -33,6 +33,7 @@ def fake_runner(spec: SimSpec) -> dict[str, Any]:
         "preemptions": float(rng.integers(0, 5)),
         "completed_jobs": float(rng.integers(50, 100)),
         "util_a100-40gb": float("nan"),  # a missing value must stay missing
+        "util_h100_sxm": float(rng.uniform(0.5, 0.9)),
         # only zeus-share shares GPUs, and only outside experiment B
         "colocated_jobs": float(rng.integers(5, 20)) if spec.policy == "zeus-share" else 0.0,
     }

@@ -54,6 +54,9 @@ PLAN = {
 }
 
 
+PLAN_POLICIES = {p for e in PLAN["experiments"] for p in e["policies"]}  # type: ignore[attr-defined]
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("rep")
@@ -81,11 +84,26 @@ def test_shared_gpu_column_only_where_a_gpu_was_shared(results: Path) -> None:
     sections = {s.split("\n", 1)[0]: s for s in md.split("## Experiment ")[1:]}
     assert "| Jobs shared |" in sections["share"]
     assert "| Jobs shared |" not in sections["B"] and "| Jobs shared |" not in sections["D"]
+    header = next(ln for ln in sections["share"].splitlines() if ln.startswith("| Scenario"))
+    col = header.split(" | ").index("Jobs shared")
     share_rows = [line for line in sections["share"].splitlines() if line.startswith("| coloc-small")]
     assert [row.split(" | ")[2] for row in share_rows] == ["zeus", "zeus-share"]
-    assert share_rows[0].rstrip(" |").endswith("0 [0, 0]") and not share_rows[1].rstrip(" |").endswith(
-        "0 [0, 0]"
-    )
+    assert share_rows[0].split(" | ")[col] == "0 [0, 0]" and share_rows[1].split(" | ")[col] != "0 [0, 0]"
+
+
+def test_every_policy_shows_its_utilisation_per_gpu_type(results: Path) -> None:
+    """An idle node type must be visible: each GPU type's utilisation is a column (in %) of every
+    experiment's table, with a value for every policy; a type whose value is missing has no column."""
+    md = build_report(results, report_cfg=PLAN["report"], title="Fake campaign").markdown.read_text()
+    cells = lambda line: [c.strip() for c in line.strip().strip("|").split("|")]  # noqa: E731
+    for section in md.split("## Experiment ")[1:]:
+        table = [cells(ln) for ln in section.splitlines() if ln.startswith("| ")]
+        header = table[0]
+        assert "h100_sxm util (%)" in header and not any("a100" in h for h in header)
+        col = header.index("h100_sxm util (%)")
+        rows = [r for r in table if r[2] in PLAN_POLICIES]
+        assert rows
+        assert all(50.0 <= float(r[col].split(" ")[0]) <= 90.0 for r in rows)
 
 
 def test_reference_ratio_is_computed_from_the_runs(results: Path) -> None:

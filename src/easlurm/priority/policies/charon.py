@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from easlurm.errors import ConfigError
-from easlurm.priority.packing import Cycle
+from easlurm.priority.packing import INF, Cycle
 from easlurm.priority.policies.zeus import Zeus
 from easlurm.priority.snapshot import ClusterSnapshot, Decision, NodeState, RunningJob, StartJob
 
@@ -22,7 +22,10 @@ class Charon(Zeus):
     Charon is `adaptive=False`, registered as "charon-thesis") the policy also uses what it observes:
     the margin grows to what the running jobs' measured power says about the oracle's error
     (`learned_margin`), and when the measured power is over the budget the most recent starts are shed
-    (requeued; never an urgent or non-requeueable job) before anything new starts. The power a start
+    (requeued; never an urgent or non-requeueable job) before anything new starts. With `fit_budget`
+    (the default with `adaptive`) a job whose minimum-EDP placement would exceed the power left takes
+    its minimum-EDP option that fits (fewer GPUs, often of another type) instead of waiting while the
+    budget leaves that capacity idle; the thesis's Charon holds it. The power a start
     really draws is only known once it runs, so a budget can only hold under noisy predictions if the
     scheduler corrects after the fact."""
 
@@ -35,6 +38,7 @@ class Charon(Zeus):
         adaptive: bool = True,
         margin_z: float = 2.0,
         margin_min_samples: int = 3,
+        fit_budget: bool | None = None,
         **params: Any,
     ) -> None:
         super().__init__(**params)
@@ -48,6 +52,7 @@ class Charon(Zeus):
         self.adaptive = bool(adaptive)
         self.margin_z = float(margin_z)
         self.margin_min_samples = int(margin_min_samples)
+        self.fit_budget = self.adaptive if fit_budget is None else bool(fit_budget)
 
     def budget_w(self, cyc: Cycle) -> float | None:
         return self.snapshot_budget_w(cyc.snapshot)
@@ -95,20 +100,29 @@ class Charon(Zeus):
             return super().allocate(cyc, order, best)
         projected = cyc.snapshot.power_w
         pad = 1.0 + self.margin(cyc.snapshot)
+        bounds = np.searchsorted(cyc.job_of, np.arange(len(cyc.jobs) + 1))
+        idle_by_code = np.zeros(len(cyc.cache.type_names))
+        idle_by_code[cyc.node_code] = cyc.node_idle_w
         starts, hold = [], []
         for j in order:
-            pos = int(best[j])
-            k = int(cyc.n_gpus[pos])
-            node = cyc.pick_node(int(cyc.code[pos]), k)
-            if node < 0:
-                continue
             job = cyc.jobs[j]
             seen = job.observed_power_ratio if self.adaptive else None
-            idle_w = k * float(cyc.node_idle_w[node])
-            delta = float(cyc.power_w[pos]) * max(pad, seen or 0.0) - idle_w
-            if projected + delta > budget:
+            pos = int(best[j])
+            if cyc.pick_node(int(cyc.code[pos]), int(cyc.n_gpus[pos])) < 0:
+                continue
+            k = int(cyc.n_gpus[pos])
+            delta = float(cyc.power_w[pos]) * max(pad, seen or 0.0) - k * float(idle_by_code[cyc.code[pos]])
+            if projected + delta > budget and self.fit_budget:  # rather a smaller placement than none
+                pad_j = max(pad, seen or 0.0)
+                pos, delta = fitting(
+                    cyc, int(bounds[j]), int(bounds[j + 1]), idle_by_code, budget - projected, pad_j
+                )
+            if pos < 0 or projected + delta > budget:
                 hold.append(job.job_id)
                 continue
+            k = int(cyc.n_gpus[pos])
+            node = cyc.pick_node(int(cyc.code[pos]), k)
+            idle_w = k * float(cyc.node_idle_w[node])
             start = cyc.start(pos, node)
             if self.adaptive:
                 cap = self.cap_w(cyc.snapshot.nodes[node], k, budget - projected + idle_w, start)
@@ -131,6 +145,22 @@ class Charon(Zeus):
             cap = min(cap, start.power_limit_w)
         floor = node.min_power_limit_w or 0.0
         return cap if cap >= floor else None
+
+
+def fitting(
+    cyc: Cycle, lo: int, hi: int, idle_by_code: np.ndarray, room_w: float, pad: float
+) -> tuple[int, float]:
+    """(position, power added) of the minimum-EDP option among positions lo..hi (one job's) that fits
+    both the free GPUs and `room_w`, predictions padded by `pad`; (-1, inf) if none."""
+    code, k = cyc.code[lo:hi], cyc.n_gpus[lo:hi]
+    max_free = np.zeros(len(idle_by_code), dtype=np.int64)
+    np.maximum.at(max_free, cyc.node_code, np.asarray(cyc.node_free, dtype=np.int64))
+    delta = cyc.power_w[lo:hi] * pad - k * idle_by_code[code]
+    ok = (k <= max_free[code]) & (delta <= room_w)
+    if not ok.any():
+        return -1, INF
+    i = int(np.argmin(np.where(ok, cyc.edp[lo:hi], INF)))
+    return lo + i, float(delta[i])
 
 
 def learned_margin(running: tuple[RunningJob, ...], z: float, min_samples: int) -> float:
