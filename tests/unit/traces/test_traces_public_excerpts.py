@@ -145,3 +145,14 @@ def test_jain_index_is_unknown_without_a_user_column(tmp_path: Path) -> None:
     res = replay(path, ClusterSpec.default(), ["zeus"], simulate_fn=_fake_sim)
     assert res.baseline["metrics"]["jain_index"] is None
     assert res.run("zeus")["metrics"]["jain_index"] is None
+
+
+def test_report_of_a_trace_without_starts_says_why_the_recorded_row_is_blank(tmp_path: Path) -> None:
+    from easlurm.sim.replay import write_replay_report
+
+    res = replay(PUB / "swf_unknown_wait.swf", None, ["zeus", "pollux"], simulate_fn=_fake_sim)
+    md = write_replay_report(res, tmp_path / "r", html_too=False).read_text()
+    assert "jobs/h (their submit times span 11 min)" in md and "Load (jobs/h)" not in md
+    assert "The `recorded` row is blank: the trace does not say when any of its jobs started" in md
+    assert "one seed: no test" in md and "| Policy A |" not in md
+    assert "replay / swf_unknown_wait.swf: the policies" in md

@@ -160,6 +160,8 @@ def test_zero_replayed_jobs_draw_no_plots_and_no_tests(tmp_path: Path) -> None:
     text = write_replay_report(res, out).read_text()
     assert not (out / "plots").exists() and "p-values" not in text
     assert "No job of the trace was replayed" in text and "cpu_only | 2" in text
+    # no table without rows: the empty class table is a sentence
+    assert "| Workload class |" not in text and "No job was given a workload class" in text
 
 
 def test_cancelled_pending_jobs_are_reported(tmp_path: Path) -> None:
