@@ -131,10 +131,18 @@ def size_cluster(trace: str, fmt: str, skip_bad: bool, trace_options: dict[str, 
     if sized is None:
         default = ClusterSpec.default()
         return default, (
-            f"no --cluster given and no job of the trace has a recorded run with GPUs: the default cluster "
+            f"no --cluster given and no job of the trace ran with GPUs for a known time: the default cluster "
             f"{default.name} ({default.n_gpus} GPUs) is the target"
         )
     types = ", ".join(f"{p} {t}" for t, p in size.peak_by_type.items())
+    if size.estimated:
+        return sized, (
+            f"no --cluster given: the target is a cluster sized like the trace's own, {sized.name} "
+            f"({len(sized.nodes)} nodes, {sized.n_gpus} GPUs), holding an estimate of the most GPUs its "
+            f"record ran at once ({size.peak_gpus}: {types}). It is an estimate: the trace does not say when "
+            f"{size.estimated:,} of its {size.jobs:,} jobs started, so each is counted from its submission for "
+            "its run time (no wait); the record's own waits could have made its peak lower or higher"
+        )
     return sized, (
         f"no --cluster given: the target is a cluster sized like the trace's own, {sized.name} "
         f"({len(sized.nodes)} nodes, {sized.n_gpus} GPUs), holding the most GPUs its record ran at once "
