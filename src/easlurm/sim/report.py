@@ -442,7 +442,10 @@ def _experiment_section(
 
 
 def _tests_table(doc: _Doc, tests: Sequence[PairTest], title: str) -> None:
-    if tests and all(t.n_a < 2 or t.n_b < 2 for t in tests):
+    """p-values of the pairs where both sides have several runs: one value against others is no test."""
+    single = sorted({t.label_a for t in tests if t.n_a < 2} | {t.label_b for t in tests if t.n_b < 2})
+    tests = [t for t in tests if t.n_a >= 2 and t.n_b >= 2]
+    if single and not tests:
         doc.p(f"{title}: one seed: no test (a p-value needs several seeds per policy).")
         return
     by_pair: dict[tuple[str, str], dict[str, PairTest]] = {}
@@ -455,6 +458,7 @@ def _tests_table(doc: _Doc, tests: Sequence[PairTest], title: str) -> None:
     doc.p(
         f"{title}: two-sided p-values, Mann-Whitney U / seed-paired Wilcoxon (the same seed gives every "
         "policy the same job stream, so the paired test sees smaller differences); p < 0.05 marked *."
+        + (f" Not tested, one run only: {', '.join(single)}." if single else "")
     )
     rows = []
     for (a, b), d in by_pair.items():

@@ -141,3 +141,12 @@ def test_an_empty_table_is_a_sentence(tmp_path: Path) -> None:
     doc = _Doc()
     doc.table(["A", "B"], [], "Nothing to show.")
     assert doc.markdown().strip() == "Nothing to show."
+
+
+def test_a_label_with_one_run_is_left_out_of_the_tests(tmp_path: Path) -> None:
+    """A replay's recorded row is one run against several seeds: its pairs are not tested, and said so."""
+    records = _seeds({"a": {}, "b": {"energy_kwh": 60.0}}, 3)
+    records.append(_record(len(records), "recorded", 0))
+    md = _render(tmp_path, records)
+    assert "Not tested, one run only: recorded." in md
+    assert "| a | b |" in md and "| recorded |" not in md.split("Not tested")[1]
