@@ -62,6 +62,7 @@ def test_a_trace_larger_than_the_cluster_is_said_not_to_fit(tmp_path: Path) -> N
     md = write_replay_report(res, tmp_path / "r", html_too=False).read_text()
     assert "does not fit the target cluster" in md and "48 GPUs at once" in md
     assert f"at least {fit['suggest_gpus']} GPUs" in md
+    assert "above capacity for 4 h (" in md  # a duration in hours, never 4e+00 h
     # on a cluster that holds it the record fits and every figure is filled
     big = ClusterSpec.mixed([(3, 8, "a100-40gb"), (3, 8, "h100-sxm")])
     ok = replay(FIX / "sacct_oversized.psv", big, [], simulate_fn=_FakeSim())
