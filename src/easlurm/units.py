@@ -124,3 +124,27 @@ def format_raw(value: float | None) -> str:
         return ""
     text = f"{value:.3f}".rstrip("0").rstrip(".")
     return "0" if text == "-0" else text
+
+
+def format_number(value: float | None, digits: int = 3) -> str:
+    """`digits` significant digits without an exponent, thousands separated: 2,200 and 0.0123; None -> ''."""
+    if value is None or not math.isfinite(value):
+        return ""
+    if value == 0:
+        return "0"
+    # the place of the last significant digit; a number that rounds to 1,000 or more keeps its units
+    places = digits - 1 - math.floor(math.log10(abs(value)))
+    rounded = round(value, places)
+    if abs(rounded) >= 10 ** (digits - 1) or places <= 0:
+        return f"{round(value):,}"
+    return f"{rounded:.{places}f}".rstrip("0").rstrip(".")
+
+
+def format_duration(seconds: float | None) -> str:
+    """A duration in the unit a person reads it in: 45 s, 12.5 min, 5.2 h, 91.7 d; None -> ''."""
+    if seconds is None or not math.isfinite(seconds):
+        return ""
+    for unit, scale, below in (("s", 1.0, 60.0), ("min", 60.0, 3600.0), ("h", 3600.0, 172800.0)):
+        if abs(seconds) < below:
+            return f"{format_number(seconds / scale)} {unit}"
+    return f"{format_number(seconds / 86400.0)} d"

@@ -16,9 +16,10 @@ NAN = math.nan
 
 
 def jain_index(values: Sequence[float]) -> float:
-    """(sum x)^2 / (n sum x^2): 1 when all equal, 1/n when one takes all; NaN without values."""
+    """(sum x)^2 / (n sum x^2): 1 when all equal, 1/n when one takes all; NaN with fewer than two
+    values (fairness between users needs two users: one alone is not "perfectly fair")."""
     x = np.asarray(values, dtype=np.float64)
-    if len(x) == 0 or not np.any(x):
+    if len(x) < 2 or not np.any(x):
         return NAN
     return float(x.sum() ** 2 / (len(x) * (x * x).sum()))
 

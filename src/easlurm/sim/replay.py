@@ -18,11 +18,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from easlurm.sim.differences import QUEUED_AFTER_S
 from easlurm.sim.traces.baseline import RecordedBaseline
 from easlurm.sim.traces.calibration import CalibratedOracle, Calibrator, ClassCheck
 from easlurm.sim.traces.mapping import Mapped, MappingStats, ReplayOptions, TraceMapper, map_trace
 from easlurm.sim.traces.reader import open_trace
 from easlurm.sim.traces.record import TraceStats
+from easlurm.units import format_duration, format_number
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,9 @@ class ReplayResult:
     cluster_gpus: int = 0
     cluster_sized: bool = False  # no cluster given: sized like the trace's own record
     notices: list[str] = field(default_factory=list)  # said before any simulation (fit, sizing)
+    #: the replayed jobs' arrival rate: jobs over the span of their submit times (None under two jobs)
+    arrival_jobs_per_h: float | None = None
+    unknown_start_jobs: int = 0  # replayed jobs whose recorded start the trace does not say
 
     def run(self, policy: str, seed: int | None = None) -> dict[str, Any]:
         """The result of one policy (its first seed unless `seed` is given); KeyError when absent."""
@@ -96,6 +101,7 @@ class ReplayResult:
                 "sized_like_trace": self.cluster_sized,
             },
             "notices": list(self.notices),
+            "arrival_jobs_per_h": self.arrival_jobs_per_h,
             "rows": [
                 {"label": r["label"], "seed": r["spec"]["seed"], "metrics": _clean(r["result"]["metrics"])}
                 for r in self.records()
@@ -125,10 +131,18 @@ def size_cluster(trace: str, fmt: str, skip_bad: bool, trace_options: dict[str, 
     if sized is None:
         default = ClusterSpec.default()
         return default, (
-            f"no --cluster given and no job of the trace has a recorded run with GPUs: the default cluster "
+            f"no --cluster given and no job of the trace ran with GPUs for a known time: the default cluster "
             f"{default.name} ({default.n_gpus} GPUs) is the target"
         )
     types = ", ".join(f"{p} {t}" for t, p in size.peak_by_type.items())
+    if size.estimated:
+        return sized, (
+            f"no --cluster given: the target is a cluster sized like the trace's own, {sized.name} "
+            f"({len(sized.nodes)} nodes, {sized.n_gpus} GPUs), holding an estimate of the most GPUs its "
+            f"record ran at once ({size.peak_gpus}: {types}). It is an estimate: the trace does not say when "
+            f"{size.estimated:,} of its {size.jobs:,} jobs started, so each is counted from its submission for "
+            "its run time (no wait); the record's own waits could have made its peak lower or higher"
+        )
     return sized, (
         f"no --cluster given: the target is a cluster sized like the trace's own, {sized.name} "
         f"({len(sized.nodes)} nodes, {sized.n_gpus} GPUs), holding the most GPUs its record ran at once "
@@ -203,10 +217,13 @@ def replay(
     calibrator = Calibrator()
     t0 = time.perf_counter()
     spill = _SpecSpill()  # the mapped jobs, pickled to a temporary file: each policy replays them from there
+    first_submit_s, last_submit_s = math.inf, -math.inf
     for m in map_trace(
         open_trace(trace, fmt, skip_bad=skip_bad, stats=stats, **trace_options), mapper, stats
     ):
         spill.add(m.spec)
+        first_submit_s = min(first_submit_s, m.spec.submit_s)
+        last_submit_s = max(last_submit_s, m.spec.submit_s)
         baseline.add(m)
         measured = m.trace.measured_gpu_energy_j
         if measured is None:
@@ -232,7 +249,10 @@ def replay(
         cluster_gpus=cluster.n_gpus,
         cluster_sized=sized,
         notices=notices,
+        unknown_start_jobs=baseline.unknown_start,
     )
+    if mapper.stats.mapped >= 2 and last_submit_s > first_submit_s:
+        result.arrival_jobs_per_h = mapper.stats.mapped / ((last_submit_s - first_submit_s) / 3600.0)
     fit = result.baseline.get("fit")
     if fit and not fit["fits"]:
         notice(_fit_notice(fit, cluster.name, mapper.stats.mapped))
@@ -326,10 +346,6 @@ def _specs(mapped: Iterator[Mapped]) -> Iterator[Any]:
         yield m.spec
 
 
-#: A job that waited longer than this for its start was queued (the scheduler ticks every second).
-QUEUED_AFTER_S = 60.0
-
-
 class _WaitCount:
     """Queueing of one simulated run, from its per-job rows: did the cluster ever make a job wait?"""
 
@@ -370,13 +386,18 @@ def _trace_section(result: ReplayResult) -> str:
         "from runtime and GPU count, see docs/replay.md). Baseline row `recorded`: the trace's own "
         "starts and ends, energy from the oracle at the recorded placements.",
         "",
-        "| Not replayed | Jobs |",
-        "|---|---|",
     ]
-    reasons = {**{f"reader: {k}": v for k, v in st.excluded.items()}, **dict(mp.excluded)}
+    reasons = {
+        **{f"reader: {k}": v for k, v in st.excluded.items() if v},
+        **{k: v for k, v in mp.excluded.items() if v},
+    }
     if st.skipped_bad:
         reasons["malformed (skipped)"] = st.skipped_bad
-    lines += [f"| {k} | {v} |" for k, v in sorted(reasons.items())] or ["| (none) | 0 |"]
+    if reasons:
+        lines += ["| Not replayed | Jobs |", "|---|---|"]
+        lines += [f"| {k} | {v} |" for k, v in sorted(reasons.items())]
+    else:
+        lines.append("Every job read was replayed.")
     if mp.cancelled_pending:
         lines += [
             "",
@@ -395,8 +416,12 @@ def _trace_section(result: ReplayResult) -> str:
         lines += ["", f"Fields absent from the trace (left unknown): {', '.join(sorted(st.missing_fields))}."]
     if st.bad_examples:
         lines += ["", "First malformed records:", ""] + [f"- `{b}`" for b in st.bad_examples]
-    lines += ["", "| Workload class | Jobs |", "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in sorted(mp.by_model.items())]
+    classes = {k: v for k, v in mp.by_model.items() if v}
+    if classes:
+        lines += ["", "| Workload class | Jobs |", "|---|---|"]
+        lines += [f"| {k} | {v} |" for k, v in sorted(classes.items())]
+    else:
+        lines += ["", "No job was given a workload class: none was replayed."]
     if result.calibration:
         lines += [
             "",
@@ -429,7 +454,7 @@ def _fit_lines(result: ReplayResult) -> list[str]:
             f"**The recorded schedule does not fit the target cluster**: it ran up to {peak} GPUs at once, "
             f"the cluster has {have} ({max(peak - have, 0)} more"
             + (f"; by type {by_type}" if by_type else "")
-            + f"), above capacity for {fit['time_over_s'] / 3600:.3g} h ({share:.0f}% of the recorded span). "
+            + f"), above capacity for {format_duration(fit['time_over_s'])} ({share:.0f}% of the recorded span). "
             "The recorded row's energy, idle energy, peak power and time over budget are left blank (the "
             "cluster could not have run that schedule; its busy energy stands), and the policies must queue "
             f"what the record ran at once. Replay on a cluster of at least {fit['suggest_gpus']} GPUs "
@@ -490,11 +515,34 @@ def write_replay_report(result: ReplayResult, out_dir: str | Path, *, html_too: 
                 f"<!doctype html><html><body><pre>{html.escape(md.read_text())}</pre></body></html>\n"
             )
         return md
+    arrival = (
+        f"The trace's {result.mapping.mapped:,} replayed jobs arrived at "
+        f"{format_number(result.arrival_jobs_per_h)} jobs/h (their submit times span "
+        f"{format_duration(result.mapping.mapped / result.arrival_jobs_per_h * 3600.0)}): the load is the "
+        "trace's own, so the table has no load column."
+        if result.arrival_jobs_per_h
+        else "The load is the trace's own (too few jobs to give an arrival rate), so the table has no load column."
+    )
+    unknown = result.unknown_start_jobs
+    if unknown and unknown >= result.mapping.mapped:
+        arrival += (
+            f" The `{BASELINE_LABEL}` row is blank: the trace does not say when any of its jobs started (SWF "
+            "wait -1), so the record's schedule is unknown."
+        )
+    elif unknown:
+        arrival += (
+            f" The `{BASELINE_LABEL}` row covers only the {result.mapping.mapped - unknown:,} jobs whose start "
+            f"the trace says; {unknown:,} started at unknown times (SWF wait -1)."
+        )
     files = write_report(
         records,
         out,
         title=f"Replay of {Path(result.trace).name}",
-        report_cfg={"plots": {"replay": ["pareto", "power", "fairness"]}},
+        report_cfg={
+            "description": arrival,
+            "plots": {"replay": ["pareto", "power", "fairness"]},
+            "baseline_labels": [BASELINE_LABEL],
+        },
         html_too=html_too,
     )
     with open(files.markdown, "a") as fh:

@@ -15,6 +15,7 @@ import numpy as np
 
 from easlurm.sim import plots
 from easlurm.sim.campaign_run import TIMING_METRICS, load_records, metric_columns, row_of
+from easlurm.sim.differences import sentence as differences_sentence
 from easlurm.sim.stats import (
     GROUP_KEYS,
     MetricSummary,
@@ -24,6 +25,7 @@ from easlurm.sim.stats import (
     pairwise_mann_whitney,
     summarize,
 )
+from easlurm.units import format_number
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +88,12 @@ class _Doc:
     def p(self, text: str) -> None:
         self.blocks.append(("p", text))
 
-    def table(self, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    def table(self, header: Sequence[str], rows: Sequence[Sequence[str]], empty: str) -> None:
+        """A table, or the sentence `empty` where it would have no row (never a bare header)."""
         if rows:
             self.blocks.append(("table", (list(header), [list(r) for r in rows])))
+        else:
+            self.p(empty)
 
     def img(self, rel: str, alt: str) -> None:
         self.blocks.append(("img", (rel, alt)))
@@ -137,11 +142,10 @@ class _Doc:
 
 
 def fmt(value: float | None, scale: float = 1.0) -> str:
-    """Three significant digits; missing stays blank."""
+    """Three significant digits, no exponent (2,200 not 2.2e+03); missing stays blank."""
     if value is None or not np.isfinite(value):
         return ""
-    v = value * scale
-    return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+    return format_number(float(value) * scale)
 
 
 def fmt_ci(s: MetricSummary | None, scale: float = 1.0) -> str:
@@ -239,7 +243,16 @@ def write_report(
         if descriptions.get(experiment[0]):
             doc.p(str(descriptions[experiment[0]]))
         _experiment_section(
-            doc, out, str(experiment[0]), exp_rows, records, summaries, tests, kinds, files.plots
+            doc,
+            out,
+            str(experiment[0]),
+            exp_rows,
+            records,
+            summaries,
+            tests,
+            kinds,
+            files.plots,
+            frozenset(cfg.get("baseline_labels") or ()),
         )
     files.markdown.write_text(doc.markdown())
     if html_too:
@@ -300,7 +313,11 @@ def _reference_section(
                 str(ref.get("why", "")).strip(),
             ]
         )
-    doc.table(["Figure", "Thesis", "Ours (mean [95% CI])", "Δ", "Why they differ"], table)
+    doc.table(
+        ["Figure", "Thesis", "Ours (mean [95% CI])", "Δ", "Why they differ"],
+        table,
+        "The plan names no reference figure.",
+    )
 
 
 def _experiment_section(
@@ -313,18 +330,29 @@ def _experiment_section(
     tests: Sequence[PairTest],
     kinds: Sequence[str],
     plot_list: list[str],
+    baselines: frozenset[str] = frozenset(),
 ) -> None:
+    """The experiment's table, its plots, and per cell a sentence on where the policies differ (the
+    `baselines` labels, such as a replay's recorded schedule, are not policies) and its tests."""
     mine = [s for s in summaries if s.group[0] == experiment]
     present = {
         s.metric for s in mine if s.mean is not None and (s.metric not in SHOWN_WHEN_NONZERO or s.mean > 0)
     }
     cols = [c for c in MAIN_COLUMNS if c[0] in present] + util_columns(present)
+    # a load column only where the plan set a load (a blank or "default" column says nothing)
+    has_load = any(s.group[2] is not None for s in mine)
     table = []
     for group in dict.fromkeys(s.group for s in mine):
         by_metric = {s.metric: s for s in mine if s.group == group}
-        load = "default" if group[2] is None else fmt(group[2])
-        table.append([group[1], load, group[3], *(fmt_ci(by_metric.get(m), sc) for m, _, sc in cols)])
-    doc.table(["Scenario", "Load (jobs/h)", "Policy", *(h for _, h, _ in cols)], table)
+        load = [fmt(group[2]) if group[2] is not None else "scenario's own"] if has_load else []
+        table.append([group[1], *load, group[3], *(fmt_ci(by_metric.get(m), sc) for m, _, sc in cols)])
+    header = ["Scenario", *(["Load (jobs/h)"] if has_load else []), "Policy", *(h for _, h, _ in cols)]
+    doc.table(header, table, f"No run of experiment {experiment} has a result.")
+    if any(s.metric == "jain_index" and s.mean is None and s.group[3] not in baselines for s in mine):
+        doc.p(
+            "Jain JCT is unknown (blank, or no column) where the runs have fewer than two users or the trace "
+            "no user column: fairness between users is unknown there, not perfect."
+        )
     cells = group_rows(rows, ("scenario", "load_jobs_per_h"))
     multi_load = len({c[1] for c in cells}) > 1
     plots_dir = out / "plots"
@@ -411,6 +439,9 @@ def _experiment_section(
                 ),
                 "cluster power over time",
             )
+        why = differences_sentence(title, [s for s in cell if s.group[3] not in baselines])
+        if why:
+            doc.p(why)
         _tests_table(doc, [t for t in tests if t.cell == (experiment, scenario, load)], title)
 
 
@@ -421,6 +452,12 @@ def util_columns(metrics: Any) -> list[tuple[str, str, float]]:
 
 
 def _tests_table(doc: _Doc, tests: Sequence[PairTest], title: str) -> None:
+    """p-values of the pairs where both sides have several runs: one value against others is no test."""
+    single = sorted({t.label_a for t in tests if t.n_a < 2} | {t.label_b for t in tests if t.n_b < 2})
+    tests = [t for t in tests if t.n_a >= 2 and t.n_b >= 2]
+    if single and not tests:
+        doc.p(f"{title}: one seed: no test (a p-value needs several seeds per policy).")
+        return
     by_pair: dict[tuple[str, str], dict[str, PairTest]] = {}
     for t in tests:
         if t.metric in TESTED:
@@ -431,6 +468,7 @@ def _tests_table(doc: _Doc, tests: Sequence[PairTest], title: str) -> None:
     doc.p(
         f"{title}: two-sided p-values, Mann-Whitney U / seed-paired Wilcoxon (the same seed gives every "
         "policy the same job stream, so the paired test sees smaller differences); p < 0.05 marked *."
+        + (f" Not tested, one run only: {', '.join(single)}." if single else "")
     )
     rows = []
     for (a, b), d in by_pair.items():
@@ -438,7 +476,7 @@ def _tests_table(doc: _Doc, tests: Sequence[PairTest], title: str) -> None:
         for m in metrics:
             cells.append(_p_cell(d.get(m)))
         rows.append([a, b, *cells])
-    doc.table(["Policy A", "Policy B", *metrics], rows)
+    doc.table(["Policy A", "Policy B", *metrics], rows, f"{title}: no pair of policies to test.")
 
 
 def _p_cell(test: PairTest | None) -> str:

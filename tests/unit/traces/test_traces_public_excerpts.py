@@ -145,3 +145,36 @@ def test_jain_index_is_unknown_without_a_user_column(tmp_path: Path) -> None:
     res = replay(path, ClusterSpec.default(), ["zeus"], simulate_fn=_fake_sim)
     assert res.baseline["metrics"]["jain_index"] is None
     assert res.run("zeus")["metrics"]["jain_index"] is None
+
+
+def test_peak_of_a_trace_without_starts_is_estimated_from_submit_and_run_time() -> None:
+    """SWF waits all -1: each job counted from its submission for its run time (no wait), and the
+    announcement says the target is sized on an estimate."""
+    from easlurm.model.build import default_catalogue
+    from easlurm.sim.traces import TraceJob
+    from easlurm.sim.traces.sizing import measure
+
+    jobs = [
+        TraceJob(job_id="1", submit_s=0.0, runtime_s=600.0, n_gpus=4),
+        TraceJob(job_id="2", submit_s=300.0, runtime_s=600.0, n_gpus=2),  # overlaps job 1 from 300 s
+        TraceJob(job_id="3", submit_s=900.0, runtime_s=60.0, n_gpus=8),  # after job 1 ended: alone
+        TraceJob(job_id="4", submit_s=100.0, n_gpus=8),  # no run time: no known run, not counted
+    ]
+    size = measure(jobs, default_catalogue())
+    assert (size.jobs, size.estimated, size.peak_gpus, size.largest_job_gpus) == (3, 3, 8, 8)
+    res = replay(PUB / "swf_unknown_wait.swf", None, ["zeus"], simulate_fn=_fake_sim)
+    assert res.cluster_sized and res.cluster_gpus >= 8
+    note = res.notices[0]
+    assert "an estimate of the most GPUs its record ran at once" in note
+    assert "does not say when 10 of its 10 jobs started" in note and "from its submission" in note
+
+
+def test_report_of_a_trace_without_starts_says_why_the_recorded_row_is_blank(tmp_path: Path) -> None:
+    from easlurm.sim.replay import write_replay_report
+
+    res = replay(PUB / "swf_unknown_wait.swf", None, ["zeus", "pollux"], simulate_fn=_fake_sim)
+    md = write_replay_report(res, tmp_path / "r", html_too=False).read_text()
+    assert "jobs/h (their submit times span 11 min)" in md and "Load (jobs/h)" not in md
+    assert "The `recorded` row is blank: the trace does not say when any of its jobs started" in md
+    assert "one seed: no test" in md and "| Policy A |" not in md
+    assert "replay / swf_unknown_wait.swf: the policies" in md

@@ -62,6 +62,7 @@ def test_a_trace_larger_than_the_cluster_is_said_not_to_fit(tmp_path: Path) -> N
     md = write_replay_report(res, tmp_path / "r", html_too=False).read_text()
     assert "does not fit the target cluster" in md and "48 GPUs at once" in md
     assert f"at least {fit['suggest_gpus']} GPUs" in md
+    assert "above capacity for 4 h (" in md  # a duration in hours, never 4e+00 h
     # on a cluster that holds it the record fits and every figure is filled
     big = ClusterSpec.mixed([(3, 8, "a100-40gb"), (3, 8, "h100-sxm")])
     ok = replay(FIX / "sacct_oversized.psv", big, [], simulate_fn=_FakeSim())
@@ -160,6 +161,8 @@ def test_zero_replayed_jobs_draw_no_plots_and_no_tests(tmp_path: Path) -> None:
     text = write_replay_report(res, out).read_text()
     assert not (out / "plots").exists() and "p-values" not in text
     assert "No job of the trace was replayed" in text and "cpu_only | 2" in text
+    # no table without rows: the empty class table is a sentence
+    assert "| Workload class |" not in text and "No job was given a workload class" in text
 
 
 def test_cancelled_pending_jobs_are_reported(tmp_path: Path) -> None:

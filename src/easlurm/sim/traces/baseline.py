@@ -21,9 +21,9 @@ from easlurm.sim.traces.mapping import Mapped
 
 
 def jain_index(values: np.ndarray) -> float | None:
-    """Jain's fairness index (sum x)^2 / (n sum x^2), 1 = equal; None when undefined."""
+    """Jain's fairness index (sum x)^2 / (n sum x^2), 1 = equal; None when undefined (fewer than two users)."""
     x = np.asarray(values, dtype=np.float64)
-    if len(x) == 0 or not np.any(x):
+    if len(x) < 2 or not np.any(x):
         return None
     return float(x.sum() ** 2 / (len(x) * np.square(x).sum()))
 
@@ -91,9 +91,11 @@ class RecordedBaseline:
         self._users: list[str] = []
         self._measured_j: list[float] = []
         self.unknown_start = 0  # replayed jobs whose recorded start the trace does not say (SWF wait -1)
+        self._named_user = False  # any replayed job names its user (those with unknown starts too)
 
     def add(self, m: Mapped) -> None:
         spec = m.spec
+        self._named_user = self._named_user or spec.user != "unknown"
         if spec.recorded_start_s is None or spec.recorded_end_s is None:
             self.unknown_start += 1
             return
@@ -117,7 +119,7 @@ class RecordedBaseline:
     @property
     def users_known(self) -> bool:
         """False when the trace names no user (every job is the mapping's "unknown")."""
-        return any(u != "unknown" for u in self._users)
+        return self._named_user
 
     def __len__(self) -> int:
         return len(self._models)

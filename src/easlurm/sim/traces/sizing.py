@@ -21,10 +21,13 @@ DEFAULT_TYPE = "a100-40gb"
 class TraceSize:
     """The record's concurrency: peak GPUs busy at once, in total and per catalogue type."""
 
-    jobs: int  # jobs that ran with GPUs (start and end known)
+    jobs: int  # jobs that ran with GPUs (start and end known, or run time known: see `estimated`)
     peak_gpus: int
     peak_by_type: dict[str, int]
     largest_job_gpus: int
+    #: jobs whose start the trace does not say (SWF wait -1), counted as running from their submission
+    #: for their run time: with any, the peaks are estimates, not the record's own.
+    estimated: int = 0
 
 
 def _peak(start: np.ndarray, end: np.ndarray, n: np.ndarray) -> int:
@@ -46,21 +49,35 @@ def _catalogue_key(catalogue: Any, name: str | None) -> str | None:
 
 
 def measure(jobs: Iterable[TraceJob], catalogue: Any) -> TraceSize:
-    """Peak concurrency of the jobs that ran with GPUs (their recorded starts and ends)."""
+    """Peak concurrency of the jobs that ran with GPUs, over their recorded starts and ends.
+
+    A job whose start is unknown but whose run time is known (SWF wait -1) is counted from its
+    submission for its run time: the peak of those jobs run without waiting. It is an estimate, not a
+    bound of the record's own peak: waits move jobs later, which can spread them out (a lower peak) or
+    pile them up (a higher one). `estimated` counts such jobs.
+    """
     cols: dict[str, list[tuple[float, float, float]]] = {}
     largest = 0
     count = 0
+    estimated = 0
     for job in jobs:
-        if job.n_gpus <= 0 or not job.ran or job.never_started or job.state == "REQUEUED":
+        if job.n_gpus <= 0 or job.never_started or job.state == "REQUEUED":
             continue
-        assert job.start_s is not None and job.end_s is not None
+        if job.ran:
+            assert job.start_s is not None and job.end_s is not None
+            start_s, end_s = job.start_s, job.end_s
+        elif job.start_unknown and job.runtime_s is not None:
+            start_s, end_s = job.submit_s, job.submit_s + job.runtime_s
+            estimated += 1
+        else:
+            continue
         gpu_type = DEFAULT_TYPE
         for name in (job.gpu_type, job.partition):
             key = _catalogue_key(catalogue, name)
             if key is not None:
                 gpu_type = key
                 break
-        cols.setdefault(gpu_type, []).append((job.start_s, job.end_s, float(job.n_gpus)))
+        cols.setdefault(gpu_type, []).append((start_s, end_s, float(job.n_gpus)))
         largest = max(largest, job.n_gpus)
         count += 1
     by_type: dict[str, int] = {}
@@ -70,7 +87,7 @@ def measure(jobs: Iterable[TraceJob], catalogue: Any) -> TraceSize:
         by_type[gpu_type] = _peak(a[:, 0], a[:, 1], a[:, 2])
         every.append(a)
     total = np.concatenate(every) if every else np.zeros((0, 3))
-    return TraceSize(count, _peak(total[:, 0], total[:, 1], total[:, 2]), by_type, largest)
+    return TraceSize(count, _peak(total[:, 0], total[:, 1], total[:, 2]), by_type, largest, estimated)
 
 
 def cluster_for(size: TraceSize) -> Any:
