@@ -142,6 +142,15 @@ class TimedClient(CliSchedClient):
         finally:
             self.phases[phase] = self.phases.get(phase, 0.0) + time.perf_counter() - t0
 
+    def run(self, argv: Sequence[str], retry: bool = False) -> str:
+        """Slurm's own command (wall time, parsing excluded) under `<phase>_cmd`."""
+        name = {"squeue": "squeue", "sprio": "sprio", "sinfo": "nodes"}.get(argv[0])
+        if argv[:4] == ["scontrol", "--json", "show", "nodes"]:
+            name = "nodes"
+        if name is None:
+            return super().run(argv, retry)
+        return cast(str, self._timed(f"{name}_cmd", lambda: super(TimedClient, self).run(argv, retry)))
+
     def jobs(self) -> list[SlurmJob]:
         return cast(list[SlurmJob], self._timed("squeue", super().jobs))
 
@@ -245,8 +254,11 @@ def bench_slurm(
             reads = sum(ph.get(x, 0.0) for x in ("squeue", "nodes", "sprio", "sacct"))
             row = {
                 "squeue": ph.get("squeue", 0.0),
+                "squeue_cmd": ph.get("squeue_cmd", 0.0),
                 "nodes": ph.get("nodes", 0.0),
+                "nodes_cmd": ph.get("nodes_cmd", 0.0),
                 "sprio": ph.get("sprio", 0.0),
+                "sprio_cmd": ph.get("sprio_cmd", 0.0),
                 "sacct": ph.get("sacct", 0.0),
                 "parse_specs": max(slurm_read - reads, 0.0),
                 "snapshot_policy": report.timings_s.get("policy", 0.0),
@@ -291,7 +303,7 @@ def bench_slurm(
             subprocess.run(["scancel", *ids[k : k + 1000]], check=False)
 
 
-PHASES = ("squeue", "nodes", "sprio", "sacct", "parse_specs", "snapshot_policy", "updates")
+PHASES = ("squeue", "squeue_cmd", "nodes", "sprio", "sacct", "parse_specs", "snapshot_policy", "updates")
 
 
 def print_figures(fig: Mapping[str, Any]) -> None:
