@@ -134,6 +134,7 @@ class TimedClient(CliSchedClient):
         super().__init__()
         self.phases: dict[str, float] = {}
         self.n_updates = 0
+        self.n_squeue_jobs = 0
 
     def _timed(self, phase: str, fn: Callable[[], Any]) -> Any:
         t0 = time.perf_counter()
@@ -152,7 +153,9 @@ class TimedClient(CliSchedClient):
         return cast(str, self._timed(f"{name}_cmd", lambda: super(TimedClient, self).run(argv, retry)))
 
     def jobs(self) -> list[SlurmJob]:
-        return cast(list[SlurmJob], self._timed("squeue", super().jobs))
+        jobs = cast(list[SlurmJob], self._timed("squeue", super().jobs))
+        self.n_squeue_jobs = len(jobs)  # 22.05's squeue --json also lists finished jobs still in memory
+        return jobs
 
     def nodes(self) -> list[SlurmNode]:
         return cast(list[SlurmNode], self._timed("nodes", super().nodes))
@@ -203,7 +206,12 @@ def scontrol(*args: str) -> None:
 
 
 def bench_slurm(
-    n: int, steady: int, workers: int, profile: str | None, decision_log: str | None = None
+    n: int,
+    steady: int,
+    workers: int,
+    profile: str | None,
+    decision_log: str | None = None,
+    keep: bool = False,
 ) -> dict[str, Any]:
     """The daemon's whole cycle (Daemon.cycle: squeue, nodes, sprio, sacct on the first, snapshot +
     zeus + queue order + plan, the scontrol updates it applies) with n pending declared jobs.
@@ -265,6 +273,7 @@ def bench_slurm(
                 "updates": ph.get("updates", 0.0),
                 "cycle": total,
                 "n_updates": float(client.n_updates),
+                "n_squeue_jobs": float(client.n_squeue_jobs),
                 "n_pending": float(len(report.snapshot.pending) if report.snapshot else 0),
                 "n_running": float(len(report.snapshot.running) if report.snapshot else 0),
                 "n_nodes": float(len(report.snapshot.nodes) if report.snapshot else 0),
@@ -299,7 +308,7 @@ def bench_slurm(
         return fig
     finally:
         subprocess.run(["scontrol", "update", f"PartitionName={BENCH_PARTITION}", "State=UP"], check=False)
-        for k in range(0, len(ids), 1000):
+        for k in range(0, 0 if keep else len(ids), 1000):
             subprocess.run(["scancel", *ids[k : k + 1000]], check=False)
 
 
@@ -347,6 +356,7 @@ def main() -> None:
     ap.add_argument("--submit-workers", type=int, default=6, help="sbatch commands at a time")
     ap.add_argument("--json-out", help="write the Slurm part's figures to this JSON file")
     ap.add_argument("--profile", help="cProfile the daemon's cycles into this file (and print the top)")
+    ap.add_argument("--keep-jobs", action="store_true", help="leave the jobs queued (to time other commands)")
     ap.add_argument("--decision-log", help="the daemon's decision log (one JSON line per cycle)")
     ap.add_argument(
         "--compare", nargs="+", metavar="JSON", help="print --json-out files side by side, then exit"
@@ -361,7 +371,12 @@ def main() -> None:
             bench_policy(n, args.policies.split(","), args.cycles)
     if args.slurm:
         fig = bench_slurm(
-            args.slurm_jobs, args.steady_cycles, args.submit_workers, args.profile, args.decision_log
+            args.slurm_jobs,
+            args.steady_cycles,
+            args.submit_workers,
+            args.profile,
+            args.decision_log,
+            args.keep_jobs,
         )
         print_figures(fig)
         if args.json_out:
