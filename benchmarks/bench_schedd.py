@@ -297,6 +297,11 @@ def bench_slurm(
         fig["cold_starts_on_chosen_node"] = sum(
             1 for j, node in placed.items() if j in now and now[j].running and now[j].nodes == node
         )
+        # jobs Slurm will never start after the daemon's updates (22.05 keeps the old GPU type of a
+        # job moved to another GPU type: BadConstraints, priority 0)
+        fig["jobs_bad_constraints"] = sum(
+            1 for j in now.values() if j.pending and j.reason == "BadConstraints"
+        )
         fig["load_after"] = os.getloadavg()[0]
         cold, warm = cycles[0], cycles[1:] or cycles
         for key in cold:
@@ -324,25 +329,29 @@ def print_figures(fig: Mapping[str, Any]) -> None:
             print(f"{key:<32} {value!s:>10}")
 
 
+def cell(key: str, value: Any) -> str:
+    """One figure as text: ms for times, s for the submission, counts as integers."""
+    if not isinstance(value, float):
+        return str(value)
+    if key.startswith("load"):
+        return f"{value:.2f}"
+    if key.startswith(("cold_n_", "steady_n_")):
+        return f"{value:.0f}"
+    if key == "submit_s":
+        return f"{value:.1f} s"
+    return f"{value * 1000:.0f} ms"
+
+
 def compare(paths: Sequence[str]) -> None:
-    """Figures of several runs (--json-out files) side by side."""
+    """Figures of several runs (--json-out files) side by side (Markdown table)."""
     docs = [json.loads(Path(p).read_text()) for p in paths]
     keys: list[str] = []
     for d in docs:
-        keys += [k for k in d if k not in keys]
-    width = max(12, *(len(str(d.get("slurm", p))) + 2 for d, p in zip(docs, paths, strict=True)))
-    print(f"{'figure':<32}" + "".join(f"{'Slurm ' + str(d.get('slurm', '?')):>{width + 6}}" for d in docs))
+        keys += [k for k in d if k not in keys and k != "slurm"]
+    print("| figure | " + " | ".join(f"Slurm {d.get('slurm', '?')}" for d in docs) + " |")
+    print("|---|" + "---:|" * len(docs))
     for key in keys:
-        cells = []
-        for d in docs:
-            v = d.get(key, "")
-            timed = isinstance(v, float) and not key.startswith(("cold_n_", "steady_n_", "load"))
-            cells.append(
-                f"{v * 1000:>{width}.0f} ms" if timed and key != "submit_s" else f"{v!s:>{width + 3}}"
-            )
-            if timed and key == "submit_s":
-                cells[-1] = f"{v:>{width}.1f} s "
-        print(f"{key:<32}" + "".join(f"{c:>{width + 6}}" for c in cells))
+        print(f"| {key} | " + " | ".join(cell(key, d[key]) if key in d else "" for d in docs) + " |")
 
 
 def main() -> None:
