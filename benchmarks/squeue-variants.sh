@@ -15,5 +15,5 @@ time_it squeue --json
 time_it squeue --json --states=PENDING,RUNNING
 time_it squeue -h -t PENDING,RUNNING -o "$fmt"
 squeue --json >/tmp/squeue-variants.json
-python3 -c 'import json, time; t = time.perf_counter(); d = json.load(open("/tmp/squeue-variants.json")); print(f"python json.load of squeue --json: {time.perf_counter() - t:.2f} s ({len(d["jobs"])} jobs)")'
+python3 -c 'import json, time; t = time.perf_counter(); d = json.load(open("/tmp/squeue-variants.json")); n = len(d["jobs"]); print(f"python json.load of squeue --json: {time.perf_counter() - t:.2f} s ({n} jobs)")'
 rm -f /tmp/squeue-variants.json
