@@ -2,19 +2,30 @@
 
     python benchmarks/bench_schedd.py                 # policy part: 1,000 and 10,000 pending jobs
     python benchmarks/bench_schedd.py --slurm         # plus the Slurm part (needs scripts/slurm-box up)
+    python benchmarks/bench_schedd.py --sizes= --slurm --slurm-jobs 10000 --json-out 2405.json
+    python benchmarks/bench_schedd.py --compare 2205.json 2411.json   # figures side by side
 Policy part: Slurm records -> snapshot, decide, queue order, plan (cold = first cycle with the oracle's
-predictions, warm = the next cycles). Slurm part: 1,000 held jobs, then the daemon's reads
-(squeue/sinfo --json, sprio, sacct, the daemon's whole read) and one scontrol update, one by one.
+predictions, warm = the next cycles). Slurm part: the daemon's whole cycle (Daemon.cycle with zeus, not
+dry-run: squeue, nodes, sprio, sacct, snapshot + policy, the scontrol updates it applies) with N pending
+declared jobs, per phase: the first cycle (cold: every job ordered, placements) and the median of the
+steady cycles after it. See docs/schedd-scale.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import json
 import os
+import pstats
 import random
 import statistics
 import subprocess
 import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, cast
 
 from easlurm.accounting.step_record import parse_spec
 from easlurm.model.oracle import Oracle
@@ -116,58 +127,231 @@ def bench_policy(n: int, policies: list[str], cycles: int) -> None:
         )
 
 
-def bench_slurm(n: int, repeats: int) -> None:
-    """n individually submitted held jobs (a held array stays one record in squeue, which flatters it)."""
+class TimedClient(CliSchedClient):
+    """The daemon's CLI client, timing each Slurm call (seconds per phase, summed over one cycle)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.phases: dict[str, float] = {}
+        self.n_updates = 0
+        self.n_squeue_jobs = 0
+
+    def _timed(self, phase: str, fn: Callable[[], Any]) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            self.phases[phase] = self.phases.get(phase, 0.0) + time.perf_counter() - t0
+
+    def run(self, argv: Sequence[str], retry: bool = False) -> str:
+        """Slurm's own command (wall time, parsing excluded) under `<phase>_cmd`."""
+        name = {"squeue": "squeue", "sprio": "sprio", "sinfo": "nodes"}.get(argv[0])
+        if argv[:4] == ["scontrol", "--json", "show", "nodes"]:
+            name = "nodes"
+        if name is None:
+            return super().run(argv, retry)
+        return cast(str, self._timed(f"{name}_cmd", lambda: super(TimedClient, self).run(argv, retry)))
+
+    def jobs(self) -> list[SlurmJob]:
+        jobs = cast(list[SlurmJob], self._timed("squeue", super().jobs))
+        self.n_squeue_jobs = len(jobs)  # 22.05's squeue --json also lists finished jobs still in memory
+        return jobs
+
+    def nodes(self) -> list[SlurmNode]:
+        return cast(list[SlurmNode], self._timed("nodes", super().nodes))
+
+    def site_factors(self) -> dict[str, tuple[int, int]]:
+        return cast(dict[str, tuple[int, int]], self._timed("sprio", super().site_factors))
+
+    def user_gpu_s(self, since_s: float) -> dict[str, float]:
+        return cast(
+            dict[str, float], self._timed("sacct", lambda: super(TimedClient, self).user_gpu_s(since_s))
+        )
+
+    def update_job(self, job_id: str, fields: Mapping[str, str]) -> None:
+        self.n_updates += 1
+        self._timed("updates", lambda: super(TimedClient, self).update_job(job_id, fields))
+
+    def requeue(self, job_id: str) -> None:
+        self.n_updates += 1
+        self._timed("updates", lambda: super(TimedClient, self).requeue(job_id))
+
+
+SLURM_SPEC = "energy-profile=model=vit-b16,steps=2000,batch=64:128,gpus=1:2"
+BENCH_PARTITION = "h100"
+
+
+def submit(n: int, workers: int) -> tuple[list[str], float]:
+    """n individually submitted declared jobs (a job array stays one record in squeue, which flatters
+    it), `workers` sbatch at a time; returns the ids and the seconds it took."""
+
+    def one(i: int) -> str:
+        argv = ["sbatch", "--parsable", "-J", f"schedd-bench-{i}", "-p", BENCH_PARTITION]
+        argv += ["--gres=gpu:h100:1", f"--comment={SLURM_SPEC}", "--wrap", "sleep 900"]
+        for attempt in range(5):  # slurmctld may answer "try again" under a burst of submissions
+            out = subprocess.run(argv, capture_output=True, text=True, check=False)
+            if out.returncode == 0:
+                return out.stdout.strip().split(";")[0]
+            time.sleep(0.5 * (attempt + 1))
+        raise RuntimeError(f"sbatch failed: {out.stderr.strip()}")
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        ids = list(pool.map(one, range(n)))
+    return ids, time.perf_counter() - t0
+
+
+def scontrol(*args: str) -> None:
+    subprocess.run(["scontrol", *args], check=True, capture_output=True, text=True)
+
+
+def bench_slurm(
+    n: int,
+    steady: int,
+    workers: int,
+    profile: str | None,
+    decision_log: str | None = None,
+    keep: bool = False,
+) -> dict[str, Any]:
+    """The daemon's whole cycle (Daemon.cycle: squeue, nodes, sprio, sacct on the first, snapshot +
+    zeus + queue order + plan, the scontrol updates it applies) with n pending declared jobs.
+
+    The jobs' partition is DOWN while they are submitted and during the first (cold) cycle, so that
+    Slurm starts none before the daemon has ordered and placed them; it is then set UP, Slurm starts
+    the jobs the daemon put first, and the steady cycles follow."""
     from easlurm.priority.daemon import Daemon, DaemonConfig
 
-    client = CliSchedClient()
-    spec = "energy-profile=model=vit-b16,steps=2000,batch=64:128,gpus=1:2"
-    ids = []
-    t0 = time.perf_counter()
+    client = TimedClient()
+    v = client.slurm_version() or (0, 0)
+    version = f"{v[0]}.{v[1]:02d}" + "".join(f".{x}" for x in v[2:])
+    fig: dict[str, Any] = {"slurm": version, "jobs": n, "load_before": os.getloadavg()[0]}
+    scontrol("update", f"PartitionName={BENCH_PARTITION}", "State=DOWN")
+    ids: list[str] = []
     try:
-        for i in range(n):
-            out = subprocess.run(
-                [
-                    "sbatch",
-                    "--parsable",
-                    "--hold",
-                    "-J",
-                    f"schedd-bench-{i}",
-                    "-p",
-                    "h100",
-                    "--gres=gpu:h100:1",
-                    f"--comment={spec}",
-                    "--wrap",
-                    "sleep 1",
-                ],
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            ids.append(out.stdout.strip().split(";")[0])
+        ids, fig["submit_s"] = submit(n, workers)
         print(
-            f"Slurm part: {n} held jobs submitted in {time.perf_counter() - t0:.1f} s; median of {repeats}:"
+            f"Slurm {version}: {n} declared jobs submitted in {fig['submit_s']:.1f} s ({workers} sbatch at a time)"
         )
-        daemon = Daemon(client, DaemonConfig(name_prefix="schedd-bench"))
-        calls = {
-            "squeue --json": client.jobs,
-            "sinfo --json": client.nodes,
-            "sprio": client.site_factors,
-            "sacct (7 days)": lambda: client.user_gpu_s(time.time() - 7 * 86400),
-            "daemon read": lambda: daemon.read(time.time()),
-            "scontrol update": lambda: client.update_job(ids[0], {"SiteFactor": "1"}),
-        }
-        for name, fn in calls.items():
-            samples = []
-            for _ in range(repeats):
-                t1 = time.perf_counter()
-                fn()
-                samples.append(time.perf_counter() - t1)
-            print(f"  {name:<16} {statistics.median(samples) * 1000:8.1f} ms")
-        print("  (daemon read = squeue + sinfo + sprio + parsing + SPEC lookup; sacct every 5 min only)")
+        daemon = Daemon(
+            client,
+            DaemonConfig(
+                policy="zeus",
+                name_prefix="schedd-bench",
+                decision_log=Path(decision_log) if decision_log else None,
+            ),
+        )
+        prof = cProfile.Profile() if profile else None
+        cycles: list[dict[str, float]] = []
+        placed: dict[str, str] = {}
+        for k in range(1 + steady):
+            if k == 1:
+                scontrol("update", f"PartitionName={BENCH_PARTITION}", "State=UP")
+                time.sleep(7)  # sched_interval=5: Slurm starts the jobs the daemon put first
+            client.phases, client.n_updates = {}, 0
+            if prof is not None:
+                prof.enable()
+            t0 = time.perf_counter()
+            report = daemon.cycle()
+            total = time.perf_counter() - t0
+            if prof is not None:
+                prof.disable()
+            if report.error is not None:
+                print(f"  cycle {k}: ERROR {report.error}")
+            ph = dict(client.phases)
+            slurm_read = report.timings_s.get("slurm", 0.0)
+            reads = sum(ph.get(x, 0.0) for x in ("squeue", "nodes", "sprio", "sacct"))
+            row = {
+                "squeue": ph.get("squeue", 0.0),
+                "squeue_cmd": ph.get("squeue_cmd", 0.0),
+                "nodes": ph.get("nodes", 0.0),
+                "nodes_cmd": ph.get("nodes_cmd", 0.0),
+                "sprio": ph.get("sprio", 0.0),
+                "sprio_cmd": ph.get("sprio_cmd", 0.0),
+                "sacct": ph.get("sacct", 0.0),
+                "parse_specs": max(slurm_read - reads, 0.0),
+                "snapshot_policy": report.timings_s.get("policy", 0.0),
+                "updates": ph.get("updates", 0.0),
+                "cycle": total,
+                "n_updates": float(client.n_updates),
+                "n_squeue_jobs": float(client.n_squeue_jobs),
+                "n_pending": float(len(report.snapshot.pending) if report.snapshot else 0),
+                "n_running": float(len(report.snapshot.running) if report.snapshot else 0),
+                "n_nodes": float(len(report.snapshot.nodes) if report.snapshot else 0),
+                "n_failed": float(len(report.outcome.failed) if report.outcome else 0),
+            }
+            cycles.append(row)
+            if report.decision is not None and k == 0:
+                placed = {s.job_id: s.node for s in report.decision.starts}
+            print(
+                f"  cycle {k} ({'cold' if k == 0 else 'steady'}): {total:6.2f} s  "
+                + "  ".join(f"{x} {row[x] * 1000:.0f} ms" for x in PHASES)
+                + f"  updates {client.n_updates}  pending {row['n_pending']:.0f}  running {row['n_running']:.0f}"
+                + f"  nodes {row['n_nodes']:.0f}  failed {row['n_failed']:.0f}  (load {os.getloadavg()[0]:.2f})"
+            )
+            for act, err in report.outcome.failed if report.outcome else []:
+                print(f"    failed {act.kind.value} {act.job_id}: {err}")
+        # did Slurm start the jobs the cold cycle decided to start, on the nodes it chose?
+        now = {j.job_id: j for j in CliSchedClient().jobs()}
+        fig["cold_starts"] = len(placed)
+        fig["cold_starts_running"] = sum(1 for j in placed if j in now and now[j].running)
+        fig["cold_starts_on_chosen_node"] = sum(
+            1 for j, node in placed.items() if j in now and now[j].running and now[j].nodes == node
+        )
+        # jobs Slurm will never start after the daemon's updates (22.05 keeps the old GPU type of a
+        # job moved to another GPU type: BadConstraints, priority 0)
+        fig["jobs_bad_constraints"] = sum(
+            1 for j in now.values() if j.pending and j.reason == "BadConstraints"
+        )
+        fig["load_after"] = os.getloadavg()[0]
+        cold, warm = cycles[0], cycles[1:] or cycles
+        for key in cold:
+            fig[f"cold_{key}"] = cold[key]
+            fig[f"steady_{key}"] = statistics.median(c[key] for c in warm)
+        if prof is not None and profile:
+            prof.dump_stats(profile)
+            pstats.Stats(prof).sort_stats("cumulative").print_stats(30)
+        return fig
     finally:
-        for k in range(0, len(ids), 500):
-            subprocess.run(["scancel", *ids[k : k + 500]], check=False)
+        subprocess.run(["scontrol", "update", f"PartitionName={BENCH_PARTITION}", "State=UP"], check=False)
+        for k in range(0, 0 if keep else len(ids), 1000):
+            subprocess.run(["scancel", *ids[k : k + 1000]], check=False)
+
+
+PHASES = ("squeue", "squeue_cmd", "nodes", "sprio", "sacct", "parse_specs", "snapshot_policy", "updates")
+
+
+def print_figures(fig: Mapping[str, Any]) -> None:
+    """One line per figure."""
+    for key, value in fig.items():
+        if isinstance(value, float) and not key.startswith(("cold_n_", "steady_n_", "load")):
+            print(f"{key:<32} {value:10.3f} s")
+        else:
+            print(f"{key:<32} {value!s:>10}")
+
+
+def cell(key: str, value: Any) -> str:
+    """One figure as text: ms for times, s for the submission, counts as integers."""
+    if not isinstance(value, float):
+        return str(value)
+    if key.startswith("load"):
+        return f"{value:.2f}"
+    if key.startswith(("cold_n_", "steady_n_")):
+        return f"{value:.0f}"
+    if key == "submit_s":
+        return f"{value:.1f} s"
+    return f"{value * 1000:.0f} ms"
+
+
+def compare(paths: Sequence[str]) -> None:
+    """Figures of several runs (--json-out files) side by side (Markdown table)."""
+    docs = [json.loads(Path(p).read_text()) for p in paths]
+    keys: list[str] = []
+    for d in docs:
+        keys += [k for k in d if k not in keys and k != "slurm"]
+    print("| figure | " + " | ".join(f"Slurm {d.get('slurm', '?')}" for d in docs) + " |")
+    print("|---|" + "---:|" * len(docs))
+    for key in keys:
+        print(f"| {key} | " + " | ".join(cell(key, d[key]) if key in d else "" for d in docs) + " |")
 
 
 def main() -> None:
@@ -177,12 +361,35 @@ def main() -> None:
     ap.add_argument("--cycles", type=int, default=3)
     ap.add_argument("--slurm", action="store_true", help="also time the Slurm commands (local cluster)")
     ap.add_argument("--slurm-jobs", type=int, default=1000)
+    ap.add_argument("--steady-cycles", type=int, default=5, help="cycles after the first (cold) one")
+    ap.add_argument("--submit-workers", type=int, default=6, help="sbatch commands at a time")
+    ap.add_argument("--json-out", help="write the Slurm part's figures to this JSON file")
+    ap.add_argument("--profile", help="cProfile the daemon's cycles into this file (and print the top)")
+    ap.add_argument("--keep-jobs", action="store_true", help="leave the jobs queued (to time other commands)")
+    ap.add_argument("--decision-log", help="the daemon's decision log (one JSON line per cycle)")
+    ap.add_argument(
+        "--compare", nargs="+", metavar="JSON", help="print --json-out files side by side, then exit"
+    )
     args = ap.parse_args()
-    print(f"policy part (synthetic queue, 64 nodes x 8 GPUs, 200 running jobs; pid {os.getpid()}):")
-    for n in (int(s) for s in args.sizes.split(",")):
-        bench_policy(n, args.policies.split(","), args.cycles)
+    if args.compare:
+        compare(args.compare)
+        return
+    if args.sizes:
+        print(f"policy part (synthetic queue, 64 nodes x 8 GPUs, 200 running jobs; pid {os.getpid()}):")
+        for n in (int(s) for s in args.sizes.split(",")):
+            bench_policy(n, args.policies.split(","), args.cycles)
     if args.slurm:
-        bench_slurm(args.slurm_jobs, 5)
+        fig = bench_slurm(
+            args.slurm_jobs,
+            args.steady_cycles,
+            args.submit_workers,
+            args.profile,
+            args.decision_log,
+            args.keep_jobs,
+        )
+        print_figures(fig)
+        if args.json_out:
+            Path(args.json_out).write_text(json.dumps(fig, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -317,6 +317,9 @@ class SlurmBox:
             "InactiveLimit=0",
             "KillWait=5",
             "MinJobAge=30",
+            # Slurm keeps at most 10,000 jobs in memory by default: benchmarks/bench_schedd.py --slurm
+            # queues 10,000 declared jobs beside whatever else runs on the box
+            "MaxJobCount=50000",
             "Waittime=0",
             "GresTypes=gpu,shard" if self.shards_per_gpu else "GresTypes=gpu",
             "SelectType=select/cons_tres",
