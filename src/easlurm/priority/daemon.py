@@ -192,6 +192,7 @@ class Daemon:
             specs=specs,
             user_gpu_s=self._user_history(now_s),
             measured_power_w=measured_power(live),
+            retype_pending=self.client.retypes_pending_jobs(),
         )
         return inputs, factors
 

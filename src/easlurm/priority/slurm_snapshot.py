@@ -144,6 +144,8 @@ class SnapshotInputs:
     specs: dict[str, ProfileSpec] = field(default_factory=dict)
     user_gpu_s: dict[str, float] = field(default_factory=dict)
     measured_power_w: dict[str, float] = field(default_factory=dict)
+    #: whether Slurm can move a pending job to another GPU type (`SchedClient.retypes_pending_jobs`)
+    retype_pending: bool = True
 
 
 def gpu_facts_from_catalogue(catalogue: Any) -> Callable[[str], GpuFacts | None]:
@@ -166,9 +168,12 @@ def shareable(job: SlurmJob, spec: ProfileSpec | None) -> bool:
     )
 
 
-def pending_job(job: SlurmJob, spec: ProfileSpec, pinned_types: tuple[str, ...] | None = None) -> PendingJob:
+def pending_job(
+    job: SlurmJob, spec: ProfileSpec, pinned_types: tuple[str, ...] | None = None, retype: bool = True
+) -> PendingJob:
     """A declared pending job; the first GPU option is the job's current request when it is in the list.
-    A job pinned to nodes (`--nodelist`) keeps to their GPU types (`pinned_types`)."""
+    A job pinned to nodes (`--nodelist`) keeps to their GPU types (`pinned_types`); a typed request keeps
+    its type where Slurm cannot move a pending job to another type (`retype` False)."""
     assert spec.model is not None and spec.steps is not None
     share = shareable(job, spec)
     requested = 1 if share else job.n_gpus or 1
@@ -176,7 +181,8 @@ def pending_job(job: SlurmJob, spec: ProfileSpec, pinned_types: tuple[str, ...] 
     if requested in gpus:
         gpus = (requested, *(g for g in gpus if g != requested))
     malleable = len(gpus) > 1 or len(spec.batch) > 1
-    types: tuple[str, ...] | None = None if malleable or job.gpu_type is None else (job.gpu_type,)
+    keep_type = job.gpu_type is not None and (not malleable or not retype)
+    types: tuple[str, ...] | None = (job.gpu_type,) if keep_type and job.gpu_type is not None else None
     if pinned_types is not None:
         types = pinned_types
     return PendingJob(
@@ -241,7 +247,7 @@ def build_snapshot(
                         log.warning("job %s: required nodes unreadable (%s)", job.job_id, exc)
                         names = set()
                     pinned = tuple(sorted({n.gpu_type for n in nodes if n.name in names})) or None
-                pending.append(pending_job(job, spec, pinned))
+                pending.append(pending_job(job, spec, pinned, inputs.retype_pending))
             continue
         if not job.running or (job.n_gpus <= 0 and not job.shards):
             continue

@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 #: Node base states in which a node's free GPUs can be given to a job.
 _USABLE_NODE_STATES = {"IDLE", "MIXED", "ALLOCATED"}
 _BAD_NODE_FLAGS = {"DRAIN", "DRAINING", "DRAINED", "DOWN", "FAIL", "FAILING", "MAINTENANCE", "NOT_RESPONDING"}
+#: The first Slurm release verified to move a pending job to another GPU type (22.05.8 does not).
+RETYPE_PENDING_SINCE = (24, 11)
 #: scontrol update keys the daemon may set (a closed list: nothing else is ever changed).
 UPDATABLE_FIELDS = (
     "SiteFactor",
@@ -247,6 +249,12 @@ class SchedClient(SlurmClient):
     def nodes(self) -> list[SlurmNode]:
         """All nodes with their GPU use (`sinfo --json` on 22.05, `scontrol --json show nodes` later)."""
 
+    def retypes_pending_jobs(self) -> bool:
+        """Whether `TresPerNode=` can move a pending job to another GPU type. Slurm 22.05.8 accepts the
+        update but keeps the old type in the job's TRES (`gres/gpu:a100=1,gres/gpu:h100=1`): the job then
+        pends forever on BadConstraints. 24.11 and 26.05 move it (verified on the local cluster)."""
+        return True
+
     @abstractmethod
     def site_factors(self) -> dict[str, tuple[int, int]]:
         """Eligible pending jobs' (priority, site factor) (`sprio`)."""
@@ -279,6 +287,10 @@ class CliSchedClient(CliSlurmClient, SchedClient):
         if version is not None and version >= SCONTROL_JSON_SINCE:
             return parse_scontrol_nodes_json(self.run(["scontrol", "--json", "show", "nodes"], retry=True))
         return parse_sinfo_json(self.run(["sinfo", "--json"], retry=True))
+
+    def retypes_pending_jobs(self) -> bool:
+        version = self.slurm_version()
+        return version is not None and version >= RETYPE_PENDING_SINCE
 
     def site_factors(self) -> dict[str, tuple[int, int]]:
         return parse_sprio(self.run(["sprio", "-h", "-o", "%i %Y %S"], retry=True))
