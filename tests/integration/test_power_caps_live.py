@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from box_support import mine, wait_for
 from spank_support import plugin_with_fake_sensors
 
 from easlurm.energy.power_limits import LEDGER_DIR
@@ -93,6 +94,9 @@ def kill_agent_then_run_the_next_job(
 ) -> None:
     """The batch agent killed mid-job, the job cancelled, then another capped job on the same spool."""
     ledgers = spool / LEDGER_DIR
+    # a loaded machine may take a while to start the job (the previous test's jobs still completing):
+    # the cap is looked for once the job runs
+    wait_for(lambda: mine(slurm_box, [slow])[slow].running, 180, f"job {slow} to run")
     end = time.monotonic() + 60
     step_ledger = None
     while time.monotonic() < end and step_ledger is None:
