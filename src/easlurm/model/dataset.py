@@ -87,13 +87,15 @@ def _opt_number(raw: str | None, field: str, where: str, integer: bool = False) 
 
 def read_measurements(path: str | Path) -> list[Measurement]:
     """Parse and validate a measurement CSV; a bad row raises TraceError naming file, line and field."""
+    from easlurm.files import reading
+
     p = Path(path)
     try:
-        handle = p.open(newline="")
+        handle = p.open(newline="", encoding="utf-8")
     except OSError as exc:
         raise TraceError(f"{p}: cannot read ({exc.strerror})") from exc
     rows: list[Measurement] = []
-    with handle:
+    with handle, reading(p, "measurement CSV", TraceError):
         lines = (line for line in handle if not line.lstrip().startswith("#"))
         reader = csv.DictReader(lines)
         missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]

@@ -21,6 +21,7 @@ from typing import Any
 
 import click
 
+from easlurm.cli import int_range
 from easlurm.errors import ConfigError, ModelError
 from easlurm.progress import progressbar
 
@@ -552,10 +553,16 @@ def device_gpu_name(device: str) -> str:
     "--optimizer", default="adamw", show_default=True, help="adamw (torch default) or sgd (momentum 0.9)."
 )
 @click.option(
-    "--seq-len", type=int, default=None, help="Sequence length of text models (default: the zoo's)."
+    "--seq-len",
+    type=int_range(1, 1 << 20),
+    default=None,
+    help="Sequence length of text models (default: the zoo's).",
 )
 @click.option(
-    "--image-size", type=int, default=None, help="Image size of vision models (default: the zoo's)."
+    "--image-size",
+    type=int_range(1, 1 << 16),
+    default=None,
+    help="Image size of vision models (default: the zoo's).",
 )
 @click.option(
     "--gpu", default=None, help="Catalogue GPU key for the CSV's gpu column (default: the device name)."
@@ -563,11 +570,20 @@ def device_gpu_name(device: str) -> str:
 @click.option(
     "--device", default=None, help="torch device (default cuda:0 when CUDA is available, else cpu)."
 )
-@click.option("--sweeps", type=int, default=2, show_default=True, help="Full sweeps; the CSV holds the mean.")
+@click.option(
+    "--sweeps",
+    type=int_range(1, 1000),
+    default=2,
+    show_default=True,
+    help="Full sweeps; the CSV holds the mean.",
+)
 @click.option("--warmup", default="2.5s", show_default=True, help="Minimum warm-up (also >= 3 steps).")
 @click.option("--window", default="4s", show_default=True, help="Minimum timed window.")
 @click.option(
-    "--cpu-threads", type=int, default=None, help="torch threads on a CPU device (default: torch's)."
+    "--cpu-threads",
+    type=int_range(1, 4096),
+    default=None,
+    help="torch threads on a CPU device (default: torch's).",
 )
 @click.option("-O", "--out", "out_path", default=None, help="CSV to write (default measurements-<date>.csv).")
 @click.option("--slurm", is_flag=True, help="One Slurm array task per configuration, with --energy-profile.")
@@ -600,6 +616,7 @@ def measure_cmd(
     with --pairs, two jobs alone and sharing the device, for the co-location model."""
     import datetime as dt
 
+    from easlurm.files import check_writable
     from easlurm.model.cli import _int_list
     from easlurm.units import parse_duration_s
 
@@ -609,6 +626,7 @@ def measure_cmd(
     today = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
     if (models is None) == (pairs is None):
         raise ConfigError("give either --model or --pairs")
+    check_writable(out_path or f"{'pairs' if pairs else 'measurements'}-{today}.csv", "--out")
     if pairs is not None:
         from easlurm.model.measure_pairs import pairs_command, parse_pairs
 

@@ -67,11 +67,14 @@ def schedd_cmd(
     debug: bool,
 ) -> None:
     """Drive Slurm with an energy-aware policy: order (SiteFactor), placement, power budget, preemption."""
+    from easlurm.files import check_writable
     from easlurm.priority.daemon import Daemon, DaemonConfig
     from easlurm.priority.metrics import Metrics, check_port
     from easlurm.slurm.sched_client import CliSchedClient
     from easlurm.units import parse_duration_s, parse_power_w
 
+    if decision_log is not None:
+        check_writable(decision_log, "--decision-log")
     overrides: dict[str, Any] = {
         "policy": policy,
         "interval_s": parse_duration_s(interval, field="--interval") if interval else None,
@@ -81,7 +84,15 @@ def schedd_cmd(
         "hold_ttl_s": parse_duration_s(hold_ttl, field="--hold-ttl") if hold_ttl else None,
         "state_save_dir": state_save_dir,
     }
-    cfg = load_ctx_config(ctx, {"sched": overrides})
+    cfg = load_ctx_config(
+        ctx,
+        {"sched": overrides},
+        {
+            "sched.interval_s": "--interval",
+            "sched.hold_ttl_s": "--hold-ttl",
+            "sched.metrics_port": "--metrics-port",
+        },
+    )
     from easlurm.model.build import apply_oracle_config
 
     apply_oracle_config(cfg, hardware_path)
