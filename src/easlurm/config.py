@@ -158,7 +158,7 @@ RANGES: dict[str, tuple[Any, str]] = {
     "sched.preempt_cooldown_s": (_non_negative, ">= 0"),
     "sched.hold_ttl_s": (_positive, "> 0"),
     "sched.metrics_port": (_port, "a port between 1 and 65535"),
-    "sim.hours": (_positive, "> 0"),
+    "sim.hours": (lambda v: 0 < v <= 87600, "> 0 and at most 87600 (ten years)"),
     "sim.noise_sigma": (lambda v: 0 <= v <= 10, "between 0 and 10"),
     "sim.checkpoint_interval_s": (_positive, "> 0"),
 }

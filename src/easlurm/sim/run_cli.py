@@ -64,7 +64,7 @@ def policy_params_from_config(policy: str, sched: dict[str, Any]) -> dict[str, A
 @click.option(
     "--load",
     "load",
-    type=FiniteFloat(min=0, min_open=True),
+    type=FiniteFloat(min=0, min_open=True, max=1e5),
     default=None,
     help="Arrival rate in jobs/h (default: the scenario's).",
 )
@@ -132,7 +132,11 @@ def run_cmd(
             },
             "sched": {"power_budget_w": parse_power_w(budget, "--power-budget") if budget else None},
         },
-        {"sim.hours": "--hours", "sim.noise_sigma": "--noise-sigma"},
+        {
+            "sim.hours": "--hours",
+            "sim.noise_sigma": "--noise-sigma",
+            "sim.checkpoint_interval_s": "--checkpoint-interval",
+        },
     )
     from easlurm.model.build import apply_oracle_config
 

@@ -138,6 +138,27 @@ CASES: dict[str, Case] = {
     "huge-batch-measure": C("--batch", "model", "measure", "--model", "resnet50", "--batch", HUGE),
     "huge-sweeps-measure": C("--sweeps", "model", "measure", "--model", "resnet50", "--sweeps", HUGE),
     "huge-metrics-port-schedd": C("--metrics-port", "schedd", "--once", "--dry-run", "--metrics-port", HUGE),
+    "huge-batch-corun": C("FIRST", "model", "corun", f"resnet50:{HUGE}", "bert-base:16"),
+    "huge-pair-batch-measure": C("--pairs", "model", "measure", "--pairs", f"resnet50:{HUGE}+bert-base:1"),
+    "huge-only-index-campaign": C(
+        "--only-index", "sim", "campaign", P, "--only-index", f"0-{HUGE}", "--out", OUT
+    ),
+    "huge-job-id-republish": C("--jobs", "accounting", "republish", "--jobs", HUGE, "--spool", "{tmp}"),
+    "huge-hours-run": C("--hours", "sim", "run", "-p", "zeus", "--hours", "1e300"),
+    "huge-load-run": C("--load", "sim", "run", "-p", "zeus", "--load", "1e300"),
+    "huge-seeds-plan-campaign": C(
+        "seeds", "sim", "campaign", "{plan}", "--out", OUT, config="seeds: " + HUGE
+    ),
+    "huge-job-steps-run": C(
+        "steps",
+        "sim",
+        "run",
+        "-p",
+        "zeus",
+        "--job-list",
+        "{cfg}",
+        config=("jobs:\n  - {model: resnet50, batch: 32, steps: " + HUGE + "}\n"),
+    ),
     # --- values that must be refused, as flags and as configuration keys
     "negative-noise-run": C("--noise-sigma", "sim", "run", "-p", "zeus", "--noise-sigma", "-1"),
     "negative-noise-replay": C("--noise-sigma", "sim", "replay", T, "--noise-sigma", "-1", "--out", OUT),
@@ -234,6 +255,16 @@ CASES: dict[str, Case] = {
         "zeus",
         config="sim:\n  checkpoint_interval_s: -5\n",
     ),
+    "zero-checkpoint-run": C(
+        "--checkpoint-interval", "sim", "run", "-p", "zeus", "--checkpoint-interval", "0"
+    ),
+    "plan-noise-campaign": C(
+        "noise_sigma", "sim", "campaign", "{plan}", "--out", OUT, config="noise_sigma: -1"
+    ),
+    "plan-hours-campaign": C("hours", "sim", "campaign", "{plan}", "--out", OUT, config="hours: 1.0e+300"),
+    "plan-budget-campaign": C(
+        "power_budget_w", "sim", "campaign", "{plan}", "--out", OUT, config="power_budget_w: -5W"
+    ),
     "cfg-timeout-config": C("spank.timeout_ms", "-c", "{cfg}", "config", config="spank:\n  timeout_ms: -5\n"),
     "cfg-base-port-config": C(
         "box.base_port", "-c", "{cfg}", "config", config="box:\n  base_port: 99999999999999999999\n"
@@ -261,6 +292,7 @@ def _files(tmp: Path) -> dict[str, str]:
         "cfg": str(tmp / "cfg.yaml"),
         "joblist": str(tmp / "jobs.yaml"),
         "pairs": str(pairs),
+        "plan": str(tmp / "plan.yaml"),
     }
 
 
@@ -281,6 +313,8 @@ def test_bad_input_is_one_line(
     files = _files(tmp_path)
     if case.config is not None:
         Path(files["cfg"]).write_text(case.config)
+        plan = f"name: p\nhours: 1\nseeds: 1\nexperiments:\n  - {{name: e, scenarios: [B], policies: [zeus], {case.config}}}\n"
+        Path(files["plan"]).write_text(plan)
     before = _listing(tmp_path)
     argv = [a.format(**files) for a in case.argv]
     code = main(argv)
