@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,6 +132,9 @@ class Config:
         return copy.deepcopy(self.values)
 
 
+_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
 def _positive(v: float) -> bool:
     return v > 0
 
@@ -196,6 +200,8 @@ def _coerce(default: Any, value: Any, where: str) -> Any:
             return value
     elif isinstance(default, float):
         if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str) and _FLOAT.match(value.strip()):  # YAML 1.1 reads `1e9` as a string
             return float(value)
     elif isinstance(default, str):
         if isinstance(value, str):

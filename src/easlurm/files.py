@@ -8,6 +8,7 @@ import os
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 from easlurm.errors import ConfigError, EaslurmError
 
@@ -61,14 +62,28 @@ def check_writable(path: str | Path, option: str, directory: bool = False) -> Pa
     return p
 
 
-def write_text_atomic(path: str | Path, text: str, option: str | None = None) -> None:
-    """Write through a temporary file and rename: a reader never sees a half-written file."""
+@contextlib.contextmanager
+def atomic_writer(
+    path: str | Path, option: str | None = None, newline: str | None = None
+) -> Iterator[IO[str]]:
+    """A text handle on a temporary file beside `path`, renamed onto it when the block ends without error
+    and removed when it fails: a reader never sees a half-written file, a failure leaves nothing behind."""
     p = Path(path)
     tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
     try:
-        tmp.write_text(text)
+        with open(tmp, "w", encoding="utf-8", newline=newline) as fh:
+            yield fh
         os.replace(tmp, p)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         where = f"{option} {p}" if option else str(p)
         raise ConfigError(f"{where}: cannot write ({exc.strerror or exc})") from exc
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: str | Path, text: str, option: str | None = None) -> None:
+    """Write a whole text file through atomic_writer."""
+    with atomic_writer(path, option) as fh:
+        fh.write(text)

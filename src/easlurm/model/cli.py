@@ -615,7 +615,7 @@ def evaluate_cmd(
     import time
     from pathlib import Path
 
-    from easlurm.files import check_writable
+    from easlurm.files import check_writable, write_text_atomic
 
     if out_dir:
         check_writable(out_dir, "--out", directory=True)
@@ -702,8 +702,8 @@ def evaluate_cmd(
         out = Path(out_dir)
         try:
             out.mkdir(parents=True, exist_ok=True)
-            (out / "evaluate.json").write_text(json.dumps(doc, indent=2) + "\n")
-            (out / "evaluate.md").write_text(_evaluate_markdown(meta, summary, row_records))
+            write_text_atomic(out / "evaluate.json", json.dumps(doc, indent=2) + "\n")
+            write_text_atomic(out / "evaluate.md", _evaluate_markdown(meta, summary, row_records))
         except OSError as exc:
             raise ConfigError(f"--out {out_dir}: cannot write ({exc.strerror})") from exc
     if as_json:

@@ -144,7 +144,9 @@ def write_measurements(
     names = list(dict.fromkeys(k for e in extra or () for k in e))
     if extra is not None and len(extra) != len(rows):
         raise ValueError("extra needs one mapping per row")
-    with Path(path).open("w", newline="") as fh:
+    from easlurm.files import atomic_writer
+
+    with atomic_writer(path, "--out", newline="") as fh:
         for line in header_comment.splitlines():
             fh.write(f"# {line}\n")
         w = csv.writer(fh)

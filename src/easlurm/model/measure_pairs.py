@@ -214,7 +214,9 @@ def _round(x: float | None, digits: int) -> float | str:
 
 def write_pairs(rows: Sequence[PairRow], path: str | Path, gpu: str, source: str) -> None:
     """The pair CSV (PAIR_COLUMNS), with a comment line saying how it was made."""
-    with Path(path).open("w", newline="") as fh:
+    from easlurm.files import atomic_writer
+
+    with atomic_writer(path, "--out", newline="") as fh:
         fh.write(f"# {source}\n")
         w = csv.writer(fh)
         w.writerow(PAIR_COLUMNS)

@@ -210,10 +210,11 @@ def report_cmd(
     results_dir: str, title: str | None, html_too: bool, n_boot: int, seed: int, as_json: bool
 ) -> None:
     """Statistics (mean, bootstrap 95% CI, Mann-Whitney U), PNG plots and report.md of a results directory."""
+    from easlurm.files import check_writable
     from easlurm.sim.campaign_run import load_rows
     from easlurm.sim.report import build_report, dumps, stats_document
 
-    out = Path(results_dir)
+    out = check_writable(results_dir, "RESULTS_DIR", directory=True)
     rows = load_rows(out)
     if not rows:
         raise EaslurmError(f"{out}: no run records under {out}/runs")

@@ -9,6 +9,7 @@ accepted (flags and configuration keys alike). Only argument validation of comma
 from __future__ import annotations
 
 import gzip
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,6 +116,18 @@ CASES: dict[str, Case] = {
     "unwritable-output-profile": C("--output", "profile", "--output", "{unw}/s.txt", "--", "true"),
     "unwritable-decision-log-schedd": C(
         "--decision-log", "schedd", "--once", "--dry-run", "--decision-log", "{unw}/d.jsonl"
+    ),
+    "file-for-dir-out-replay": C("--out", "sim", "replay", T, "--out", "{blocker}"),
+    "file-for-dir-out-campaign": C("--out", "sim", "campaign", P, "--out", "{blocker}"),
+    "file-for-dir-out-evaluate": C("--out", "model", "evaluate", M, "--out", "{blocker}"),
+    "file-for-dir-out-profile": C("--out", "profile", "--out", "{blocker}", "--", "true"),
+    "file-for-dir-report": C("RESULTS_DIR", "sim", "report", "{blocker}"),
+    "dir-for-file-out-calibrate": C("--out", "model", "calibrate", M, "--out", "{tmp}"),
+    "dir-for-file-out-calibrate-pairs": C("--out", "model", "calibrate-pairs", "{pairs}", "--out", "{tmp}"),
+    "dir-for-file-out-measure": C("--out", "model", "measure", "--model", "resnet50", "--out", "{tmp}"),
+    "dir-for-file-output-profile": C("--output", "profile", "--output", "{tmp}", "--", "true"),
+    "dir-for-file-decision-log-schedd": C(
+        "--decision-log", "schedd", "--once", "--dry-run", "--decision-log", "{tmp}"
     ),
     # --- integers too large
     "huge-batch-predict": C("--batch", "predict", "--model", "resnet50", "--batch", HUGE),
@@ -288,6 +301,7 @@ def _files(tmp: Path) -> dict[str, str]:
         "gz": str(tmp / "bad.csv.gz"),
         "trunc": str(tmp / "trunc.csv.gz"),
         "unw": str(tmp / "blocker" / "sub"),
+        "blocker": str(tmp / "blocker"),
         "tmp": str(tmp),
         "cfg": str(tmp / "cfg.yaml"),
         "joblist": str(tmp / "jobs.yaml"),
@@ -308,7 +322,7 @@ def test_bad_input_is_one_line(
     case = CASES[case_id]
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    for name in [n for n in __import__("os").environ if n.startswith("EASLURM_")]:
+    for name in [n for n in os.environ if n.startswith("EASLURM_")]:
         monkeypatch.delenv(name)
     files = _files(tmp_path)
     if case.config is not None:
@@ -327,3 +341,65 @@ def test_bad_input_is_one_line(
     assert lines[0].startswith("easlurm: error: "), err
     assert case.names.format(**files) in lines[0], lines[0]
     assert _listing(tmp_path) == before, "a file was written: " + ", ".join(_listing(tmp_path) - before)
+
+
+READ_ONLY_CASES = {
+    "replay": ("sim", "replay", T, "--out", "{ro}/out"),
+    "campaign": ("sim", "campaign", P, "--out", "{ro}/out"),
+    "calibrate": ("model", "calibrate", M, "--out", "{ro}/p.yaml"),
+    "evaluate": ("model", "evaluate", M, "--out", "{ro}/out"),
+    "measure": ("model", "measure", "--model", "resnet50", "--out", "{ro}/m.csv"),
+    "profile": ("profile", "--output", "{ro}/s.txt", "--", "true"),
+    "report": ("sim", "report", "{ro}"),
+}
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+@pytest.mark.parametrize("command", sorted(READ_ONLY_CASES))
+def test_read_only_output_directory(command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A directory without write permission is refused before any work, naming the option."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        argv = [a.format(ro=ro) for a in READ_ONLY_CASES[command]]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "permission denied" in err, err
+        assert list(ro.iterdir()) == []
+    finally:
+        ro.chmod(0o700)
+
+
+def test_failed_write_leaves_nothing_behind(tmp_path: Path) -> None:
+    """atomic_writer: an error mid-write keeps the old file and leaves no temporary file."""
+    from easlurm.files import atomic_writer, write_text_atomic
+
+    target = tmp_path / "results.csv"
+    write_text_atomic(target, "old\n")
+    with pytest.raises(RuntimeError), atomic_writer(target) as fh:
+        fh.write("half")
+        raise RuntimeError("disk full")
+    assert target.read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.csv"]
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("EASLURM_SIM__NOISE_SIGMA", "-1", "sim.noise_sigma: must be between 0 and 10"),
+        ("EASLURM_SCHED__POWER_BUDGET_W", "-5", "sched.power_budget_w: must be > 0"),
+        ("EASLURM_PROFILER__INTERVAL_S", "1e9", "profiler.interval_s: must be between"),
+    ],
+)
+def test_environment_goes_through_the_same_validators(
+    variable: str,
+    value: str,
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv(variable, value)
+    assert main(["config"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and variable in err and message in err, err
