@@ -70,6 +70,14 @@ class LazyGroup(click.Group):
         super().__init__(*args, **kwargs)
         self.lazy_commands = COMMANDS if lazy_commands is None else lazy_commands
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        # Remember whether the subcommand only asks for help, so the group callback skips its checks.
+        before_dashes = args[: args.index("--")] if "--" in args else args
+        ctx.meta["easlurm.help"] = bool({"-h", "--help"} & set(before_dashes))
+        return super().resolve_command(ctx, args)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(self.lazy_commands)
 
@@ -107,7 +115,7 @@ def cli(ctx: click.Context, config_path: str | None, verbose: int) -> None:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     ctx.ensure_object(dict)
     ctx.obj["config_path"] = config_path
-    if config_path is not None and not ctx.resilient_parsing:
+    if config_path is not None and not ctx.resilient_parsing and not ctx.meta.get("easlurm.help"):
         from easlurm.config import load_config
 
         load_config(config_path)  # a bad -c file fails every command before it reads or writes anything

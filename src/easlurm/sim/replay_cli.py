@@ -172,7 +172,11 @@ def replay_cmd(
         if not delimiter:
             raise ConfigError("--delimiter: empty")
         trace_options["delimiter"] = delimiter
-    if columns:
+    if columns is not None:
+        if not columns.strip(", "):
+            raise ConfigError(
+                "--columns: empty (give the dump's sacct --format, e.g. JobID,Submit,Start,End)"
+            )
         trace_options["columns"] = [c.strip() for c in columns.split(",")]
 
     show = sys.stderr.isatty() if progress is None else progress

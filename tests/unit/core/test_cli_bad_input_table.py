@@ -278,6 +278,7 @@ CASES: dict[str, Case] = {
     "plan-budget-campaign": C(
         "power_budget_w", "sim", "campaign", "{plan}", "--out", OUT, config="power_budget_w: -5W"
     ),
+    "empty-columns-replay": C("--columns", "sim", "replay", T, "--columns", "", "--out", OUT),
     "cfg-timeout-config": C("spank.timeout_ms", "-c", "{cfg}", "config", config="spank:\n  timeout_ms: -5\n"),
     "cfg-base-port-config": C(
         "box.base_port", "-c", "{cfg}", "config", config="box:\n  base_port: 99999999999999999999\n"
@@ -403,3 +404,13 @@ def test_environment_goes_through_the_same_validators(
     assert main(["config"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and variable in err and message in err, err
+
+
+def test_help_needs_no_valid_configuration(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`-c FILE` is checked before any command runs, but asking a command for help still works."""
+    bad = tmp_path / "bin.yaml"
+    bad.write_bytes(BINARY)
+    assert main(["-c", str(bad), "sim", "run", "--help"]) == 0
+    assert "Usage: easlurm sim run" in capsys.readouterr().out
+    assert main(["-c", str(bad), "profile", "--", "echo", "--help"]) == 2
+    assert str(bad) in capsys.readouterr().err
