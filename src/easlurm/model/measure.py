@@ -638,8 +638,6 @@ def measure_cmd(
         ):
             if ctx.get_parameter_source(param) is not click.core.ParameterSource.DEFAULT:
                 raise ConfigError(f"{option}: not with --pairs ({why})")
-        if cpu_threads is not None and cpu_threads < 1:
-            raise ConfigError("--cpu-threads must be >= 1")
         prec = _csv_list(precisions)
         if len(prec) != 1:
             raise ConfigError(
@@ -657,8 +655,6 @@ def measure_cmd(
         seq_len,
         image_size,
     )
-    if sweeps < 1:
-        raise ConfigError("--sweeps must be >= 1")
     out = out_path or f"measurements-{today}.csv"
     if slurm:
         from easlurm.model.measure_slurm import measure_on_slurm
@@ -683,8 +679,6 @@ def measure_cmd(
             needing = sorted({c.model for c in configs if TORCH_MODELS[c.model] == lib})
             raise ModelError(f"model {', '.join(needing)} needs {lib}: pip install 'easlurm[torch]' {lib}")
     dev = device or default_device()
-    if cpu_threads is not None and cpu_threads < 1:
-        raise ConfigError("--cpu-threads must be >= 1")
     if not dev.startswith("cuda"):
         # torch's default ignores the CPU set a Slurm task or cgroup grants, and oversubscribed threads
         # make a CPU step 10x slower: use the CPUs this process may run on.

@@ -100,8 +100,6 @@ def schedd_cmd(
     name = str(sched["policy"]).lower()
     if name.split("-")[0] not in CHOICES:
         raise ConfigError(f"--policy: unknown policy {name!r} (known: {', '.join(CHOICES)})")
-    if float(sched["interval_s"]) <= 0:
-        raise ConfigError("--interval must be > 0")
     client = CliSchedClient(debug=debug, echo=lambda m: click.echo(m, err=True))
     state_dir = sched["state_save_dir"] or client.state_save_location()
     env_dir = sched["env_dir"] or str(Path(cfg.get("spank.spool")) / "sched")

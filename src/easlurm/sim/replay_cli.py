@@ -153,10 +153,6 @@ def replay_cmd(
         raise ConfigError(
             f"--policies: unknown {', '.join(unknown) or '(empty)'} (known: {', '.join(POLICY_NAMES)})"
         )
-    if n_seeds < 1:
-        raise ConfigError("--seeds must be >= 1")
-    if deadline_slack is not None and deadline_slack <= 0:
-        raise ConfigError("--deadline-slack must be > 0")
     cluster_file = cfg.get("sim.cluster")
     cluster = ClusterSpec.from_yaml(cluster_file) if cluster_file else ClusterSpec.default()
     budget = parse_power_w(power_budget, "--power-budget") if power_budget else None

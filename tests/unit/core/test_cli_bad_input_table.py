@@ -71,6 +71,10 @@ CASES: dict[str, Case] = {
     "trace-undecodable-replay": C("{bin}", "sim", "replay", "{bin}", "--out", OUT),
     "trace-undecodable-csv-replay": C("{bin}", "sim", "replay", "{bin}", "--format", "csv", "--out", OUT),
     "trace-undecodable-swf-replay": C("{bin}", "sim", "replay", "{bin}", "--format", "swf", "--out", OUT),
+    "trace-undecodable-sacct-replay": C("{bin}", "sim", "replay", "{bin}", "--format", "sacct", "--out", OUT),
+    "trace-undecodable-sacct-json-replay": C(
+        "{bin}", "sim", "replay", "{bin}", "--format", "sacct-json", "--out", OUT
+    ),
     "cluster-undecodable-replay": C("{bin}", "sim", "replay", T, "--cluster", "{bin}", "--out", OUT),
     "cluster-undecodable-run": C("{bin}", "sim", "run", "-p", "zeus", "--cluster", "{bin}"),
     "joblist-undecodable-run": C("{bin}", "sim", "run", "-p", "zeus", "--job-list", "{bin}"),
