@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
 import sys
 from typing import Any
 
 import click
 
 from easlurm.errors import EaslurmError
+from easlurm.units import MAX_INT
 
 #: name -> ("module:attribute", one-line help). Each subsystem owns its command module; a command is
 #: listed here only once it works.
@@ -48,6 +50,23 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def int_range(min: int = 0, max: int = MAX_INT) -> click.IntRange:
+    """The type of every integer flag: bounded on both sides, so `--batch 99999999999999999999` is refused."""
+    return click.IntRange(min, max)
+
+
+class FiniteFloat(click.FloatRange):
+    """A float flag in a range that also refuses nan and inf (which compare false with any bound)."""
+
+    name = "float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return rv
+
+
 class LazyGroup(click.Group):
     """A group that imports a subcommand's module only when that subcommand is invoked.
 
@@ -58,6 +77,14 @@ class LazyGroup(click.Group):
     def __init__(self, *args: Any, lazy_commands: dict[str, tuple[str, str]] | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.lazy_commands = COMMANDS if lazy_commands is None else lazy_commands
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        # Remember whether the subcommand only asks for help, so the group callback skips its checks.
+        before_dashes = args[: args.index("--")] if "--" in args else args
+        ctx.meta["easlurm.help"] = bool({"-h", "--help"} & set(before_dashes))
+        return super().resolve_command(ctx, args)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(self.lazy_commands)
@@ -96,14 +123,24 @@ def cli(ctx: click.Context, config_path: str | None, verbose: int) -> None:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     ctx.ensure_object(dict)
     ctx.obj["config_path"] = config_path
+    if config_path is not None and not ctx.resilient_parsing and not ctx.meta.get("easlurm.help"):
+        from easlurm.config import load_config
+
+        load_config(config_path)  # a bad -c file fails every command before it reads or writes anything
 
 
-def load_ctx_config(ctx: click.Context, overrides: dict[str, dict[str, Any]] | None = None) -> Any:
-    """The effective configuration for a subcommand (the -c file, environment, then the command's flags)."""
+def load_ctx_config(
+    ctx: click.Context,
+    overrides: dict[str, dict[str, Any]] | None = None,
+    flag_names: dict[str, str] | None = None,
+) -> Any:
+    """The effective configuration for a subcommand (the -c file, environment, then the command's flags).
+
+    `flag_names` maps `section.key` to the flag that overrides it, so a value out of range names the flag."""
     from easlurm.config import load_config
 
     path = (ctx.find_root().obj or {}).get("config_path")
-    return load_config(path, overrides=overrides)
+    return load_config(path, overrides=overrides, flag_names=flag_names)
 
 
 def main(argv: list[str] | None = None) -> int:

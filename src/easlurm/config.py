@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,11 +100,16 @@ class Config:
         return dict(self.values[name])
 
     def merge(
-        self, layer: Mapping[str, Any], source: str, lines: Mapping[tuple[str, ...], int] | None = None
+        self,
+        layer: Mapping[str, Any],
+        source: str,
+        lines: Mapping[tuple[str, ...], int] | None = None,
+        names: Mapping[str, str] | None = None,
     ) -> None:
-        """Apply one layer, validating section and key names and value types against DEFAULTS.
+        """Apply one layer, validating section and key names, value types and ranges (check_setting).
 
-        `lines` (from yaml_key_lines) puts the line of the offending section or key into an error."""
+        `lines` (from yaml_key_lines) puts the line of the offending section or key into an error;
+        `names` maps `section.key` to the flag that set it, named in an error instead."""
 
         def at(*path: str) -> str:
             line = (lines or {}).get(path)
@@ -125,13 +132,68 @@ class Config:
                     raise ConfigError(
                         f"{at(section, str(key))}: unknown key {section}.{key} (known: {known})"
                     )
-                self.values[section][key] = _coerce(
-                    DEFAULTS[section][key], value, f"{at(section, key)}: {section}.{key}"
-                )
+                label = (names or {}).get(f"{section}.{key}") or f"{at(section, key)}: {section}.{key}"
+                self.values[section][key] = check_setting(f"{section}.{key}", value, label)
                 self.origin[f"{section}.{key}"] = source
 
     def as_dict(self) -> dict[str, dict[str, Any]]:
         return copy.deepcopy(self.values)
+
+
+_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
+def _positive(v: float) -> bool:
+    return v > 0
+
+
+def _non_negative(v: float) -> bool:
+    return v >= 0
+
+
+def _port(v: int) -> bool:
+    return 1 <= v <= 65535
+
+
+#: The range of each numeric setting, as (test, what it must be); the same checks apply to a file, an
+#: environment variable and the command-line flag that sets the key.
+RANGES: dict[str, tuple[Any, str]] = {
+    "profiler.interval_s": (lambda v: 1e-3 <= v <= 3600, "between 0.001 and 3600 s"),
+    "spank.timeout_ms": (_positive, "> 0"),
+    "spank.late_limit_s": (_non_negative, ">= 0"),
+    "box.base_port": (lambda v: 1 <= v <= 65535 - 16, "a port between 1 and 65519"),
+    "box.shards_per_gpu": (lambda v: 1 <= v <= 1024, "between 1 and 1024"),
+    "oracle.cache_size": (lambda v: 0 <= v <= 2**31 - 1, "between 0 and 2147483647"),
+    "sched.interval_s": (_positive, "> 0"),
+    "sched.power_budget_w": (_positive, "> 0"),
+    "sched.aging_weight": (_non_negative, ">= 0"),
+    "sched.preempt_cooldown_s": (_non_negative, ">= 0"),
+    "sched.hold_ttl_s": (_positive, "> 0"),
+    "sched.metrics_port": (_port, "a port between 1 and 65535"),
+    "sim.hours": (lambda v: 0 < v <= 87600, "> 0 and at most 87600 (ten years)"),
+    "sim.noise_sigma": (lambda v: 0 <= v <= 10, "between 0 and 10"),
+    "sim.checkpoint_interval_s": (_positive, "> 0"),
+}
+#: settings that are a number although their default is None
+_NUMBERS = ("sched.power_budget_w", "sched.metrics_port", "sim.checkpoint_interval_s")
+
+
+def check_setting(dotted: str, value: Any, where: str) -> Any:
+    """A setting's value checked for type and range; `where` (a file and key, or a flag) leads the error."""
+    section, _, key = dotted.partition(".")
+    if dotted == "sched.power_budget_w" and isinstance(value, str):
+        from easlurm.units import parse_power_w
+
+        return parse_power_w(value, where)
+    if dotted in _NUMBERS and value is not None:
+        default: Any = 0 if dotted == "sched.metrics_port" else 0.0
+    else:
+        default = DEFAULTS[section][key]
+    value = _coerce(default, value, where)
+    check = RANGES.get(dotted)
+    if check is not None and value is not None and not (math.isfinite(value) and check[0](value)):
+        raise ConfigError(f"{where}: must be {check[1]}, got {value!r}")
+    return value
 
 
 def _coerce(default: Any, value: Any, where: str) -> Any:
@@ -147,6 +209,8 @@ def _coerce(default: Any, value: Any, where: str) -> Any:
     elif isinstance(default, float):
         if isinstance(value, int | float) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str) and _FLOAT.match(value.strip()):  # YAML 1.1 reads `1e9` as a string
+            return float(value)
     elif isinstance(default, str):
         if isinstance(value, str):
             return value
@@ -155,12 +219,11 @@ def _coerce(default: Any, value: Any, where: str) -> Any:
     raise ConfigError(f"{where}: expected {type(default).__name__}, got {value!r}")
 
 
-def read_yaml_file(path: Path) -> Any:
-    """Parse a YAML file; a syntax error becomes one line naming the file and line."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
+def read_yaml_file(path: Path, what: str = "file") -> Any:
+    """Parse a YAML file; a syntax error or undecodable byte becomes one line naming the file (and line)."""
+    from easlurm.files import read_text
+
+    text = read_text(path, what)
     import yaml  # here, not at import time: `scripts/slurm-box install` runs before PyYAML is installed
 
     try:
@@ -177,8 +240,8 @@ def yaml_key_lines(path: Path) -> dict[tuple[str, ...], int]:
     import yaml
 
     try:
-        node = yaml.compose(path.read_text())
-    except (OSError, yaml.YAMLError):
+        node = yaml.compose(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return {}
     lines: dict[tuple[str, ...], int] = {}
     if isinstance(node, yaml.MappingNode):
@@ -247,6 +310,7 @@ def load_config(
     overrides: Mapping[str, Mapping[str, Any]] | None = None,
     environ: Mapping[str, str] | None = None,
     system_file: Path | None = None,
+    flag_names: Mapping[str, str] | None = None,
 ) -> Config:
     """Build the effective configuration; call at run time, never at import time."""
     cfg = Config()
@@ -264,5 +328,6 @@ def load_config(
         except ConfigError as exc:  # name the variable the user set, not the setting it maps to
             raise ConfigError(f"environment variable {name}{str(exc).removeprefix('environment')}") from None
     if overrides:
-        cfg.merge({s: {k: v for k, v in e.items() if v is not None} for s, e in overrides.items()}, "flags")
+        layer = {s: {k: v for k, v in e.items() if v is not None} for s, e in overrides.items()}
+        cfg.merge(layer, "flags", names=flag_names)
     return cfg

@@ -7,6 +7,9 @@ import re
 
 from easlurm.errors import ConfigError
 
+#: The largest count, size or seed a user may give: beyond it numpy, torch and the simulator overflow.
+MAX_INT = 2**31 - 1
+
 _DURATION_UNITS = {"ms": 1e-3, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 _POWER_UNITS = {"w": 1.0, "kw": 1e3, "mw": 1e6}
 _NUMBER_UNIT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")

@@ -63,7 +63,7 @@ def republish_cmd(
     wait_s = parse_duration_s(wait, field="--wait")
     if jobs:
         ids = [j for j in jobs.split(",") if j]
-        if not all(j.isdigit() for j in ids):
+        if not all(j.isdigit() and int(j) < 2**32 for j in ids):
             raise ConfigError(f"--jobs {jobs!r}: expected job ids (digits, comma separated)")
     else:
         ids = spool_candidates(spool_dir, parse_duration_s(since, field="--since"), time.time())

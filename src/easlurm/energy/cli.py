@@ -19,6 +19,7 @@ import click
 
 from easlurm.cli import load_ctx_config
 from easlurm.errors import ConfigError, EaslurmError
+from easlurm.files import check_writable, write_text_atomic
 from easlurm.table import render_table, select_columns
 from easlurm.units import format_edp, format_energy, format_power, parse_duration_s
 
@@ -91,7 +92,7 @@ def device_rows(result: Any) -> list[dict[str, Any]]:
 
 def _emit(text: str, output: str | None) -> None:
     if output:
-        Path(output).write_text(text + "\n")
+        write_text_atomic(output, text + "\n", "--output")
     else:
         click.echo(text, err=True)
 
@@ -262,6 +263,10 @@ def profile_cmd(
     \b
     easlurm profile --devices gpu,cpu --interval 100ms --out runs/r1 -- python train.py
     """
+    if output is not None:
+        check_writable(output, "--output")
+    if out_dir is not None:
+        check_writable(out_dir, "--out", directory=True)
     interval_s = parse_duration_s(interval, "--interval") if interval is not None else None
     overrides = {
         "profiler": {
@@ -271,7 +276,7 @@ def profile_cmd(
             "sample_log": False if no_sample_log else None,
         }
     }
-    cfg = load_ctx_config(ctx, overrides)
+    cfg = load_ctx_config(ctx, overrides, {"profiler.interval_s": "--interval"})
     gpu_list = gpus.split(",") if gpus else None
     if list_sensors:
         show_sensors(cfg, gpu_list, parsable, as_json, output)

@@ -13,6 +13,7 @@ from typing import Any
 
 from easlurm.energy.sensor import SensorStatus
 from easlurm.errors import ConfigError
+from easlurm.files import check_writable, write_text_atomic
 
 RUN_FILE = "run.json"
 SUMMARY_FILE = "summary.json"
@@ -25,19 +26,12 @@ def check_run_dir(path: str | Path) -> Path:
     p = Path(path)
     if (p / RUN_FILE).exists():
         raise ConfigError(f"{p}: already holds a run ({RUN_FILE}); choose another --out")
-    parent = p if p.exists() else next((a for a in p.parents if a.exists()), Path("."))
-    if not parent.is_dir():
-        raise ConfigError(f"{p}: {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(f"{p}: permission denied (cannot write in {parent})")
-    return p
+    return check_writable(p, "--out", directory=True)
 
 
 def write_json(path: Path, doc: Any) -> None:
     """Atomic: a reader never sees a half-written file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(doc, indent=2, sort_keys=False) + "\n")
 
 
 def versions() -> dict[str, str | None]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from easlurm.cli import LazyGroup, load_ctx_config
+from easlurm.cli import MAX_INT, LazyGroup, int_range, load_ctx_config
 from easlurm.errors import ConfigError
 from easlurm.model.hardware import DEFAULT_GPU
 from easlurm.progress import progressbar
@@ -48,8 +48,8 @@ def _int_list(text: str, option: str) -> list[int]:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise ConfigError(f"{option}: expected a comma list of integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise ConfigError(f"{option}: expected integers >= 1, got {text!r}")
+    if not values or min(values) < 1 or max(values) > MAX_INT:
+        raise ConfigError(f"{option}: expected integers between 1 and {MAX_INT}, got {text!r}")
     return values
 
 
@@ -121,8 +121,8 @@ def _placements(
 @click.option(
     "--power-limit", default=None, help="Per-GPU power limits, comma list (e.g. 300,400W); default TDP."
 )
-@click.option("--seq-len", type=int, default=None, help="Sequence length (text models).")
-@click.option("--image-size", type=int, default=None, help="Image size (vision models).")
+@click.option("--seq-len", type=int_range(1, 1 << 20), default=None, help="Sequence length (text models).")
+@click.option("--image-size", type=int_range(1, 1 << 16), default=None, help="Image size (vision models).")
 @click.option("--optimizer", default="adamw", show_default=True, help="adamw, adam or sgd.")
 @click.option("--params", "params_path", default=None, help="Oracle parameter YAML (default: oracle.params).")
 @HARDWARE_OPTION
@@ -246,11 +246,21 @@ def predict_cmd(
 )
 @click.option("--free", default=None, help="Parameters to fit, comma list (default: what the data informs).")
 @click.option(
-    "--maxiter", type=int, default=200, show_default=True, help="Differential-evolution generations."
+    "--maxiter",
+    type=int_range(1, 100_000),
+    default=200,
+    show_default=True,
+    help="Differential-evolution generations.",
 )
-@click.option("--popsize", type=int, default=15, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--folds", type=int, default=5, show_default=True, help="k-fold cross-validation (0: none).")
+@click.option("--popsize", type=int_range(1, 10_000), default=15, show_default=True)
+@click.option("--seed", type=int_range(), default=0, show_default=True)
+@click.option(
+    "--folds",
+    type=int_range(0, 1000),
+    default=5,
+    show_default=True,
+    help="k-fold cross-validation (0: none).",
+)
 @click.option("--version", "version", default=None, help="params_version to record (default: date-based).")
 @click.option("--json", "as_json", is_flag=True, help="Report as one JSON document.")
 @HARDWARE_OPTION
@@ -272,6 +282,9 @@ def calibrate_cmd(
     """Fit the oracle's parameters to a measurement CSV and save them as a versioned YAML."""
     import dataclasses
 
+    from easlurm.files import check_writable
+
+    check_writable(out_path or f"params-{dt.datetime.now(dt.UTC):%Y-%m-%d}.yaml", "--out")
     from easlurm.model.build import apply_oracle_config
     from easlurm.model.calibrate import calibrate, cross_validate, score
     from easlurm.model.dataset import read_measurements
@@ -560,10 +573,18 @@ def _evaluate_markdown(
     help="Data-driven baseline: rf (scikit-learn), ridge (numpy), auto (rf if installed) or none.",
 )
 @click.option(
-    "--maxiter", type=int, default=200, show_default=True, help="Calibration generations per refit."
+    "--maxiter",
+    type=int_range(1, 100_000),
+    default=200,
+    show_default=True,
+    help="Calibration generations per refit.",
 )
-@click.option("--popsize", type=int, default=15, show_default=True, help="Calibration population size.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of folds, calibration, forest.")
+@click.option(
+    "--popsize", type=int_range(1, 10_000), default=15, show_default=True, help="Calibration population size."
+)
+@click.option(
+    "--seed", type=int_range(), default=0, show_default=True, help="Seed of folds, calibration, forest."
+)
 @click.option(
     "-o", "--format", "fmt", default=None, help="Row columns, comma list: " + ",".join(EVALUATE_COLUMNS)
 )
@@ -598,6 +619,10 @@ def evaluate_cmd(
     import time
     from pathlib import Path
 
+    from easlurm.files import check_writable, write_text_atomic
+
+    if out_dir:
+        check_writable(out_dir, "--out", directory=True)
     from easlurm.model.baseline import baseline_fitter, resolve_kind
     from easlurm.model.dataset import read_measurements
     from easlurm.model.evaluate import (
@@ -681,8 +706,8 @@ def evaluate_cmd(
         out = Path(out_dir)
         try:
             out.mkdir(parents=True, exist_ok=True)
-            (out / "evaluate.json").write_text(json.dumps(doc, indent=2) + "\n")
-            (out / "evaluate.md").write_text(_evaluate_markdown(meta, summary, row_records))
+            write_text_atomic(out / "evaluate.json", json.dumps(doc, indent=2) + "\n")
+            write_text_atomic(out / "evaluate.md", _evaluate_markdown(meta, summary, row_records))
         except OSError as exc:
             raise ConfigError(f"--out {out_dir}: cannot write ({exc.strerror})") from exc
     if as_json:

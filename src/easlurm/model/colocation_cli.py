@@ -126,9 +126,11 @@ def calibrate_pairs_cmd(
     hardware_path: str | None,
 ) -> None:
     """Fit the co-location parameters to measured co-runs (a pairs CSV) and save the parameter YAML."""
+    from easlurm.files import check_writable
     from easlurm.model.colocation_fit import fit_colocation, read_pairs
     from easlurm.model.params import save_params
 
+    check_writable(out_path or f"params-{dt.datetime.now(dt.UTC):%Y-%m-%d}.yaml", "--out")
     oracle = _oracle(ctx, params_path, hardware_path)
     rows = read_pairs(pairs)
     fit = fit_colocation(oracle, rows)

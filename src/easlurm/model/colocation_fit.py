@@ -78,9 +78,11 @@ class PairFit:
 
 def read_pairs(path: str | Path) -> list[PairRun]:
     """Parse a pairs CSV; bad input is one TraceError line naming the file, row and column."""
+    from easlurm.files import reading
+
     p = Path(path)
     try:
-        with open(p, newline="") as fh:
+        with open(p, newline="", encoding="utf-8") as fh, reading(p, "pairs CSV", TraceError):
             lines = [(i, line) for i, line in enumerate(fh, start=1) if not line.startswith("#")]
     except OSError as exc:
         raise TraceError(f"{p}: cannot read pairs ({exc.strerror})") from exc

@@ -87,13 +87,15 @@ def _opt_number(raw: str | None, field: str, where: str, integer: bool = False) 
 
 def read_measurements(path: str | Path) -> list[Measurement]:
     """Parse and validate a measurement CSV; a bad row raises TraceError naming file, line and field."""
+    from easlurm.files import reading
+
     p = Path(path)
     try:
-        handle = p.open(newline="")
+        handle = p.open(newline="", encoding="utf-8")
     except OSError as exc:
         raise TraceError(f"{p}: cannot read ({exc.strerror})") from exc
     rows: list[Measurement] = []
-    with handle:
+    with handle, reading(p, "measurement CSV", TraceError):
         lines = (line for line in handle if not line.lstrip().startswith("#"))
         reader = csv.DictReader(lines)
         missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
@@ -142,7 +144,9 @@ def write_measurements(
     names = list(dict.fromkeys(k for e in extra or () for k in e))
     if extra is not None and len(extra) != len(rows):
         raise ValueError("extra needs one mapping per row")
-    with Path(path).open("w", newline="") as fh:
+    from easlurm.files import atomic_writer
+
+    with atomic_writer(path, "--out", newline="") as fh:
         for line in header_comment.splitlines():
             fh.write(f"# {line}\n")
         w = csv.writer(fh)

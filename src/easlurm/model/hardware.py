@@ -163,7 +163,7 @@ def load_user_catalogue(path: str | Path, base: Catalogue | None = None) -> Cata
 
     p = Path(path)
     doc = read_yaml_file(p)
-    lines = _field_lines(yaml.compose(p.read_text()))
+    lines = _field_lines(yaml.compose(p.read_text(encoding="utf-8")))  # read_yaml_file checked it
 
     def fail(where: tuple[str, ...], message: str) -> ConfigError:
         line = lines.get(where) or lines.get(where[:2]) or lines.get(where[:1])

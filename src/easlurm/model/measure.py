@@ -21,6 +21,7 @@ from typing import Any
 
 import click
 
+from easlurm.cli import int_range
 from easlurm.errors import ConfigError, ModelError
 from easlurm.progress import progressbar
 
@@ -552,10 +553,16 @@ def device_gpu_name(device: str) -> str:
     "--optimizer", default="adamw", show_default=True, help="adamw (torch default) or sgd (momentum 0.9)."
 )
 @click.option(
-    "--seq-len", type=int, default=None, help="Sequence length of text models (default: the zoo's)."
+    "--seq-len",
+    type=int_range(1, 1 << 20),
+    default=None,
+    help="Sequence length of text models (default: the zoo's).",
 )
 @click.option(
-    "--image-size", type=int, default=None, help="Image size of vision models (default: the zoo's)."
+    "--image-size",
+    type=int_range(1, 1 << 16),
+    default=None,
+    help="Image size of vision models (default: the zoo's).",
 )
 @click.option(
     "--gpu", default=None, help="Catalogue GPU key for the CSV's gpu column (default: the device name)."
@@ -563,11 +570,20 @@ def device_gpu_name(device: str) -> str:
 @click.option(
     "--device", default=None, help="torch device (default cuda:0 when CUDA is available, else cpu)."
 )
-@click.option("--sweeps", type=int, default=2, show_default=True, help="Full sweeps; the CSV holds the mean.")
+@click.option(
+    "--sweeps",
+    type=int_range(1, 1000),
+    default=2,
+    show_default=True,
+    help="Full sweeps; the CSV holds the mean.",
+)
 @click.option("--warmup", default="2.5s", show_default=True, help="Minimum warm-up (also >= 3 steps).")
 @click.option("--window", default="4s", show_default=True, help="Minimum timed window.")
 @click.option(
-    "--cpu-threads", type=int, default=None, help="torch threads on a CPU device (default: torch's)."
+    "--cpu-threads",
+    type=int_range(1, 4096),
+    default=None,
+    help="torch threads on a CPU device (default: torch's).",
 )
 @click.option("-O", "--out", "out_path", default=None, help="CSV to write (default measurements-<date>.csv).")
 @click.option("--slurm", is_flag=True, help="One Slurm array task per configuration, with --energy-profile.")
@@ -600,6 +616,7 @@ def measure_cmd(
     with --pairs, two jobs alone and sharing the device, for the co-location model."""
     import datetime as dt
 
+    from easlurm.files import check_writable
     from easlurm.model.cli import _int_list
     from easlurm.units import parse_duration_s
 
@@ -609,6 +626,7 @@ def measure_cmd(
     today = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
     if (models is None) == (pairs is None):
         raise ConfigError("give either --model or --pairs")
+    check_writable(out_path or f"{'pairs' if pairs else 'measurements'}-{today}.csv", "--out")
     if pairs is not None:
         from easlurm.model.measure_pairs import pairs_command, parse_pairs
 
@@ -620,8 +638,6 @@ def measure_cmd(
         ):
             if ctx.get_parameter_source(param) is not click.core.ParameterSource.DEFAULT:
                 raise ConfigError(f"{option}: not with --pairs ({why})")
-        if cpu_threads is not None and cpu_threads < 1:
-            raise ConfigError("--cpu-threads must be >= 1")
         prec = _csv_list(precisions)
         if len(prec) != 1:
             raise ConfigError(
@@ -639,8 +655,6 @@ def measure_cmd(
         seq_len,
         image_size,
     )
-    if sweeps < 1:
-        raise ConfigError("--sweeps must be >= 1")
     out = out_path or f"measurements-{today}.csv"
     if slurm:
         from easlurm.model.measure_slurm import measure_on_slurm
@@ -665,8 +679,6 @@ def measure_cmd(
             needing = sorted({c.model for c in configs if TORCH_MODELS[c.model] == lib})
             raise ModelError(f"model {', '.join(needing)} needs {lib}: pip install 'easlurm[torch]' {lib}")
     dev = device or default_device()
-    if cpu_threads is not None and cpu_threads < 1:
-        raise ConfigError("--cpu-threads must be >= 1")
     if not dev.startswith("cuda"):
         # torch's default ignores the CPU set a Slurm task or cgroup grants, and oversubscribed threads
         # make a CPU step 10x slower: use the CPUs this process may run on.

@@ -22,6 +22,7 @@ from pathlib import Path
 from easlurm.errors import ConfigError, ModelError
 from easlurm.model.corun import Gate, GroupResult, Runner, Window, job_text, run_group
 from easlurm.model.measure import MODES, PRECISIONS, MeasureConfig, Timing, configurations
+from easlurm.units import MAX_INT
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +90,8 @@ def parse_job(
         batch = int(parts[1])
     except ValueError:
         raise ConfigError(f"{where}: batch must be an integer, got {parts[1]!r} in {text!r}") from None
-    if batch < 1:
-        raise ConfigError(f"{where}: batch must be >= 1, got {batch} in {text!r}")
+    if not 1 <= batch <= MAX_INT:
+        raise ConfigError(f"{where}: batch must be >= 1 and <= {MAX_INT}, got {batch} in {text!r}")
     mode = "train"
     for extra in parts[2:]:
         if extra in PRECISIONS:
@@ -213,7 +214,9 @@ def _round(x: float | None, digits: int) -> float | str:
 
 def write_pairs(rows: Sequence[PairRow], path: str | Path, gpu: str, source: str) -> None:
     """The pair CSV (PAIR_COLUMNS), with a comment line saying how it was made."""
-    with Path(path).open("w", newline="") as fh:
+    from easlurm.files import atomic_writer
+
+    with atomic_writer(path, "--out", newline="") as fh:
         fh.write(f"# {source}\n")
         w = csv.writer(fh)
         w.writerow(PAIR_COLUMNS)

@@ -131,9 +131,8 @@ def load_workload_yaml(
     path: str | Path, precision: str | Precision | None = None, optimizer: str | Optimizer | None = None
 ) -> Workload:
     """Read a YAML layer list from a file."""
+    from easlurm.files import read_text
+
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ModelError(f"{p}: cannot read ({exc.strerror})") from exc
+    text = read_text(p, "workload", ModelError)
     return parse_workload_yaml(text, str(p), precision, optimizer)

@@ -109,7 +109,15 @@ def schedd_cmd(
         "hold_ttl_s": parse_duration_s(hold_ttl, field="--hold-ttl") if hold_ttl else None,
         "state_save_dir": state_save_dir,
     }
-    cfg = load_ctx_config(ctx, {"sched": overrides})
+    cfg = load_ctx_config(
+        ctx,
+        {"sched": overrides},
+        {
+            "sched.interval_s": "--interval",
+            "sched.hold_ttl_s": "--hold-ttl",
+            "sched.metrics_port": "--metrics-port",
+        },
+    )
     from easlurm.model.build import apply_oracle_config
 
     apply_oracle_config(cfg, hardware_path)
@@ -117,8 +125,6 @@ def schedd_cmd(
     name = str(sched["policy"]).lower()
     if name.split("-")[0] not in CHOICES:
         raise ConfigError(f"--policy: unknown policy {name!r} (known: {', '.join(CHOICES)})")
-    if float(sched["interval_s"]) <= 0:
-        raise ConfigError("--interval must be > 0")
     client = CliSchedClient(debug=debug, echo=lambda m: click.echo(m, err=True))
     if sched["state_save_dir"]:
         check_state_save_dir(str(sched["state_save_dir"]))

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from easlurm.config import read_yaml_file
+from easlurm.config import check_setting, read_yaml_file
 from easlurm.errors import ConfigError
 from easlurm.sim.spec import SimSpec
-from easlurm.units import parse_duration_s, parse_power_w
+from easlurm.units import MAX_INT, parse_duration_s, parse_power_w
 
 SCHEMA_VERSION = 1
 
@@ -200,14 +200,19 @@ def _parse_experiment(raw: Mapping[str, Any], source: str, where: str, base_dir:
         None if x is None else _positive(x, err, "loads_jobs_per_h")
         for x in _as_list(raw.get("loads_jobs_per_h"))
     ) or (None,)
-    hours = _positive(raw.get("hours"), err, "hours")
+    at = f"{source}: {where}"
+    hours = float(check_setting("sim.hours", raw.get("hours"), f"{at}.hours"))
     budget = raw.get("power_budget_w")
     budget_w = None if budget is None else parse_power_w(budget, f"{source}: {where}.power_budget_w")
     ckpt = raw.get("checkpoint_interval_s")
-    ckpt_s = None if ckpt is None else parse_duration_s(ckpt, f"{source}: {where}.checkpoint_interval_s")
-    sigma = raw.get("noise_sigma")
-    if not isinstance(sigma, int | float) or isinstance(sigma, bool) or sigma < 0:
-        raise err("noise_sigma", f"must be a number >= 0, got {sigma!r}")
+    ckpt_s = check_setting(
+        "sim.checkpoint_interval_s",
+        None if ckpt is None else parse_duration_s(ckpt, f"{at}.checkpoint_interval_s"),
+        f"{at}.checkpoint_interval_s",
+    )
+    sigma = check_setting("sim.noise_sigma", raw.get("noise_sigma"), f"{at}.noise_sigma")
+    if sigma is None:
+        raise err("noise_sigma", "must be a number")
     cluster = raw.get("cluster")
     if cluster is not None:
         if not isinstance(cluster, str):
@@ -253,17 +258,19 @@ def _parse_seeds(value: Any, err: Any) -> tuple[int, ...]:
     if isinstance(value, bool):
         raise err("seeds", f"must be a count, a list of ints or {{start, count}}, got {value!r}")
     if isinstance(value, int):
-        if value < 1:
-            raise err("seeds", f"a count must be >= 1, got {value}")
+        if not 1 <= value <= MAX_SEEDS:
+            raise err("seeds", f"a count must be between 1 and {MAX_SEEDS}, got {value}")
         return tuple(range(value))
     if isinstance(value, Mapping) and set(value) <= {"start", "count"} and "count" in value:
         start, count = value.get("start", 0), value["count"]
-        if isinstance(start, int) and isinstance(count, int) and count >= 1:
+        if isinstance(start, int) and isinstance(count, int) and 1 <= count <= MAX_SEEDS:
+            if not 0 <= start <= MAX_INT - count:
+                raise err("seeds", f"start must be between 0 and {MAX_INT - count}, got {start}")
             return tuple(range(start, start + count))
     if (
         isinstance(value, list)
         and value
-        and all(isinstance(x, int) and not isinstance(x, bool) for x in value)
+        and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_INT for x in value)
     ):
         if len(set(value)) != len(value):
             raise err("seeds", f"seeds repeat: {value}")
@@ -302,6 +309,12 @@ def select_runs(runs: Sequence[Run], indices: Iterable[int] | None) -> list[Run]
     return [runs[i] for i in wanted]
 
 
+#: the most seeds one experiment may run
+MAX_SEEDS = 10_000
+#: the largest plan index `--only-index` takes (a plan of a million runs is already beyond any campaign)
+MAX_INDEX = 999_999
+
+
 def parse_index_list(text: str) -> list[int]:
     """'0,3,5-9' -> [0, 3, 5, 6, 7, 8, 9] (the `--only-index` syntax, as Slurm's --array)."""
     out: list[int] = []
@@ -315,11 +328,13 @@ def parse_index_list(text: str) -> list[int]:
                 a, b = int(lo), int(hi)
                 if b < a:
                     raise ValueError
-                out.extend(range(a, b + 1))
             else:
-                out.append(int(lo))
+                a = b = int(lo)
         except ValueError:
             raise ConfigError(f"--only-index: cannot parse {part!r} (use e.g. 0,3,5-9)") from None
+        if b > MAX_INDEX:
+            raise ConfigError(f"--only-index: {part!r}: a plan index is at most {MAX_INDEX}")
+        out.extend(range(a, b + 1))
     return out
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from easlurm.cli import load_ctx_config
+from easlurm.cli import int_range, load_ctx_config
 from easlurm.errors import ConfigError, EaslurmError
 from easlurm.model.cli import HARDWARE_OPTION
 
@@ -49,17 +49,17 @@ class _Bar:
     "-O", "--out", "out_dir", type=click.Path(file_okay=False), default="results", show_default=True
 )
 @click.option(
-    "-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Parallel processes."
+    "-j", "--jobs", type=int_range(1, 1024), default=1, show_default=True, help="Parallel processes."
 )
 @click.option("--slurm", is_flag=True, help="Submit the runs as a Slurm job array, wait, then aggregate.")
 @click.option("--partition", default=None, help="Slurm partition of the array (with --slurm).")
 @click.option(
-    "--max-tasks", type=click.IntRange(min=1), default=64, show_default=True, help="Array size cap."
+    "--max-tasks", type=int_range(1, 1_000_000), default=64, show_default=True, help="Array size cap."
 )
 @click.option("--time", "time_limit", default=None, help="Slurm time limit per array task, e.g. 30:00.")
 @click.option("--only-index", default=None, help="Run only these plan indices, e.g. 0,3,5-9.")
-@click.option("--chunk", type=click.IntRange(min=0), default=None, help="Run chunk I of --chunk-size runs.")
-@click.option("--chunk-size", type=click.IntRange(min=1), default=None)
+@click.option("--chunk", type=int_range(0), default=None, help="Run chunk I of --chunk-size runs.")
+@click.option("--chunk-size", type=int_range(1), default=None)
 @click.option("--dry-run", is_flag=True, help="List the expanded runs and exit.")
 @click.option("--report/--no-report", default=True, show_default=True, help="Write the report at the end.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: if a tty).")
@@ -87,9 +87,12 @@ def campaign_cmd(
     runner_ref: str | None,
 ) -> None:
     """Expand PLAN_FILE (scenarios x policies x loads x seeds) and run it; finished runs are kept and skipped."""
+    from easlurm.files import check_writable
     from easlurm.sim.campaign import check_names, load_plan, parse_index_list
     from easlurm.sim.campaign_run import load_rows, pending_runs, run_campaign, write_tables
 
+    if not dry_run:
+        check_writable(out_dir, "--out", directory=True)
     cfg = load_ctx_config(ctx)
     from easlurm.model.build import apply_oracle_config
 
@@ -198,17 +201,20 @@ def _report(out: Path) -> None:
 @click.argument("results_dir", type=click.Path(file_okay=False, exists=True))
 @click.option("--title", default=None, help="Report title (default: the plan's report.title).")
 @click.option("--html/--no-html", "html_too", default=True, show_default=True)
-@click.option("--bootstrap", "n_boot", type=click.IntRange(min=100), default=2000, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap resampling.")
+@click.option("--bootstrap", "n_boot", type=int_range(100, 10_000_000), default=2000, show_default=True)
+@click.option(
+    "--seed", type=int_range(), default=0, show_default=True, help="Seed of the bootstrap resampling."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as one JSON document too.")
 def report_cmd(
     results_dir: str, title: str | None, html_too: bool, n_boot: int, seed: int, as_json: bool
 ) -> None:
     """Statistics (mean, bootstrap 95% CI, Mann-Whitney U), PNG plots and report.md of a results directory."""
+    from easlurm.files import check_writable
     from easlurm.sim.campaign_run import load_rows
     from easlurm.sim.report import build_report, dumps, stats_document
 
-    out = Path(results_dir)
+    out = check_writable(results_dir, "RESULTS_DIR", directory=True)
     rows = load_rows(out)
     if not rows:
         raise EaslurmError(f"{out}: no run records under {out}/runs")

@@ -7,7 +7,6 @@ import json
 import logging
 import math
 import multiprocessing
-import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from easlurm.errors import EaslurmError
+from easlurm.files import atomic_writer, write_text_atomic
 from easlurm.sim.campaign import SCHEMA_VERSION, CampaignPlan, Run, select_runs
 from easlurm.sim.spec import SimSpec
 
@@ -132,10 +132,7 @@ def execute_run(run: Run, out_dir: Path, runner: RunFn) -> dict[str, Any]:
         "runner_wall_s": time.perf_counter() - t0,
         "result": result,
     }
-    path = record_path(out_dir, run)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(record, separators=(",", ":"), allow_nan=False))
-    os.replace(tmp, path)
+    write_text_atomic(record_path(out_dir, run), json.dumps(record, separators=(",", ":"), allow_nan=False))
     return record
 
 
@@ -246,10 +243,10 @@ def metric_columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 def write_tables(out_dir: Path, rows: Sequence[Mapping[str, Any]]) -> None:
     """results.csv (one row per run, blank = missing) and results.json (the same rows)."""
     columns = [*ID_COLUMNS, *metric_columns(rows)]
-    with open(out_dir / "results.csv", "w", newline="") as fh:
+    with atomic_writer(out_dir / "results.csv", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(columns)
         for row in rows:
             writer.writerow(["" if row.get(c) is None else row.get(c) for c in columns])
     doc = {"schema_version": SCHEMA_VERSION, "columns": columns, "rows": [_clean(dict(r)) for r in rows]}
-    (out_dir / "results.json").write_text(json.dumps(doc, indent=1, allow_nan=False))
+    write_text_atomic(out_dir / "results.json", json.dumps(doc, indent=1, allow_nan=False))

@@ -6,9 +6,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from easlurm.errors import ConfigError
+from easlurm.errors import ConfigError, ModelError
+from easlurm.model.zoo import canonical_name
 from easlurm.sim.job import JobSpec
-from easlurm.units import parse_duration_s
+from easlurm.units import MAX_INT, parse_duration_s
 
 EXAMPLE = """\
 jobs:
@@ -74,6 +75,10 @@ def _job(entry: Any, where: str, index: int) -> JobSpec:
     model = entry.get("model")
     if not isinstance(model, str) or not model:
         raise ConfigError(f"{where}.model: a model name is required")
+    try:
+        canonical_name(model)
+    except ModelError as exc:
+        raise ConfigError(f"{where}.model: {exc}") from None
     submit_s = parse_duration_s(entry.get("submit", 0), f"{where}.submit")
     deadline = entry.get("deadline")
     deadline_s = None if deadline is None else submit_s + parse_duration_s(deadline, f"{where}.deadline")
@@ -113,8 +118,8 @@ def _job(entry: Any, where: str, index: int) -> JobSpec:
 
 
 def _int(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{where}: must be an integer > 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_INT:
+        raise ConfigError(f"{where}: must be an integer > 0 (at most {MAX_INT}), got {value!r}")
     return value
 
 

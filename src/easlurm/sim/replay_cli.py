@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
-from easlurm.cli import load_ctx_config
-from easlurm.errors import ConfigError
+from easlurm.cli import FiniteFloat, int_range, load_ctx_config
+from easlurm.errors import ConfigError, TraceError
 from easlurm.model.cli import HARDWARE_OPTION
 from easlurm.progress import progressbar
 
@@ -49,14 +49,24 @@ DEFAULT_POLICIES = "pollux,zeus,hades,aurachronos,charon"
     default=None,
     help="Field delimiter of a dump made with sacct --delimiter=STR (default '|'; implies --format sacct).",
 )
-@click.option("--procs-per-gpu", type=int, default=1, show_default=True, help="SWF: processors per GPU.")
 @click.option(
-    "--seed", type=int, default=0, show_default=True, help="First seed of the policy-side oracle noise."
+    "--procs-per-gpu",
+    type=int_range(1, 1 << 20),
+    default=1,
+    show_default=True,
+    help="SWF: processors per GPU.",
+)
+@click.option(
+    "--seed",
+    type=int_range(),
+    default=0,
+    show_default=True,
+    help="First seed of the policy-side oracle noise.",
 )
 @click.option(
     "--seeds",
     "n_seeds",
-    type=int,
+    type=int_range(1, 1000),
     default=1,
     show_default=True,
     help="Seeds per policy (seed, seed+1, ...): confidence intervals in the report.",
@@ -66,7 +76,7 @@ DEFAULT_POLICIES = "pollux,zeus,hades,aurachronos,charon"
 )
 @click.option(
     "--deadline-slack",
-    type=float,
+    type=FiniteFloat(min=0, min_open=True),
     default=None,
     help="Give jobs a deadline of submit + SLACK x time limit (off by default).",
 )
@@ -90,7 +100,7 @@ DEFAULT_POLICIES = "pollux,zeus,hades,aurachronos,charon"
 @click.option(
     "--no-calibrate", is_flag=True, help="Do not scale the oracle's power to the trace's measured energy."
 )
-@click.option("--max-jobs", type=int, default=None, help="Replay only the first N usable jobs.")
+@click.option("--max-jobs", type=int_range(1), default=None, help="Replay only the first N usable jobs.")
 @click.option("--html/--no-html", "html_too", default=True, show_default=True, help="Also write report.html.")
 @HARDWARE_OPTION
 @click.pass_context
@@ -121,13 +131,19 @@ def replay_cmd(
     html_too: bool,
 ) -> None:
     """Replay TRACE (sacct -P or --json dump, SWF, CSV) through POLICIES; the trace's own schedule is the baseline."""
+    from easlurm.files import check_writable, reading
     from easlurm.priority.policies import POLICY_NAMES
     from easlurm.sim.cluster import ClusterSpec
     from easlurm.sim.replay import replay, write_replay_report
     from easlurm.sim.traces.mapping import ReplayOptions
     from easlurm.units import parse_power_w
 
-    cfg = load_ctx_config(ctx, {"sim": {"cluster": cluster_path, "noise_sigma": noise_sigma}})
+    check_writable(out_dir, "--out", directory=True)
+    cfg = load_ctx_config(
+        ctx,
+        {"sim": {"cluster": cluster_path, "noise_sigma": noise_sigma}},
+        {"sim.noise_sigma": "--noise-sigma"},
+    )
     from easlurm.model.build import apply_oracle_config
 
     apply_oracle_config(cfg, hardware_path)
@@ -137,10 +153,6 @@ def replay_cmd(
         raise ConfigError(
             f"--policies: unknown {', '.join(unknown) or '(empty)'} (known: {', '.join(POLICY_NAMES)})"
         )
-    if n_seeds < 1:
-        raise ConfigError("--seeds must be >= 1")
-    if deadline_slack is not None and deadline_slack <= 0:
-        raise ConfigError("--deadline-slack must be > 0")
     cluster_file = cfg.get("sim.cluster")
     cluster = ClusterSpec.from_yaml(cluster_file) if cluster_file else None
     budget = parse_power_w(power_budget, "--power-budget") if power_budget else None
@@ -156,7 +168,11 @@ def replay_cmd(
         if not delimiter:
             raise ConfigError("--delimiter: empty")
         trace_options["delimiter"] = delimiter
-    if columns:
+    if columns is not None:
+        if not columns.strip(", "):
+            raise ConfigError(
+                "--columns: empty (give the dump's sacct --format, e.g. JobID,Submit,Start,End)"
+            )
         trace_options["columns"] = [c.strip() for c in columns.split(",")]
 
     show = sys.stderr.isatty() if progress is None else progress
@@ -172,24 +188,25 @@ def replay_cmd(
         with progressbar(jobs, length=n, label=f"replay {label}", file=stderr) as it:
             yield from it
 
-    result = replay(
-        trace,
-        cluster,
-        names,
-        fmt=fmt,
-        skip_bad=skip_bad,
-        power_budget_w=budget,
-        seed=seed,
-        seeds=list(range(seed, seed + n_seeds)),
-        noise_sigma=float(cfg.get("sim.noise_sigma")),
-        options=options,
-        calibrate=not no_calibrate,
-        on_progress=report_line if show else None,
-        trace_options=trace_options,
-        compare_retype=compare_retype and not allow_retype,
-        progress_bar=bar if show else None,
-        on_notice=notice_line,
-    )
+    with reading(trace, "trace", TraceError):
+        result = replay(
+            trace,
+            cluster,
+            names,
+            fmt=fmt,
+            skip_bad=skip_bad,
+            power_budget_w=budget,
+            seed=seed,
+            seeds=list(range(seed, seed + n_seeds)),
+            noise_sigma=float(cfg.get("sim.noise_sigma")),
+            options=options,
+            calibrate=not no_calibrate,
+            on_progress=report_line if show else None,
+            trace_options=trace_options,
+            compare_retype=compare_retype and not allow_retype,
+            progress_bar=bar if show else None,
+            on_notice=notice_line,
+        )
     md = write_replay_report(result, out_dir, html_too=html_too)
     st = result.trace_stats
     not_replayed = sum(result.mapping.excluded.values()) + sum(

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from easlurm.files import atomic_writer, write_text_atomic
 from easlurm.sim import plots
 from easlurm.sim.campaign_run import TIMING_METRICS, load_records, metric_columns, row_of
 from easlurm.sim.differences import sentence as differences_sentence
@@ -254,17 +255,17 @@ def write_report(
             files.plots,
             frozenset(cfg.get("baseline_labels") or ()),
         )
-    files.markdown.write_text(doc.markdown())
+    write_text_atomic(files.markdown, doc.markdown())
     if html_too:
         files.html = out / "report.html"
-        files.html.write_text(doc.html(title))
+        write_text_atomic(files.html, doc.html(title))
     log.info("report: %s (%d plots)", files.markdown, len(files.plots))
     return files
 
 
 def _write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
     columns = list(dict.fromkeys(k for r in rows for k in r))
-    with open(path, "w", newline="") as fh:
+    with atomic_writer(path, newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(columns)
         for r in rows:

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from easlurm.cli import load_ctx_config
+from easlurm.cli import FiniteFloat, int_range, load_ctx_config
 from easlurm.model.cli import HARDWARE_OPTION
 
 #: rows of the human summary: (label, metric key, formatter)
@@ -60,9 +60,13 @@ def policy_params_from_config(policy: str, sched: dict[str, Any]) -> dict[str, A
     show_default=True,
     help="Scenario: A, B, C, D, E, charon-budget, coloc-small, coloc-large.",
 )
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int_range(), default=0, show_default=True)
 @click.option(
-    "--load", "load", type=float, default=None, help="Arrival rate in jobs/h (default: the scenario's)."
+    "--load",
+    "load",
+    type=FiniteFloat(min=0, min_open=True, max=1e5),
+    default=None,
+    help="Arrival rate in jobs/h (default: the scenario's).",
 )
 @click.option("--hours", type=float, default=None, help="Simulated hours [sim.hours].")
 @click.option(
@@ -127,6 +131,11 @@ def run_cmd(
                 else None,
             },
             "sched": {"power_budget_w": parse_power_w(budget, "--power-budget") if budget else None},
+        },
+        {
+            "sim.hours": "--hours",
+            "sim.noise_sigma": "--noise-sigma",
+            "sim.checkpoint_interval_s": "--checkpoint-interval",
         },
     )
     from easlurm.model.build import apply_oracle_config

@@ -1,0 +1,89 @@
+"""Reading input files and writing outputs, each failure one line naming the file (and the option)."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from easlurm.errors import ConfigError, EaslurmError
+
+#: what a corrupt or truncated '.gz' raises while it is being read
+GZIP_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error)
+
+
+def decode_error(path: str | Path, exc: UnicodeDecodeError, what: str = "file") -> str:
+    """The one line for a file that is not UTF-8 text (a binary file, another encoding)."""
+    return f"{path}: {what} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})"
+
+
+def read_text(path: str | Path, what: str = "file", error: type[EaslurmError] = ConfigError) -> str:
+    """A whole UTF-8 text file; a missing, unreadable or undecodable file raises `error` naming it."""
+    p = Path(path)
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(decode_error(p, exc, what)) from exc
+    except OSError as exc:
+        raise error(f"{p}: cannot read {what} ({exc.strerror or exc})") from exc
+
+
+@contextlib.contextmanager
+def reading(path: str | Path, what: str = "file", error: type[EaslurmError] = ConfigError) -> Iterator[None]:
+    """Around code that streams a text file: decoding and '.gz' errors become one line naming it."""
+    try:
+        yield
+    except UnicodeDecodeError as exc:
+        raise error(decode_error(path, exc, what)) from exc
+    except GZIP_ERRORS as exc:
+        raise error(f"{path}: corrupt or truncated gzip data ({exc or type(exc).__name__})") from exc
+
+
+def check_writable(path: str | Path, option: str, directory: bool = False) -> Path:
+    """Refuse, before any work, an output that cannot be created: `option PATH: why`."""
+    p = Path(path)
+    if p.exists():
+        if directory and not p.is_dir():
+            raise ConfigError(f"{option} {p}: not a directory")
+        if not directory and p.is_dir():
+            raise ConfigError(f"{option} {p}: is a directory")
+        if not os.access(p, os.W_OK):
+            raise ConfigError(f"{option} {p}: permission denied")
+        return p
+    parent = next((a for a in p.absolute().parents if a.exists()), Path("/"))
+    if not parent.is_dir():
+        raise ConfigError(f"{option} {p}: cannot create it ({parent} is not a directory)")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{option} {p}: permission denied (cannot write in {parent})")
+    return p
+
+
+@contextlib.contextmanager
+def atomic_writer(
+    path: str | Path, option: str | None = None, newline: str | None = None
+) -> Iterator[IO[str]]:
+    """A text handle on a temporary file beside `path`, renamed onto it when the block ends without error
+    and removed when it fails: a reader never sees a half-written file, a failure leaves nothing behind."""
+    p = Path(path)
+    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8", newline=newline) as fh:
+            yield fh
+        os.replace(tmp, p)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        where = f"{option} {p}" if option else str(p)
+        raise ConfigError(f"{where}: cannot write ({exc.strerror or exc})") from exc
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: str | Path, text: str, option: str | None = None) -> None:
+    """Write a whole text file through atomic_writer."""
+    with atomic_writer(path, option) as fh:
+        fh.write(text)
