@@ -16,7 +16,8 @@ from box_support import wait_for
 from spank_support import REPO, plugin_with_fake_sensors, run_easlurm
 
 from easlurm.accounting.sacct_cli import job_total
-from easlurm.accounting.step_record import StepRecord, read_step_files
+from easlurm.accounting.spool import read_step_files
+from easlurm.accounting.step_record import StepRecord
 
 pytestmark = pytest.mark.slurm
 SPEC = "gpu,model=resnet50,batch=256,steps=50"

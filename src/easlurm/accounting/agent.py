@@ -5,18 +5,10 @@ the step's devices until its stdin reaches EOF (the plugin writes `stop <unix ti
 socket when the step's last local task ended), writes `node-<id>.json`, and on node 0 waits (bounded)
 for the other nodes' records, writes `step-<step>.json` and republishes the job's AdminComment.
 
-Spool layout (root-owned; a job's directory is root:<job gid> 0750, so the user reads it, and no other
-user can write it; nothing in it is named after user input):
-    SPOOL/<job>/<step>/node-<id>.json      one node's record (<step> is `<step>+r<N>` in run N > 0 of a
-                                           requeued job: SLURM_RESTART_COUNT)
-    SPOOL/<job>/<step>/node-<id>/          the profiler's run directory (samples) for that node
-    SPOOL/<job>/<step>/node-<id>.log       the agent's warnings and errors (also on its stderr)
-    SPOOL/<job>/step-<step>.json           the step record (what AdminComment carries)
-    SPOOL/<job>/.publish.lock              serialises the job's AdminComment writers
-    SPOOL/<job>/.published.json            digest of each step file the last publication carried
-Node records meet in SPOOL: it must be shared between nodes for multi-node steps; when it is not,
-node 0 publishes a `partial` record naming the missing nodes. A node whose record comes after node 0
-gave up waiting fills itself into the step record and republishes it.
+Node records meet in the spool (easlurm.accounting.spool describes its layout); when it is not shared
+between nodes, node 0 publishes a `partial` record naming the missing nodes. A node whose record comes
+after node 0 gave up waiting fills itself into the step record and republishes it
+(easlurm.accounting.publish).
 
 The plugin waits for the agent at most `timeout_ms` at step end; an agent still busy then (an
 overloaded node) is left to finish in the background, never killed, so its record arrives late rather
@@ -27,46 +19,53 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
-import fcntl
-import json
 import logging
 import math
 import os
 import re
 import signal
 import socket
-import stat
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from easlurm.accounting.publish import (
+    gather_step,
+    publish_from_spool,
+    published_steps,
+    set_admin_comment,
+    warn_partial,
+)
+from easlurm.accounting.spool import (
+    check_owned_dir,
+    job_lock,
+    make_private_dir,
+    move_aside,
+    read_json,
+    write_record,
+)
 from easlurm.accounting.step_record import (
     DeviceRecord,
     NodeRecord,
     StepRecord,
-    decode_admin_comment,
     encode_admin_comment,
     parse_spec,
-    read_step_files,
     run_step_key,
 )
 from easlurm.energy.power_limits import StepCap
-from easlurm.errors import EaslurmError, SlurmError
+from easlurm.errors import EaslurmError
 from easlurm.slurm.hostlist import expand_hostlist
 
 log = logging.getLogger(__name__)
 
 #: Share of the plugin's timeout that node 0 may spend waiting for other nodes (the rest publishes).
 GATHER_SHARE = 0.5
-POLL_S = 0.02
 #: Longest wait for one Slurm command while publishing.
 SLURM_CMD_TIMEOUT_S = 30.0
-PUBLISHED_MANIFEST = ".published.json"
 
 
 @dataclass
@@ -127,106 +126,6 @@ class StepContext:
         return self.job_dir / f"step-{self.step_key}.json"
 
 
-# ------------------------------------------------------------------------------------ spool files
-
-
-def _check_owned_dir(path: Path) -> None:
-    """A spool directory must be a real directory owned by us and not writable by others."""
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode):
-        raise OSError(f"{path}: not a directory (or a symlink)")
-    if st.st_uid != os.geteuid():
-        raise OSError(f"{path}: owned by uid {st.st_uid}, not by the agent (uid {os.geteuid()})")
-    if st.st_mode & stat.S_IWOTH:
-        raise OSError(f"{path}: writable by others")
-
-
-def make_private_dir(path: Path, gid: int) -> None:
-    """Create (or verify) a spool directory: ours, mode 0750, group = the job's group."""
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o750)
-    _check_owned_dir(path)
-    if os.geteuid() == 0:
-        os.chown(path, 0, gid, follow_symlinks=False)
-    os.chmod(path, 0o750)
-
-
-def write_record(path: Path, doc: dict[str, Any], gid: int) -> None:
-    """Atomic write (temp name, then rename) that never follows a symlink; mode 0640, group = job's."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    data = (json.dumps(doc, indent=1, allow_nan=False) + "\n").encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            if os.geteuid() == 0:
-                os.fchown(fh.fileno(), 0, gid)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        with open(path, "rb") as fh:
-            doc = json.load(fh)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        log.warning("%s: unreadable record (%s)", path, exc)
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
-def move_aside(job_dir: Path, now_s: float | None = None) -> Path:
-    """Rename a stale job directory to `<job>.stale-<unix time>` (kept for the admin, ignored by
-    readers, which take only numeric job directories); returns the new path."""
-    stamp = int(time.time() if now_s is None else now_s)
-    for n in range(100):
-        target = job_dir.with_name(f"{job_dir.name}.stale-{stamp}" + (f".{n}" if n else ""))
-        try:
-            os.rename(job_dir, target)
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):  # the name is taken: try the next one
-                continue
-            raise
-        log.warning("%s: left from an earlier job with the same ID; moved to %s", job_dir, target)
-        return target
-    raise OSError(f"{job_dir}: cannot move the stale directory aside")
-
-
-@contextlib.contextmanager
-def job_lock(job_dir: Path, timeout_s: float) -> Iterator[bool]:
-    """Exclusive lock on the job's publication (one writer at a time owns the AdminComment document).
-    Yields False when the lock could not be had in time."""
-    try:
-        fd = os.open(job_dir / ".publish.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        log.warning("publication lock: %s", exc)
-        yield False
-        return
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                locked = True
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    locked = False
-                    break
-                time.sleep(0.005)
-        yield locked
-    finally:
-        os.close(fd)
-
-
 # ---------------------------------------------------------------------------------------- records
 
 
@@ -269,110 +168,6 @@ def node_record_from_profile(
     )
 
 
-def gather_step(
-    ctx: StepContext,
-    own: NodeRecord,
-    deadline: float,
-    clock: Callable[[], float] = time.monotonic,
-    known: dict[int, NodeRecord] | None = None,
-) -> StepRecord:
-    """Node 0: collect every node's record until `deadline` (monotonic s; a past deadline scans once);
-    missing ones make it partial. `known` are records already collected (kept, not read again)."""
-    nodes: dict[int, NodeRecord] = {**(known or {}), own.node_id: own}
-    waiting = set(range(ctx.nnodes)) - set(nodes)
-    while True:
-        for node_id in sorted(waiting):
-            doc = read_json(ctx.node_file(node_id))
-            if doc is None:
-                continue
-            try:
-                rec = NodeRecord.from_dict(doc)
-            except EaslurmError as exc:
-                log.warning("node %d record: %s", node_id, exc)
-                continue
-            nodes[node_id] = rec
-            waiting.discard(node_id)
-        if not waiting or clock() >= deadline:
-            break
-        time.sleep(POLL_S)
-    return StepRecord(
-        job_id=ctx.job_id,
-        step=ctx.step,
-        nnodes=ctx.nnodes,
-        nodes=[nodes[k] for k in sorted(nodes)],
-        spec=ctx.spec,
-        missing_nodes=sorted(waiting),
-        run=ctx.restart,
-    )
-
-
-def _warn_partial(ctx: StepContext, step: StepRecord) -> None:
-    if step.missing_nodes:
-        log.warning(
-            "step %d.%s: no record from node(s) %s yet; step record is partial until they arrive",
-            ctx.job_id,
-            ctx.step,
-            ",".join(map(str, step.missing_nodes)),
-        )
-
-
-def published_steps(ctx: StepContext, record: StepRecord, client: Any) -> list[StepRecord]:
-    """Without a spool: the steps slurmctld already holds for the job, with `record` replacing its own
-    (read-modify-write; only safe because steps of one job rarely end at the same instant)."""
-    try:
-        current = decode_admin_comment(client.show_job(ctx.job_id).get("AdminComment", ""))
-    except EaslurmError as exc:
-        log.warning(
-            "job %d: cannot read the published records (%s); publishing this step alone", ctx.job_id, exc
-        )
-        current = []
-    return [record, *(s for s in current if s.key != record.key)]
-
-
-def set_admin_comment(job_id: int, text: str, client: Any) -> bool:
-    """slurmctld's copy while the job runs; the database's once slurmctld says it has finished."""
-    try:
-        client.set_admin_comment(job_id, text)
-        return True
-    except SlurmError as exc:
-        if "finished" not in str(exc).lower():
-            log.error("job %d: cannot publish AdminComment: %s", job_id, exc)
-            return False
-        log.warning("job %d already finished; writing AdminComment to the database instead", job_id)
-    try:
-        client.set_admin_comment_db(job_id, text)
-        return True
-    except SlurmError as exc:
-        log.error("job %d: cannot publish AdminComment: %s", job_id, exc)
-        return False
-
-
-def publish_from_spool(ctx: StepContext, client: Any, own: StepRecord | None = None) -> bool:
-    """Call with the job lock held. Rebuild the job's AdminComment from every step file and set it,
-    unless the last publication already carried this step's file as it is now (a burst of steps ending
-    together then costs one publication, not one each). `own` stands in for this step's file when that
-    could not be written. Records which file contents the publication carried."""
-    files = read_step_files(ctx.job_dir)
-    if own is not None:
-        files.pop(ctx.step_file.name, None)  # stale or absent: `own` stands in for it
-    else:
-        mine = files.get(ctx.step_file.name)
-        manifest = read_json(ctx.job_dir / PUBLISHED_MANIFEST) or {}
-        if mine is not None and manifest.get(ctx.step_file.name) == mine[0]:
-            return True
-    steps = [rec for _, rec in files.values()]
-    if own is not None:
-        steps.append(own)
-    if not set_admin_comment(ctx.job_id, encode_admin_comment(steps), client):
-        return False
-    carried = {name: digest for name, (digest, _) in files.items()}
-    try:
-        write_record(ctx.job_dir / PUBLISHED_MANIFEST, carried, ctx.gid)
-    except OSError as exc:  # only costs a redundant publication later
-        log.warning("%s: %s", ctx.job_dir / PUBLISHED_MANIFEST, exc)
-    return True
-
-
 # ------------------------------------------------------------------------------------------ agent
 
 
@@ -404,7 +199,7 @@ class NodeAgent:
         A job directory that already holds this very (run, step, node) is left from an earlier job with
         the same ID (controller state lost, IDs reused): it is moved aside, never profiled into."""
         try:
-            _check_owned_dir(self.ctx.spool)
+            check_owned_dir(self.ctx.spool)
             make_private_dir(self.ctx.job_dir, self.ctx.gid)
             if self._mine_exists():
                 move_aside(self.ctx.job_dir)
@@ -559,7 +354,7 @@ class NodeAgent:
         with job_lock(self.ctx.job_dir, max(0.0, hard - time.monotonic())) as locked:
             if locked and step.missing_nodes:  # one last look, under the lock late nodes take too
                 step = gather_step(self.ctx, rec, 0.0, known={n.node_id: n for n in step.nodes})
-            _warn_partial(self.ctx, step)
+            warn_partial(self.ctx, step)
             wrote = self._write(self.ctx.step_file, step.to_dict())
             if not locked:
                 log.error(

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from easlurm.accounting.spool import job_lock, spool_records
 from easlurm.accounting.step_record import StepRecord, decode_admin_comment, encode_admin_comment
 from easlurm.errors import EaslurmError, SlurmError
 from easlurm.slurm.client import SlurmClient
@@ -161,18 +162,10 @@ class Republisher:
         lock: Callable[[Path, float], Any] | None = None,
         lock_timeout_s: float = 10.0,
     ) -> None:
-        if read_spool is None:
-            from easlurm.accounting.sacct_cli import spool_records
-
-            read_spool = spool_records
-        if lock is None:
-            from easlurm.accounting.agent import job_lock
-
-            lock = job_lock
         self.client = client
         self.spool = spool
-        self.read_spool = read_spool
-        self.lock = lock
+        self.read_spool = read_spool or spool_records
+        self.lock = lock or job_lock
         self.lock_timeout_s = lock_timeout_s
 
     def db_jobs(self, job_ids: Sequence[str]) -> dict[str, DbJob]:

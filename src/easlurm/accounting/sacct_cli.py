@@ -10,12 +10,12 @@ from typing import Any
 
 import click
 
+from easlurm.accounting.spool import spool_records
 from easlurm.accounting.step_record import (
     DeviceRecord,
     NodeRecord,
     StepRecord,
     decode_admin_comment,
-    read_step_files,
     run_step_key,
 )
 from easlurm.energy.result import sum_known
@@ -181,14 +181,6 @@ def split_job_id(raw: str) -> tuple[str, str | None]:
     """'123' -> ('123', None); '123.batch' -> ('123', 'batch'); '123.0' -> ('123', '0')."""
     job, dot, step = raw.partition(".")
     return job, (step if dot else None)
-
-
-def spool_records(spool: Path, job: str) -> dict[str, StepRecord]:
-    """Step records kept in the spool files: the fallback for jobs whose AdminComment could not be set
-    (cancelled or timed-out jobs end COMPLETING, when slurmctld refuses updates)."""
-    if not job.isdigit():
-        return {}
-    return {rec.key: rec for _, rec in read_step_files(spool / job, logging.DEBUG).values()}
 
 
 def run_numbers(sacct_rows: Sequence[dict[str, str]]) -> list[int]:

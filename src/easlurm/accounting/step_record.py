@@ -8,19 +8,16 @@ backticks): only [0-9a-f:] and the prefix, ASCII, no `|`, no newline, capped wel
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
 import re
 import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from easlurm.energy.result import sum_known
-from easlurm.errors import ConfigError, EaslurmError, TraceError
+from easlurm.errors import ConfigError, TraceError
 from easlurm.units import parse_duration_s
 
 log = logging.getLogger(__name__)
@@ -433,28 +430,6 @@ def run_step_key(step: str, run: int) -> str:
     """Spool and record name of a step in a run: run 0 keeps the bare step name (files written before
     runs were counted stay readable), later runs add `+r<run>`."""
     return step if run == 0 else f"{step}+r{run}"
-
-
-def read_step_files(job_dir: Path, log_level: int = logging.WARNING) -> dict[str, tuple[str, StepRecord]]:
-    """{file name: (sha256 of its bytes, record)} for every readable `step-*.json` in a job's spool
-    directory; unreadable ones are logged at `log_level` and left out."""
-    out: dict[str, tuple[str, StepRecord]] = {}
-    try:
-        names = sorted(os.listdir(job_dir))
-    except OSError as exc:
-        log.log(log_level, "%s: %s", job_dir, exc)
-        return out
-    for name in names:
-        if not (name.startswith("step-") and name.endswith(".json")):
-            continue
-        try:
-            data = (job_dir / name).read_bytes()
-            out[name] = (hashlib.sha256(data).hexdigest(), StepRecord.from_dict(json.loads(data)))
-        except FileNotFoundError:
-            continue
-        except (OSError, ValueError, EaslurmError) as exc:
-            log.log(log_level, "%s: unreadable step record (%s)", job_dir / name, exc)
-    return out
 
 
 def _per_kind(node: NodeRecord) -> NodeRecord:

@@ -1,5 +1,6 @@
-"""The node agent: node records, bounded gathering on node 0, spool safety, AdminComment publication,
-and the plugin's stop protocol; no Slurm, GPU or root needed (profiler and client are injected)."""
+"""The node agent: its step context, profiling (failures recorded, never raised), the plugin's stop
+protocol, the process as the plugin runs it, the step cgroup, and GPUs shared with other jobs; no Slurm,
+GPU or root needed (profiler and client are injected)."""
 
 from __future__ import annotations
 
@@ -13,102 +14,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_fakes import BrokenProfiler, FakeClient, FakeProfiler, ctx, run_node
+from agent_fakes import spool as spool
 
 from easlurm.accounting.agent import (
     NodeAgent,
     StepContext,
-    expand_hostlist,
-    job_lock,
     leave_step_cgroup,
     node_name_from_list,
-    publish_from_spool,
     watch_stop,
 )
-from easlurm.accounting.step_record import StepRecord, decode_admin_comment
-from easlurm.energy.result import DeviceEnergy, ProfileResult
-from easlurm.errors import EaslurmError, SlurmError
+from easlurm.accounting.step_record import StepRecord
+from easlurm.errors import EaslurmError
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-class FakeProfiler:
-    """Stands in for EnergyProfiler: constant power per GPU over a fixed window."""
-
-    instances: list[FakeProfiler] = []  # noqa: RUF012
-
-    def __init__(self, **kwargs: Any) -> None:
-        self.kwargs = kwargs
-        self.started = False
-        FakeProfiler.instances.append(self)
-
-    def start(self) -> None:
-        self.started = True
-
-    def stop(self) -> ProfileResult:
-        gpus = self.kwargs["gpus"]
-        devs = [
-            DeviceEnergy(f"gpu{g}", "gpu", 300.0 * 2.0, 300.0, 300.0, 20, False, "nvml-energy") for g in gpus
-        ]
-        devs.append(DeviceEnergy("dram-0", "dram", 10.0, 5.0, 5.0, 20, True, "dram-model"))
-        return ProfileResult(host="box", start_time=1.7e9, duration_s=2.0, devices=devs)
-
-
-class BrokenProfiler(FakeProfiler):
-    def start(self) -> None:
-        raise RuntimeError("NVML exploded")
-
-
-class FakeClient:
-    def __init__(self, finished: bool = False) -> None:
-        self.finished = finished
-        self.published: list[tuple[str, int, str]] = []
-        self.timeout_s = 60.0
-
-    def set_admin_comment(self, job_id: int, text: str) -> None:
-        if self.finished:
-            raise SlurmError("scontrol failed: Job has already finished")
-        self.published.append(("scontrol", job_id, text))
-
-    def set_admin_comment_db(self, job_id: int, text: str) -> None:
-        self.published.append(("sacctmgr", job_id, text))
-
-    def show_job(self, job_id: int) -> dict[str, str]:
-        return {"JobId": str(job_id), "AdminComment": self.published[-1][2] if self.published else ""}
-
-
-@pytest.fixture
-def spool(tmp_path: Path) -> Path:
-    d = tmp_path / "spool"
-    d.mkdir(mode=0o755)
-    return d
-
-
-def ctx(spool: Path, node_id: int = 0, nnodes: int = 2, step: str = "0", **kw: Any) -> StepContext:
-    base: dict[str, Any] = {"gid": os.getgid(), "timeout_s": 1.0, "spec": "all", "gpus": ["0", "1"]}
-    base.update(kw)
-    return StepContext(job_id=42, step=step, nnodes=nnodes, node_id=node_id, spool=spool, **base)
-
-
-def run_node(c: StepContext, client: Any = None, factory: Any = FakeProfiler) -> StepRecord | None:
-    agent = NodeAgent(c, client=client, profiler_factory=factory)
-    agent.start()
-    agent.request_stop(time.time())
-    return agent.finish()
-
-
-def test_two_nodes_meet_in_the_spool_and_node0_publishes(spool: Path) -> None:
-    client = FakeClient()
-    assert run_node(ctx(spool, node_id=1), client) is None  # other nodes only write their record
-    assert client.published == []
-    step = run_node(ctx(spool, node_id=0), client)
-    assert step is not None and not step.partial
-    assert [n.node_id for n in step.nodes] == [0, 1]
-    assert step.gpu_energy_j == pytest.approx(2 * 2 * 600.0)
-    on_disk = StepRecord.from_dict(json.loads((spool / "42" / "step-0.json").read_text()))
-    assert on_disk.to_dict() == step.to_dict()
-    ((how, job, text),) = client.published
-    assert how == "scontrol" and job == 42
-    assert [s.to_dict() for s in decode_admin_comment(text)] == [step.to_dict()]
 
 
 def test_profiler_gets_only_the_step_gpus_and_spec(spool: Path) -> None:
@@ -120,15 +39,6 @@ def test_profiler_gets_only_the_step_gpus_and_spec(spool: Path) -> None:
     assert FakeProfiler.instances[-1].kwargs["gpus"] == []  # no GRES: no GPU is measured
 
 
-def test_missing_node_makes_a_partial_record_within_the_bound(spool: Path) -> None:
-    client = FakeClient()
-    t0 = time.monotonic()
-    step = run_node(ctx(spool, node_id=0, nnodes=3, timeout_s=0.4), client)
-    assert time.monotonic() - t0 < 1.0
-    assert step is not None and step.partial and step.missing_nodes == [1, 2]
-    assert decode_admin_comment(client.published[0][2])[0].missing_nodes == [1, 2]
-
-
 def test_profiler_failure_is_flagged_not_raised(spool: Path) -> None:
     client = FakeClient()
     step = run_node(ctx(spool, nnodes=1), client, factory=BrokenProfiler)
@@ -136,113 +46,6 @@ def test_profiler_failure_is_flagged_not_raised(spool: Path) -> None:
     assert "NVML exploded" in (step.nodes[0].error or "")
     assert step.total_energy_j is None
     assert client.published
-
-
-def test_each_publication_carries_every_step_of_the_job(spool: Path) -> None:
-    client = FakeClient()
-    run_node(ctx(spool, nnodes=1, step="0"), client)
-    run_node(ctx(spool, nnodes=1, step="1"), client)
-    run_node(ctx(spool, nnodes=5, step="batch"), client)  # batch: one node whatever the job size
-    last = decode_admin_comment(client.published[-1][2])
-    assert sorted(s.step for s in last) == ["0", "1", "batch"]
-    assert not any(s.partial for s in last)
-
-
-def test_finished_job_goes_to_the_database(spool: Path) -> None:
-    client = FakeClient(finished=True)
-    run_node(ctx(spool, nnodes=1), client)
-    assert [p[0] for p in client.published] == ["sacctmgr"]
-
-
-def test_a_late_node_fills_itself_into_the_partial_step_record(spool: Path) -> None:
-    """Node 0 gave up waiting for node 1 (overloaded); node 1's record, when it comes, is added and
-    republished, so the step ends up complete instead of partial for good."""
-    client = FakeClient()
-    early = run_node(ctx(spool, node_id=0, timeout_s=0.2), client)
-    assert early is not None and early.missing_nodes == [1]
-    assert run_node(ctx(spool, node_id=1, timeout_s=0.2), client) is None
-    on_disk = StepRecord.from_dict(json.loads((spool / "42" / "step-0.json").read_text()))
-    assert not on_disk.partial and [n.node_id for n in on_disk.nodes] == [0, 1]
-    (last,) = decode_admin_comment(client.published[-1][2])
-    assert not last.partial and last.gpu_energy_j == pytest.approx(2 * 2 * 600.0)
-    assert len(client.published) == 2
-
-
-def test_a_node_on_time_publishes_nothing_itself(spool: Path) -> None:
-    client = FakeClient()
-    run_node(ctx(spool, node_id=1), client)
-    run_node(ctx(spool, node_id=0), client)
-    run_node(ctx(spool, node_id=1), client)  # record again after node 0 had it: nothing to add
-    assert len(client.published) == 1
-
-
-def test_steps_ending_together_share_one_publication(spool: Path) -> None:
-    """Step files written while another agent held the lock: the first publisher carries them all, and
-    the others find their file already published instead of calling scontrol once each."""
-    for step in "01234":
-        run_node(ctx(spool, nnodes=1, step=step))  # records written, nothing published yet
-    client = FakeClient()
-    for step in "01234":
-        assert publish_from_spool(ctx(spool, nnodes=1, step=step), client)
-    assert len(client.published) == 1
-    assert sorted(s.step for s in decode_admin_comment(client.published[0][2])) == list("01234")
-    run_node(ctx(spool, nnodes=1, step="2"), client)  # a changed file is published again
-    assert len(client.published) == 2
-
-
-def test_a_failed_publication_is_retried_by_the_next_agent(spool: Path) -> None:
-    run_node(ctx(spool, nnodes=1, step="0"))
-    broken = FakeClient()
-    broken.set_admin_comment = lambda *_: (_ for _ in ()).throw(SlurmError("slurmctld unreachable"))  # type: ignore[method-assign]
-    assert not publish_from_spool(ctx(spool, nnodes=1, step="0"), broken)
-    client = FakeClient()
-    assert publish_from_spool(ctx(spool, nnodes=1, step="0"), client)
-    assert len(client.published) == 1
-
-
-def test_a_held_lock_keeps_the_record_and_never_publishes_unlocked(spool: Path) -> None:
-    """Publishing without the lock could overwrite a newer document with an older one: the agent keeps
-    its step file for `easlurm accounting republish` instead."""
-    client = FakeClient()
-    (spool / "42").mkdir(mode=0o750)
-    with job_lock(spool / "42", 1.0) as locked:
-        assert locked
-        step = run_node(ctx(spool, nnodes=1, late_limit_s=0.3), client)
-    assert step is not None and client.published == []
-    assert (
-        StepRecord.from_dict(json.loads((spool / "42" / "step-0.json").read_text())).to_dict()
-        == step.to_dict()
-    )
-
-
-def test_unsafe_spool_is_not_used_but_records_are_still_published(spool: Path) -> None:
-    """Without a spool, each step merges into what slurmctld already holds for the job."""
-    spool.chmod(0o777)
-    client = FakeClient()
-    step = run_node(ctx(spool, nnodes=1), client)
-    assert step is not None and step.nodes[0].total_energy_j is not None
-    run_node(ctx(spool, nnodes=1, step="batch"), client)
-    assert not (spool / "42").exists()
-    assert sorted(s.step for s in decode_admin_comment(client.published[-1][2])) == ["0", "batch"]
-
-
-def test_symlinked_job_dir_is_refused(spool: Path, tmp_path: Path) -> None:
-    elsewhere = tmp_path / "victim"
-    elsewhere.mkdir()
-    (spool / "42").symlink_to(elsewhere)
-    run_node(ctx(spool, nnodes=1), FakeClient())
-    assert list(elsewhere.iterdir()) == []
-
-
-def test_records_are_not_writable_by_others(spool: Path) -> None:
-    run_node(ctx(spool, nnodes=1), FakeClient())
-    for p in (
-        spool / "42",
-        spool / "42" / "0",
-        spool / "42" / "step-0.json",
-        spool / "42" / "0" / "node-0.json",
-    ):
-        assert p.stat().st_mode & 0o022 == 0, p
 
 
 @pytest.mark.parametrize("bad", [{"step": "../x"}, {"step": "extern"}, {"node_id": 2}, {"node_name": "a b"}])
@@ -262,9 +65,7 @@ def test_stop_line_carries_the_stop_time(spool: Path) -> None:
     assert other.wait(0) and other.stop_time is None
 
 
-def test_hostlist_expansion() -> None:
-    assert expand_hostlist("a100-[1-2,5],cpu-1") == ["a100-1", "a100-2", "a100-5", "cpu-1"]
-    assert expand_hostlist("gpu[08-10]") == ["gpu08", "gpu09", "gpu10"]
+def test_node_name_from_the_step_node_list() -> None:
     assert node_name_from_list("h100-[1-2]", 1) == "h100-2"
     assert node_name_from_list("h100-[1-2]", 5) is None
     assert node_name_from_list(None, 0) is None

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from test_spank_agent import FakeClient, FakeProfiler, ctx, run_node
-from test_spank_agent import spool as spool
+from agent_fakes import FakeClient, FakeProfiler, ctx, run_node
+from agent_fakes import spool as spool
 
 from easlurm.accounting.agent import restart_count
 from easlurm.accounting.republish import _step_sort

@@ -1,0 +1,163 @@
+"""The accounting spool on disk: its layout, safe directories and writes, the job lock, and its readers.
+
+Layout (root-owned; a job's directory is root:<job gid> 0750, so the user reads it, and no other user
+can write it; nothing in it is named after user input):
+    SPOOL/<job>/<step>/node-<id>.json      one node's record (<step> is `<step>+r<N>` in run N > 0 of a
+                                           requeued job: SLURM_RESTART_COUNT)
+    SPOOL/<job>/<step>/node-<id>/          the profiler's run directory (samples) for that node
+    SPOOL/<job>/<step>/node-<id>.log       the agent's warnings and errors (also on its stderr)
+    SPOOL/<job>/step-<step>.json           the step record (what AdminComment carries)
+    SPOOL/<job>/.publish.lock              serialises the job's AdminComment writers
+    SPOOL/<job>/.published.json            digest of each step file the last publication carried
+Node records meet in SPOOL: it must be shared between nodes for multi-node steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from easlurm.accounting.step_record import StepRecord
+from easlurm.errors import EaslurmError
+
+log = logging.getLogger(__name__)
+
+PUBLISHED_MANIFEST = ".published.json"
+
+
+def check_owned_dir(path: Path) -> None:
+    """A spool directory must be a real directory owned by us and not writable by others."""
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise OSError(f"{path}: not a directory (or a symlink)")
+    if st.st_uid != os.geteuid():
+        raise OSError(f"{path}: owned by uid {st.st_uid}, not by the agent (uid {os.geteuid()})")
+    if st.st_mode & stat.S_IWOTH:
+        raise OSError(f"{path}: writable by others")
+
+
+def make_private_dir(path: Path, gid: int) -> None:
+    """Create (or verify) a spool directory: ours, mode 0750, group = the job's group."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o750)
+    check_owned_dir(path)
+    if os.geteuid() == 0:
+        os.chown(path, 0, gid, follow_symlinks=False)
+    os.chmod(path, 0o750)
+
+
+def write_record(path: Path, doc: dict[str, Any], gid: int) -> None:
+    """Atomic write (temp name, then rename) that never follows a symlink; mode 0640, group = job's."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    data = (json.dumps(doc, indent=1, allow_nan=False) + "\n").encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            if os.geteuid() == 0:
+                os.fchown(fh.fileno(), 0, gid)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object from a spool file; None when it is absent, unreadable (logged) or not an object."""
+    try:
+        with open(path, "rb") as fh:
+            doc = json.load(fh)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log.warning("%s: unreadable record (%s)", path, exc)
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def move_aside(job_dir: Path, now_s: float | None = None) -> Path:
+    """Rename a stale job directory to `<job>.stale-<unix time>` (kept for the admin, ignored by
+    readers, which take only numeric job directories); returns the new path."""
+    stamp = int(time.time() if now_s is None else now_s)
+    for n in range(100):
+        target = job_dir.with_name(f"{job_dir.name}.stale-{stamp}" + (f".{n}" if n else ""))
+        try:
+            os.rename(job_dir, target)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):  # the name is taken: try the next one
+                continue
+            raise
+        log.warning("%s: left from an earlier job with the same ID; moved to %s", job_dir, target)
+        return target
+    raise OSError(f"{job_dir}: cannot move the stale directory aside")
+
+
+@contextlib.contextmanager
+def job_lock(job_dir: Path, timeout_s: float) -> Iterator[bool]:
+    """Exclusive lock on the job's publication (one writer at a time owns the AdminComment document).
+    Yields False when the lock could not be had in time."""
+    try:
+        fd = os.open(job_dir / ".publish.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        log.warning("publication lock: %s", exc)
+        yield False
+        return
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                locked = True
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    locked = False
+                    break
+                time.sleep(0.005)
+        yield locked
+    finally:
+        os.close(fd)
+
+
+def read_step_files(job_dir: Path, log_level: int = logging.WARNING) -> dict[str, tuple[str, StepRecord]]:
+    """{file name: (sha256 of its bytes, record)} for every readable `step-*.json` in a job's spool
+    directory; unreadable ones are logged at `log_level` and left out."""
+    out: dict[str, tuple[str, StepRecord]] = {}
+    try:
+        names = sorted(os.listdir(job_dir))
+    except OSError as exc:
+        log.log(log_level, "%s: %s", job_dir, exc)
+        return out
+    for name in names:
+        if not (name.startswith("step-") and name.endswith(".json")):
+            continue
+        try:
+            data = (job_dir / name).read_bytes()
+            out[name] = (hashlib.sha256(data).hexdigest(), StepRecord.from_dict(json.loads(data)))
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError, EaslurmError) as exc:
+            log.log(log_level, "%s: unreadable step record (%s)", job_dir / name, exc)
+    return out
+
+
+def spool_records(spool: Path, job: str) -> dict[str, StepRecord]:
+    """Step records kept in the spool files: the fallback for jobs whose AdminComment could not be set
+    (cancelled or timed-out jobs end COMPLETING, when slurmctld refuses updates)."""
+    if not job.isdigit():
+        return {}
+    return {rec.key: rec for _, rec in read_step_files(spool / job, logging.DEBUG).values()}
