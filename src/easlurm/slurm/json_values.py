@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from easlurm.errors import SlurmError
+from easlurm.slurm.states import FINAL_JOB_STATES
 
 #: Slurm's NO_VAL / INFINITE sentinels (32-bit, and as minutes x 60), printed where later schemas say
 #: set/infinite; a never-started job's start time is NO_VAL.
@@ -20,23 +21,9 @@ SENTINELS = frozenset({4294967294, 4294967295, 4294967294 * 60, 4294967295 * 60}
 #: A key that is absent (distinct from a JSON null).
 MISSING: Any = object()
 
-#: A job's base states (one per job); every other word in its state list is a flag.
-JOB_BASE_STATES = frozenset(
-    {
-        "PENDING",
-        "RUNNING",
-        "SUSPENDED",
-        "COMPLETED",
-        "CANCELLED",
-        "FAILED",
-        "TIMEOUT",
-        "NODE_FAIL",
-        "PREEMPTED",
-        "BOOT_FAIL",
-        "DEADLINE",
-        "OUT_OF_MEMORY",
-    }
-)
+#: A job's base states (one per job): the final ones and those before; every other word in a state list
+#: is a flag (REQUEUED, COMPLETING, ...).
+JOB_BASE_STATES = FINAL_JOB_STATES | {"PENDING", "RUNNING", "SUSPENDED"}
 #: A node's base states; flags (DRAIN, COMPLETING, NOT_RESPONDING, ...) come beside them.
 NODE_BASE_STATES = frozenset({"IDLE", "DOWN", "ALLOCATED", "MIXED", "ERROR", "FUTURE", "UNKNOWN"})
 
