@@ -82,8 +82,10 @@ def render_card(card: Any, whatifs: Sequence[Any], whatif_note: str | None, per_
         f"Energy {_e(card.total_energy_j)} = GPU {_e(card.gpu_energy_j)} + CPU {_e(card.cpu_energy_j)} + "
         f"DRAM {_e(card.dram_energy_j)}{modelled}"
     )
+    from easlurm.units import format_edp
+
     lim = "" if card.limits is None else f" (GPU limit {card.limits.limit_w:g} W each)"
-    edp = "-" if card.edp_j_s is None else f"{card.edp_j_s:.4g} J*s"
+    edp = "-" if card.edp_j_s is None else format_edp(card.edp_j_s)
     lines.append(f"Mean power {_p(card.mean_power_w)}{lim}  EDP {edp}")
     if card.work_steps is not None:
         lines.append(
