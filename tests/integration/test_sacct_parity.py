@@ -90,7 +90,15 @@ def jobs(slurm_box: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[J
         piped = slurm_box.sbatch("-p", "cpu", "-J", PIPE_NAME, "-o", out, "--wrap", "srun true")
         other = slurm_box.sbatch("-p", "cpu", "-A", "root", "-J", "acct", "-o", out, "--wrap", "true")
         for job in (plain, failed, piped, other):
-            slurm_box.wait_job(job, 90)
+            state = slurm_box.wait_job(job, 90)
+            assert state in ("COMPLETED", "FAILED"), (job, state)
+        deadline = time.monotonic() + 60
+        while True:  # the database has the job under the account it was charged to (its end record)
+            charged = sacct(slurm_box, "-n", "-X", "-P", "-j", other, "-o", "Account").split()
+            if charged == ["root"]:
+                break
+            assert time.monotonic() < deadline, f"job {other} charged to {charged}, not root"
+            time.sleep(1)
         deadline = time.monotonic() + 120
         while True:  # the agents publish the records as the steps end: wait for all three
             doc = json.loads(easlurm(slurm_box, "-j", profiled, "--json")[0])
