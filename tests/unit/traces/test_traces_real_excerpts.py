@@ -1,0 +1,143 @@
+"""Replay of excerpts of real public traces (tests/fixtures/traces/public/README.md gives their
+provenance): the Alibaba GPU trace (cluster-trace-gpu-v2023), converted by
+scripts/convert-alibaba-gpu-trace, and an anonymised UB CCR `sacct -P` dump."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from easlurm.cli import main
+from easlurm.sim.traces import TraceStats, open_trace
+
+ROOT = Path(__file__).resolve().parents[3]
+PUB = ROOT / "tests" / "fixtures" / "traces" / "public"
+ALIBABA = PUB / "alibaba_gpu_v2023_openb_pod_list_gpuspec10_head64.csv"
+UBCCR = PUB / "ubccr_sacct_dump2101_head11.psv"
+CONVERT = ROOT / "scripts" / "convert-alibaba-gpu-trace"
+
+
+def _convert(tmp_path: Path) -> tuple[Path, tuple[int, int], str]:
+    """The Alibaba excerpt in easlurm's CSV format (in-process), with (written, unscheduled) and stderr."""
+    convert = runpy.run_path(str(CONVERT), run_name="convert_alibaba_gpu_trace")["convert"]
+    out, err = tmp_path / "alibaba.csv", io.StringIO()
+    with ALIBABA.open(newline="") as src, out.open("w", newline="") as dst:
+        counts = convert(src, dst, err)
+    return out, counts, err.getvalue()
+
+
+def _summary(out: Path) -> dict[tuple[str, str], str]:
+    with (out / "summary.csv").open(newline="") as fh:
+        return {(r["label"], r["metric"]): r["mean"] for r in csv.DictReader(fh)}
+
+
+def test_alibaba_excerpt_is_the_pod_list_header_and_its_first_64_pods() -> None:
+    with ALIBABA.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == [
+        "name",
+        "cpu_milli",
+        "memory_mib",
+        "num_gpu",
+        "gpu_milli",
+        "gpu_spec",
+        "qos",
+        "pod_phase",
+        "creation_time",
+        "deletion_time",
+        "scheduled_time",
+    ]
+    assert [r["name"] for r in rows] == [f"openb-pod-{i:04d}" for i in range(64)]
+    pending = [r["name"] for r in rows if not r["scheduled_time"]]
+    assert pending == ["openb-pod-0061"] and rows[61]["pod_phase"] == "Pending"
+
+
+def test_alibaba_conversion_maps_times_gpus_and_types(tmp_path: Path) -> None:
+    """creation/scheduled/deletion -> submit/start/end; num_gpu -> gpus (a shared GPU is a whole
+    one); the first type of gpu_spec -> gpu_type, V100M16/V100M32 renamed v100."""
+    path, counts, err = _convert(tmp_path)
+    assert counts == (63, 1) and "63 pods written, 1 never scheduled left out" in err
+    stats = TraceStats()
+    jobs = {j.job_id: j for j in open_trace(path, stats=stats)}
+    assert len(jobs) == 63 and stats.jobs == 63 and "openb-pod-0061" not in jobs
+
+    p12 = jobs["openb-pod-0012"]  # waited 7338 s: created 6588193, scheduled 6595531, deleted 10959245
+    assert (p12.submit_s, p12.start_s, p12.end_s, p12.runtime_s) == (6588193, 6595531, 10959245, 4363714)
+    p17 = jobs["openb-pod-0017"]  # the 8-GPU Burstable pod on G2
+    assert (p17.n_gpus, p17.gpu_type, p17.runtime_s) == (8, "G2", 10769854 - 9437497)
+    p31 = jobs["openb-pod-0031"]  # gpu_spec V100M16|V100M32|V100M32
+    assert (p31.n_gpus, p31.gpu_type, p31.start_s, p31.runtime_s) == (1, "v100", 9961304, 33053)
+    assert jobs["openb-pod-0022"].n_gpus == 1  # gpu_milli 220: a GPU-sharing pod holds one GPU
+    assert jobs["openb-pod-0040"].gpu_type == "P100" and jobs["openb-pod-0000"].gpu_type is None
+    assert jobs["openb-pod-0000"].runtime_s == 12537496  # LS service alive from the trace's start
+
+    cpu_only = sorted(k for k, j in jobs.items() if j.n_gpus == 0)
+    assert cpu_only == [f"openb-pod-{i:04d}" for i in (5, 16, 48, 49, 50, 60)]
+    assert sum(j.n_gpus for j in jobs.values()) == 56 + 8
+    types: dict[str | None, int] = {}
+    for j in jobs.values():
+        types[j.gpu_type] = types.get(j.gpu_type, 0) + 1
+    assert types == {None: 51, "T4": 5, "G2": 4, "v100": 2, "P100": 1}
+
+
+def test_alibaba_converter_runs_as_a_command(tmp_path: Path) -> None:
+    out = tmp_path / "cli.csv"
+    proc = subprocess.run(
+        [sys.executable, str(CONVERT), str(ALIBABA), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "63 pods written, 1 never scheduled left out" in proc.stderr
+    assert (
+        out.read_text().splitlines()[0]
+        == "job_id,submit,start,duration,gpus,gpu_type,gpu_milli,gpu_spec,qos,pod_phase"
+    )
+    assert out.read_bytes() == _convert(tmp_path)[0].read_bytes()
+
+
+def test_alibaba_excerpt_replays_recorded_against_a_policy(tmp_path: Path) -> None:
+    """`easlurm sim replay` on the converted excerpt: the record and zeus, 57 GPU pods each."""
+    conv = _convert(tmp_path)[0]
+    out = tmp_path / "out"
+    rc = main(["sim", "replay", str(conv), "-O", str(out), "--policies", "zeus", "--no-html"])
+    assert rc == 0
+    summary = _summary(out)
+    assert {label for label, _ in summary} == {"recorded", "zeus"}
+    assert float(summary[("recorded", "completed_jobs")]) == 57.0
+    assert float(summary[("zeus", "completed_jobs")]) == 57.0
+    # waits of the 57 GPU pods (scheduled - creation) add up to 8379 s: 147 s on average
+    assert float(summary[("recorded", "mean_wait_s")]) == pytest.approx(8379 / 57)
+    assert float(summary[("recorded", "makespan_s")]) == 12902960.0  # the trace's end
+    mapping: dict[str, Any] = json.loads((out / "replay.json").read_text())["mapping"]
+    assert mapping["mapped"] == 57 and mapping["excluded"] == {"cpu_only": 6}
+
+
+def test_ubccr_sacct_excerpt_reads_jobs_steps_and_times() -> None:
+    stats = TraceStats()
+    jobs = {j.job_id: j for j in open_trace(UBCCR, stats=stats)}
+    assert stats.rows == 10 and stats.jobs == 8 and stats.steps_folded == 2 and stats.skipped_bad == 0
+    assert sorted(j.state for j in jobs.values()) == ["CANCELLED"] * 6 + ["COMPLETED", "TIMEOUT"]
+    done = jobs["4822203"]  # submit 2020-12-28T16:47:17, start 2020-12-30T18:31:11, end 2021-01-01T06:20:01
+    assert done.runtime_s == 128930 and done.start_s is not None and done.end_s is not None
+    assert (done.start_s - done.submit_s, done.end_s - done.start_s) == (179034, 128930)
+    assert (done.user, done.partition, done.n_gpus) == ("user004", "general-compute", 0)
+    assert jobs["4830973"].runtime_s == 259222 and jobs["4744528_255"].runtime_s == 0
+
+
+def test_ubccr_sacct_excerpt_replay_says_why_nothing_is_replayed(tmp_path: Path) -> None:
+    """UB CCR's general-compute partition has no GPUs: every job is counted `cpu_only`."""
+    out = tmp_path / "out"
+    assert main(["sim", "replay", str(UBCCR), "-O", str(out), "--policies", "zeus", "--no-html"]) == 0
+    mapping = json.loads((out / "replay.json").read_text())["mapping"]
+    assert mapping["mapped"] == 0 and mapping["excluded"] == {"cpu_only": 8}
+    report = (out / "report.md").read_text()
+    assert "No job of the trace was replayed" in report and "| cpu_only | 8 |" in report
