@@ -93,6 +93,18 @@ def jobs(slurm_box: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[J
             state = slurm_box.wait_job(job, 90)
             assert state in ("COMPLETED", "FAILED"), (job, state)
         deadline = time.monotonic() + 60
+        ids = [profiled, plain, failed, piped, other]
+        while True:  # 22.05 first stores a job as `allocation` with no partition or QOS, until slurmctld's
+            # start record reaches the database: compare the two commands on complete records only
+            rows = sacct(slurm_box, "-n", "-X", "-P", "-j", ",".join(ids), "-o", "JobName,Partition,QOS")
+            if len(rows.splitlines()) == len(ids) and all(
+                not ln.startswith("allocation|") and ln.split("|")[1] and "Unknown" not in ln.split("|")[2:]
+                for ln in rows.splitlines()
+            ):
+                break
+            assert time.monotonic() < deadline, f"incomplete database records: {rows!r}"
+            time.sleep(1)
+        deadline = time.monotonic() + 60
         while True:  # the database has the job under the account it was charged to (its end record)
             charged = sacct(slurm_box, "-n", "-X", "-P", "-j", other, "-o", "Account").split()
             if charged == ["root"]:
