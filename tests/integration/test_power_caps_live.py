@@ -82,7 +82,9 @@ def test_a_killed_agents_cap_is_restored_by_the_next_agent(slurm_box: Any, tmp_p
     capped job's agents restore it before capping their own GPUs, and leave everything as it was."""
     limits = tmp_path / "limits.json"
     with plugin_with_fake_sensors(slurm_box, f"env=EASLURM_FAKE_NVML_LIMITS_FILE={limits}") as spool:
-        slow = capped_job(slurm_box, spool, tmp_path, "cap-killed", "srun sleep 300", 300)
+        # the batch step alone holds the GPUs: an srun step's agent would cap and restore them too, and
+        # whichever of the two restores last decides what the GPUs hold after the kill
+        slow = capped_job(slurm_box, spool, tmp_path, "cap-killed", "sleep 300", 300)
         try:
             kill_agent_then_run_the_next_job(slurm_box, spool, tmp_path, limits, slow)
         finally:
