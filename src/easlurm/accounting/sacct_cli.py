@@ -456,11 +456,8 @@ def sacct_cmd(
     from easlurm.slurm.client import CliSlurmClient
 
     client = CliSlurmClient(debug=debug, echo=lambda msg: click.echo(msg, err=True))
-    # the running Slurm's own field list: each version adds and drops fields
-    slurm_fields = client.sacct_fields()
-    available = [*slurm_fields, *EASLURM_COLUMNS]
     if helpformat:
-        click.echo(" ".join(slurm_fields))
+        click.echo(" ".join(client.sacct_fields()))
         for name, (key, what) in ENERGY_COLUMNS.items():
             click.echo(f"{name:15} {key:17} {what}")
         for name, of in RAW_COLUMNS.items():
@@ -470,6 +467,8 @@ def sacct_cmd(
         raise ConfigError("--json and -p/-P are exclusive")
     if not delimiter:
         raise ConfigError("--delimiter: must not be empty")
+    # the running Slurm's own field list (each version adds and drops fields): asked only to check a --format
+    available = [*client.sacct_fields(), *EASLURM_COLUMNS] if fmt else list(EASLURM_COLUMNS)
     spec = parse_format(fmt, available, DEFAULT_COLUMNS)
     columns = [c.name for c in spec]
     widths = [c.width for c in spec]

@@ -181,8 +181,8 @@ def pending_job(
     if requested in gpus:
         gpus = (requested, *(g for g in gpus if g != requested))
     malleable = len(gpus) > 1 or len(spec.batch) > 1
-    keep_type = job.gpu_type is not None and (not malleable or not retype)
-    types: tuple[str, ...] | None = (job.gpu_type,) if keep_type and job.gpu_type is not None else None
+    moves = malleable and retype  # Slurm can move it to another GPU type, and the job allows it
+    types: tuple[str, ...] | None = None if job.gpu_type is None or moves else (job.gpu_type,)
     if pinned_types is not None:
         types = pinned_types
     return PendingJob(
