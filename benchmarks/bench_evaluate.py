@@ -11,9 +11,15 @@ import os
 import sys
 import time
 
-from easlurm.model.baseline import baseline_fitter, sklearn_available
-from easlurm.model.dataset import read_measurements
-from easlurm.model.evaluate import calibrating_oracle, evaluate_method, fixed_oracle, make_splits, parse_cv
+from easlurm.model.fit.baseline import baseline_fitter, sklearn_available
+from easlurm.model.fit.dataset import read_measurements
+from easlurm.model.fit.evaluate import (
+    calibrating_oracle,
+    evaluate_method,
+    fixed_oracle,
+    make_splits,
+    parse_cv,
+)
 from easlurm.model.params import load_params
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -13,8 +13,8 @@ import time
 
 import numpy as np
 
-from easlurm.model.calibrate import calibrate, cross_validate, default_free, score
-from easlurm.model.dataset import Measurement, placements_of, read_measurements
+from easlurm.model.fit.calibrate import calibrate, cross_validate, default_free, score
+from easlurm.model.fit.dataset import Measurement, placements_of, read_measurements
 from easlurm.model.oracle import Oracle, Placements
 from easlurm.model.params import OracleParams, load_params
 from easlurm.model.zoo import MODEL_NAMES, default_size, get_workload

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from easlurm.errors import EaslurmError
+from easlurm.errors import ConfigError, EaslurmError
 from easlurm.units import MAX_INT
 
 #: name -> ("module:attribute", one-line help). Each subsystem owns its command module; a command is
@@ -53,6 +53,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
 def int_range(min: int = 0, max: int = MAX_INT) -> click.IntRange:
     """The type of every integer flag: bounded on both sides, so `--batch 99999999999999999999` is refused."""
     return click.IntRange(min, max)
+
+
+def int_list(text: str, option: str) -> list[int]:
+    """A comma list of positive integers for OPTION (e.g. --gpus 1,2,4)."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(f"{option}: expected a comma list of integers, got {text!r}") from None
+    if not values or min(values) < 1 or max(values) > MAX_INT:
+        raise ConfigError(f"{option}: expected integers between 1 and {MAX_INT}, got {text!r}")
+    return values
 
 
 class FiniteFloat(click.FloatRange):

@@ -30,7 +30,7 @@ def test_measure_array_takes_power_from_the_energy_records(slurm_box: Any, tmp_p
             timeout=240,
         )
     assert res.returncode == 0, res.stderr
-    from easlurm.model.dataset import read_measurements
+    from easlurm.model.fit.dataset import read_measurements
 
     rows = read_measurements(out)
     assert [(m.model, m.batch, m.gpu) for m in rows] == [

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
-import sys
 from typing import Any
 
 import click
 
-from easlurm.cli import MAX_INT, LazyGroup, int_range, load_ctx_config
+from easlurm.cli import LazyGroup, int_list, int_range, load_ctx_config
 from easlurm.errors import ConfigError
 from easlurm.model.hardware import DEFAULT_GPU
-from easlurm.progress import progressbar
 
 PREDICT_COLUMNS = (
     "GPUType",
@@ -43,16 +40,6 @@ PREDICT_DEFAULT = (
 )
 
 
-def _int_list(text: str, option: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise ConfigError(f"{option}: expected a comma list of integers, got {text!r}") from None
-    if not values or min(values) < 1 or max(values) > MAX_INT:
-        raise ConfigError(f"{option}: expected integers between 1 and {MAX_INT}, got {text!r}")
-    return values
-
-
 #: `--hardware FILE` on every command that builds the oracle (see easlurm.model.build).
 HARDWARE_OPTION = click.option(
     "--hardware",
@@ -63,7 +50,7 @@ HARDWARE_OPTION = click.option(
 )
 
 
-def _oracle(ctx: click.Context, params_path: str | None, hardware_path: str | None = None) -> Any:
+def ctx_oracle(ctx: click.Context, params_path: str | None, hardware_path: str | None = None) -> Any:
     from easlurm.model.build import apply_oracle_config, build_oracle
 
     cfg = load_ctx_config(ctx, {"oracle": {"params": params_path}} if params_path else None)
@@ -169,12 +156,12 @@ def predict_cmd(
         workload = get_workload(
             model, precision=precision, seq_len=seq_len, image_size=image_size, optimizer=optimizer
         )
-    oracle = _oracle(ctx, params_path, hardware_path)
+    oracle = ctx_oracle(ctx, params_path, hardware_path)
     keys = [oracle.catalogue.resolve(g) for g in gpu_types.split(",") if g.strip()]
     limits = [math.nan]
     if power_limit:
         limits = [parse_power_w(v, "--power-limit") for v in power_limit.split(",") if v.strip()]
-    pl = _placements(oracle, keys, _int_list(gpus, "--gpus"), _int_list(batch, "--batch"), limits)
+    pl = _placements(oracle, keys, int_list(gpus, "--gpus"), int_list(batch, "--batch"), limits)
     pred = oracle.predict(workload, pl)
     edp = np.where(pred.feasible, pred.edp, np.inf)
     best = int(np.argmin(edp)) if np.isfinite(edp).any() else -1
@@ -232,134 +219,6 @@ def predict_cmd(
     click.echo(render_table(columns, rows, parsable=parsable, header=not noheader))
 
 
-@click.command("calibrate")
-@click.argument("measurements", type=click.Path(dir_okay=False, exists=True))
-@click.option(
-    "-O", "--out", "out_path", default=None, help="Parameter YAML to write (default params-<date>.yaml)."
-)
-@click.option(
-    "--params",
-    "--base",
-    "base_path",
-    default=None,
-    help="Start from these parameters (default: shipped ones).",
-)
-@click.option("--free", default=None, help="Parameters to fit, comma list (default: what the data informs).")
-@click.option(
-    "--maxiter",
-    type=int_range(1, 100_000),
-    default=200,
-    show_default=True,
-    help="Differential-evolution generations.",
-)
-@click.option("--popsize", type=int_range(1, 10_000), default=15, show_default=True)
-@click.option("--seed", type=int_range(), default=0, show_default=True)
-@click.option(
-    "--folds",
-    type=int_range(0, 1000),
-    default=5,
-    show_default=True,
-    help="k-fold cross-validation (0: none).",
-)
-@click.option("--version", "version", default=None, help="params_version to record (default: date-based).")
-@click.option("--json", "as_json", is_flag=True, help="Report as one JSON document.")
-@HARDWARE_OPTION
-@click.pass_context
-def calibrate_cmd(
-    ctx: click.Context,
-    measurements: str,
-    out_path: str | None,
-    base_path: str | None,
-    free: str | None,
-    maxiter: int,
-    popsize: int,
-    seed: int,
-    folds: int,
-    version: str | None,
-    as_json: bool,
-    hardware_path: str | None,
-) -> None:
-    """Fit the oracle's parameters to a measurement CSV and save them as a versioned YAML."""
-    import dataclasses
-
-    from easlurm.files import check_writable
-
-    check_writable(out_path or f"params-{dt.datetime.now(dt.UTC):%Y-%m-%d}.yaml", "--out")
-    from easlurm.model.build import apply_oracle_config
-    from easlurm.model.calibrate import calibrate, cross_validate, score
-    from easlurm.model.dataset import read_measurements
-    from easlurm.model.params import OracleParams, load_params, save_params
-
-    catalogue = apply_oracle_config(load_ctx_config(ctx), hardware_path)
-    rows = read_measurements(measurements)
-    for m in rows:
-        catalogue.resolve(m.gpu)  # a GPU the catalogue lacks is one clear error before fitting
-    base = load_params(base_path) if base_path else load_params()
-    free_list = [f.strip() for f in free.split(",") if f.strip()] if free else None
-    before = score(base, rows, catalogue)
-    with progressbar(length=maxiter, label="calibrating", file=sys.stderr) as bar:
-        res = calibrate(
-            rows,
-            base,
-            free_list,
-            maxiter=maxiter,
-            popsize=popsize,
-            seed=seed,
-            progress=lambda n, f: bar.update(1),
-            catalogue=catalogue,
-        )
-    cv = (
-        cross_validate(
-            rows,
-            k=folds,
-            seed=seed,
-            base=base,
-            free=list(res.free),
-            maxiter=maxiter,
-            popsize=popsize,
-            catalogue=catalogue,
-        )
-        if folds >= 2
-        else []
-    )
-    today = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
-    meta = {
-        "date": today,
-        "data": measurements,
-        "rows": len(rows),
-        "free": list(res.free),
-        "method": f"differential_evolution best1bin popsize={popsize} LHS mutation=(0.5,1.5) CR=0.7 + L-BFGS-B",
-        "seed": seed,
-        "mape_time_pct": round(res.fit.mape_time, 3),
-        "mape_power_pct": None if res.fit.mape_power is None else round(res.fit.mape_power, 3),
-        "loss": round(res.fit.loss, 4),
-        "cv_folds": len(cv),
-        "cv_mape_time_pct": round(sum(f.mape_time * f.n_rows for f in cv) / len(rows), 3) if cv else None,
-    }
-    params: OracleParams = dataclasses.replace(
-        res.params, version=version or f"{today}-calibrated", meta=meta
-    )
-    out = out_path or f"params-{today}.yaml"
-    save_params(params, out)
-    if as_json:
-        doc = {"schema_version": 1, "out": out, "before_loss": before.loss, "calibration": meta}
-        click.echo(json.dumps(doc, indent=2))
-        return
-    click.echo(
-        f"rows: {len(rows)}  free parameters: {len(res.free)}  wall: {res.wall_s:.1f}s  evaluations: {res.nfev}"
-    )
-    how = "0.6 MAPE time + 0.4 MAPE power" if res.fit.mape_power is not None else "MAPE time; no power data"
-    click.echo(f"loss before: {before.loss:.2f}  after: {res.fit.loss:.2f}  ({how})")
-    power = "-" if res.fit.mape_power is None else f"{res.fit.mape_power:.2f}%"
-    click.echo(f"training MAPE: time {res.fit.mape_time:.2f}%  power {power}")
-    for i, f in enumerate(cv, 1):
-        fp = "-" if f.mape_power is None else f"{f.mape_power:.2f}%"
-        click.echo(f"fold {i}: held-out {f.n_rows} rows  MAPE time {f.mape_time:.2f}%  power {fp}")
-    if cv:
-        click.echo(f"cross-validated MAPE time: {meta['cv_mape_time_pct']}%")
-    click.echo(f"wrote {out} (params_version {params.version})")
-
-
 @click.command("list")
 @HARDWARE_OPTION
 @click.pass_context
@@ -401,336 +260,12 @@ def list_cmd(ctx: click.Context, hardware_path: str | None) -> None:
 
 # --- easlurm model evaluate: per-row error and MAPE of the oracle and a data-driven baseline, with CV ---
 
-EVALUATE_COLUMNS = (
-    "Model",
-    "Batch",
-    "Precision",
-    "Optimizer",
-    "GPU",
-    "GPUs",
-    "Split",
-    "Time",
-    "PredTime",
-    "TimeErr",
-    "Power",
-    "PredPower",
-    "PowerErr",
-    "BaseTime",
-    "BaseTimeErr",
-    "BasePower",
-    "BasePowerErr",
-)
-EVALUATE_DEFAULT = tuple(
-    c for c in EVALUATE_COLUMNS if c not in ("Optimizer", "GPU", "GPUs", "BaseTime", "BasePower")
-)
-
-
-def _pct(value: float | None) -> str | None:
-    return None if value is None else f"{value:+.1f}%"
-
-
-def _mape_cell(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}%"
-
-
-def _evaluate_rows(oracle_rep: Any, base_rep: Any | None) -> list[dict[str, Any]]:
-    out = []
-    for i, r in enumerate(oracle_rep.rows):
-        b = base_rep.rows[i] if base_rep is not None else None
-        out.append(
-            {
-                "Model": r.model,
-                "Batch": r.batch,
-                "Precision": r.precision,
-                "Optimizer": r.optimizer,
-                "GPU": r.gpu,
-                "GPUs": r.n_gpus,
-                "Split": r.split,
-                "Time": f"{r.time_s:.4f}s",
-                "PredTime": "OOM" if r.pred_time_s is None else f"{r.pred_time_s:.4f}s",
-                "TimeErr": _pct(r.time_err_pct),
-                "Power": None if r.power_w is None else f"{r.power_w:.1f}W",
-                "PredPower": None if r.pred_power_w is None else f"{r.pred_power_w:.1f}W",
-                "PowerErr": _pct(r.power_err_pct),
-                "BaseTime": None if b is None or b.pred_time_s is None else f"{b.pred_time_s:.4f}s",
-                "BaseTimeErr": None if b is None else _pct(b.time_err_pct),
-                "BasePower": None if b is None or b.pred_power_w is None else f"{b.pred_power_w:.1f}W",
-                "BasePowerErr": None if b is None else _pct(b.power_err_pct),
-            }
-        )
-    return out
-
-
-def _evaluate_summary(reports: list[Any]) -> list[dict[str, Any]]:
-    out = []
-    for rep in reports:
-        out.append(
-            {
-                "Method": rep.method,
-                "Model": "all",
-                "Rows": len(rep.rows),
-                "TimeMAPE": _mape_cell(rep.mape_time),
-                "PowerMAPE": _mape_cell(rep.mape_power),
-                "NoPrediction": rep.n_unpredicted,
-            }
-        )
-        for s in rep.per_model():
-            out.append(
-                {
-                    "Method": rep.method,
-                    "Model": s.model,
-                    "Rows": s.n_rows,
-                    "TimeMAPE": _mape_cell(s.mape_time),
-                    "PowerMAPE": _mape_cell(s.mape_power),
-                    "NoPrediction": None,
-                }
-            )
-    return out
-
-
-def _evaluate_doc(meta: dict[str, Any], reports: list[Any]) -> dict[str, Any]:
-    methods = {}
-    for rep in reports:
-        methods[rep.method] = {
-            "description": rep.description,
-            "mape_time_pct": rep.mape_time,
-            "mape_power_pct": rep.mape_power,
-            "rows_without_prediction": rep.n_unpredicted,
-            "fit_wall_s": round(rep.fit_wall_s, 3),
-            "per_model": [
-                {
-                    "model": s.model,
-                    "rows": s.n_rows,
-                    "mape_time_pct": s.mape_time,
-                    "mape_power_pct": s.mape_power,
-                }
-                for s in rep.per_model()
-            ],
-            "rows": [
-                {
-                    "model": r.model,
-                    "batch": r.batch,
-                    "precision": r.precision,
-                    "optimizer": r.optimizer,
-                    "gpu": r.gpu,
-                    "n_gpus": r.n_gpus,
-                    "split": r.split,
-                    "step_time_s": r.time_s,
-                    "pred_step_time_s": r.pred_time_s,
-                    "time_err_pct": r.time_err_pct,
-                    "power_w": r.power_w,
-                    "pred_power_w": r.pred_power_w,
-                    "power_err_pct": r.power_err_pct,
-                }
-                for r in rep.rows
-            ],
-        }
-    return {"schema_version": 1, **meta, "methods": methods}
-
-
-def _evaluate_markdown(
-    meta: dict[str, Any], summary: list[dict[str, Any]], rows: list[dict[str, Any]]
-) -> str:
-    def md(columns: list[str], records: list[dict[str, Any]]) -> list[str]:
-        lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-        for r in records:
-            lines.append("| " + " | ".join("" if r.get(c) is None else str(r.get(c)) for c in columns) + " |")
-        return lines
-
-    head = [
-        "# Oracle evaluation",
-        "",
-        f"- data: `{meta['data']}` ({meta['rows']} rows)",
-        f"- cross-validation: {meta['cv']}",
-        f"- oracle: {meta['oracle']}",
-        f"- baseline: {meta['baseline']}",
-        f"- wall time: {meta['wall_s']:.1f} s",
-        "",
-        "## MAPE",
-        "",
-    ]
-    cols = ["Method", "Model", "Rows", "TimeMAPE", "PowerMAPE", "NoPrediction"]
-    body = [*md(cols, summary), "", "## Rows (errors signed: + means predicted too high)", ""]
-    return "\n".join(head + body + md(list(EVALUATE_COLUMNS), rows)) + "\n"
-
-
-@click.command("evaluate")
-@click.argument("measurements", type=click.Path(dir_okay=False))
-@click.option("--params", "params_path", default=None, help="Oracle parameter YAML (default: oracle.params).")
-@click.option(
-    "--cv",
-    "cv_text",
-    default="none",
-    show_default=True,
-    help="none (parameters as given), leave-one-model-out (refit without each model), or kfold:K.",
-)
-@click.option("--refit", is_flag=True, help="With --cv none: calibrate on all rows first (in-sample error).")
-@click.option(
-    "--baseline",
-    "baseline_kind",
-    default="auto",
-    show_default=True,
-    help="Data-driven baseline: rf (scikit-learn), ridge (numpy), auto (rf if installed) or none.",
-)
-@click.option(
-    "--maxiter",
-    type=int_range(1, 100_000),
-    default=200,
-    show_default=True,
-    help="Calibration generations per refit.",
-)
-@click.option(
-    "--popsize", type=int_range(1, 10_000), default=15, show_default=True, help="Calibration population size."
-)
-@click.option(
-    "--seed", type=int_range(), default=0, show_default=True, help="Seed of folds, calibration, forest."
-)
-@click.option(
-    "-o", "--format", "fmt", default=None, help="Row columns, comma list: " + ",".join(EVALUATE_COLUMNS)
-)
-@click.option("-P", "--parsable", is_flag=True, help="Pipe-delimited, no padding.")
-@click.option("-n", "--noheader", is_flag=True, help="No header lines.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON document.")
-@click.option(
-    "-O", "--out", "out_dir", default=None, help="Also write evaluate.md and evaluate.json into this folder."
-)
-@click.pass_context
-def evaluate_cmd(
-    ctx: click.Context,
-    measurements: str,
-    params_path: str | None,
-    cv_text: str,
-    refit: bool,
-    baseline_kind: str,
-    maxiter: int,
-    popsize: int,
-    seed: int,
-    fmt: str | None,
-    parsable: bool,
-    noheader: bool,
-    as_json: bool,
-    out_dir: str | None,
-) -> None:
-    """Per-row error and MAPE of the oracle (and a data-driven baseline) on a measurement CSV.
-
-    With --cv each row is predicted by a fit that never saw it: leave-one-model-out calibrates without
-    each model in turn and scores the held-out model, the figure that tells how the oracle generalises.
-    """
-    import time
-    from pathlib import Path
-
-    from easlurm.files import check_writable, write_text_atomic
-
-    if out_dir:
-        check_writable(out_dir, "--out", directory=True)
-    from easlurm.model.baseline import baseline_fitter, resolve_kind
-    from easlurm.model.dataset import read_measurements
-    from easlurm.model.evaluate import (
-        calibrating_oracle,
-        evaluate_method,
-        fixed_oracle,
-        make_splits,
-        parse_cv,
-    )
-    from easlurm.table import render_table, select_columns
-
-    scheme = parse_cv(cv_text)
-    kind = resolve_kind(baseline_kind)
-    columns = select_columns(fmt, EVALUATE_COLUMNS, EVALUATE_DEFAULT)
-    if not scheme.held_out:
-        columns = [c for c in columns if c != "Split" or fmt]
-    if maxiter < 1 or popsize < 1:
-        raise ConfigError("--maxiter and --popsize must be >= 1")
-    if refit and scheme.held_out:
-        raise ConfigError("--refit applies to --cv none (cross-validation always refits)")
-    rows = read_measurements(measurements)
-    splits = make_splits(rows, scheme, seed)
-    params = _oracle(ctx, params_path).params
-    start = time.perf_counter()
-    calibrates = scheme.held_out or refit
-    if calibrates:
-        stderr = sys.stderr
-        with progressbar(
-            length=len(splits) * maxiter,
-            label=f"calibrating ({scheme.label if scheme.held_out else 'in-sample'})",
-            file=stderr,
-        ) as bar:
-            done = [0]
-
-            def generation(gen: int) -> None:
-                bar.update(1)
-                done[0] += 1
-
-            def split_done(number: int) -> None:
-                bar.update((number + 1) * maxiter - done[0])  # DE may converge before maxiter
-                done[0] = (number + 1) * maxiter
-
-            # Refits start from the built-in priors unless --params names a start: the shipped parameters were
-            # fitted on the H100 rows, and priors centred on them would leak every held-out model into its fit.
-            from easlurm.model.params import OracleParams
-
-            start_params = params if params_path else OracleParams()
-            fitter = calibrating_oracle(
-                start_params, maxiter=maxiter, popsize=popsize, seed=seed, progress=generation
-            )
-            how = f"calibrate (maxiter {maxiter}, popsize {popsize}, seed {seed}) from " + (
-                f"params {params.version}" if params_path else "the built-in priors"
-            )
-            oracle_rep = evaluate_method(rows, splits, fitter, "oracle", how, scheme.label, split_done)
-    else:
-        how = f"params {params.version} as given (not refitted)"
-        oracle_rep = evaluate_method(rows, splits, fixed_oracle(params), "oracle", how, scheme.label)
-    reports = [oracle_rep]
-    base_rep = None
-    if kind != "none":
-        what = "random forest (scikit-learn)" if kind == "rf" else "ridge regression in log space (numpy)"
-        where = "fitted on all rows (in-sample)" if not scheme.held_out else "fitted per split"
-        base_rep = evaluate_method(
-            rows, splits, baseline_fitter(kind, seed), f"baseline-{kind}", f"{what}, {where}", scheme.label
-        )
-        reports.append(base_rep)
-    meta = {
-        "data": measurements,
-        "rows": len(rows),
-        "cv": scheme.label,
-        "seed": seed,
-        "params_version": params.version,
-        "oracle": oracle_rep.description,
-        "baseline": "none" if base_rep is None else base_rep.description,
-        "wall_s": time.perf_counter() - start,
-    }
-    row_records = _evaluate_rows(oracle_rep, base_rep)
-    summary = _evaluate_summary(reports)
-    doc = _evaluate_doc(meta, reports)
-    if out_dir:
-        out = Path(out_dir)
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(out / "evaluate.json", json.dumps(doc, indent=2) + "\n")
-            write_text_atomic(out / "evaluate.md", _evaluate_markdown(meta, summary, row_records))
-        except OSError as exc:
-            raise ConfigError(f"--out {out_dir}: cannot write ({exc.strerror})") from exc
-    if as_json:
-        click.echo(json.dumps(doc, indent=2))
-        return
-    click.echo(render_table(columns, row_records, parsable=parsable, header=not noheader))
-    click.echo()
-    sum_cols = ["Method", "Model", "Rows", "TimeMAPE", "PowerMAPE", "NoPrediction"]
-    click.echo(render_table(sum_cols, summary, parsable=parsable, header=not noheader))
-    if not parsable:
-        click.echo()
-        click.echo(f"cv: {scheme.label}  oracle: {oracle_rep.description}")
-        if base_rep is not None:
-            click.echo(f"baseline: {base_rep.description}")
-        click.echo(f"wall: {meta['wall_s']:.1f}s")
-
-
 #: name -> ("module:attribute", one-line help)
 MODEL_COMMANDS: dict[str, tuple[str, str]] = {
-    "calibrate": ("easlurm.model.cli:calibrate_cmd", "Fit the oracle's parameters to a measurement CSV."),
+    "calibrate": ("easlurm.model.fit.cli:calibrate_cmd", "Fit the oracle's parameters to a measurement CSV."),
     "list": ("easlurm.model.cli:list_cmd", "List zoo models and catalogue GPUs."),
     "evaluate": (
-        "easlurm.model.cli:evaluate_cmd",
+        "easlurm.model.fit.cli:evaluate_cmd",
         "Per-row error and MAPE of the oracle and a baseline on measurements, with cross-validation.",
     ),
 }
@@ -747,7 +282,7 @@ MODEL_COMMANDS["calibrate-pairs"] = (
 
 # `easlurm model measure` (torch training steps -> measurement CSV) lives in its own module.
 MODEL_COMMANDS["measure"] = (
-    "easlurm.model.measure:measure_cmd",
+    "easlurm.model.measure.cli:measure_cmd",
     "Time training steps of zoo models (torch) into a measurement CSV.",
 )
 

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from easlurm.errors import ConfigError
-from easlurm.model.cli import HARDWARE_OPTION, _oracle
+from easlurm.model.cli import HARDWARE_OPTION, ctx_oracle
 from easlurm.model.hardware import DEFAULT_GPU
 
 
@@ -42,10 +42,10 @@ def corun_cmd(
     """Predict two jobs (MODEL:BATCH[:PRECISION], as `model measure --pairs` names them) sharing one GPU:
     speeds, slowdowns, power."""
     from easlurm.model.colocation import GpuFacts, Sharing, corun, predict_solo
-    from easlurm.model.measure_pairs import parse_job
+    from easlurm.model.measure.pairs import parse_job
     from easlurm.model.zoo import get_workload
 
-    oracle = _oracle(ctx, params_path, hardware_path)
+    oracle = ctx_oracle(ctx, params_path, hardware_path)
     key = oracle.catalogue.resolve(gpu)
     solos = []
     for text, name in ((first, "FIRST"), (second, "SECOND")):
@@ -127,11 +127,11 @@ def calibrate_pairs_cmd(
 ) -> None:
     """Fit the co-location parameters to measured co-runs (a pairs CSV) and save the parameter YAML."""
     from easlurm.files import check_writable
-    from easlurm.model.colocation_fit import fit_colocation, read_pairs
+    from easlurm.model.fit.pairs import fit_colocation, read_pairs
     from easlurm.model.params import save_params
 
     check_writable(out_path or f"params-{dt.datetime.now(dt.UTC):%Y-%m-%d}.yaml", "--out")
-    oracle = _oracle(ctx, params_path, hardware_path)
+    oracle = ctx_oracle(ctx, params_path, hardware_path)
     rows = read_pairs(pairs)
     fit = fit_colocation(oracle, rows)
     today = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")

@@ -26,10 +26,10 @@ class Evaluation:
 
 def evaluate_source(root: Path, work_dir: Path, jobs: int) -> Evaluation:
     from easlurm.config import load_config
-    from easlurm.model.baseline import baseline_fitter
     from easlurm.model.build import oracle_params, params_setting
-    from easlurm.model.dataset import read_measurements
-    from easlurm.model.evaluate import (
+    from easlurm.model.fit.baseline import baseline_fitter
+    from easlurm.model.fit.dataset import read_measurements
+    from easlurm.model.fit.evaluate import (
         calibrating_oracle,
         evaluate_method,
         fixed_oracle,

@@ -12,7 +12,7 @@ import pytest
 from easlurm.errors import ConfigError, EaslurmError
 from easlurm.model import Oracle, Placements, get_workload
 from easlurm.model.colocation import GpuFacts, Sharing, Solo, corun, parse_sharing, predict_solo, waterfill
-from easlurm.model.colocation_fit import PairJob, PairRun, fit_colocation, read_pairs, solos
+from easlurm.model.fit.pairs import PairJob, PairRun, fit_colocation, read_pairs, solos
 from easlurm.model.params import COLOC_PARAMS
 
 GPU = "h100-sxm"

@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 
 from easlurm.errors import ModelError, TraceError
-from easlurm.model.calibrate import calibrate, cross_validate, default_free, score
-from easlurm.model.dataset import Measurement, placements_of, read_measurements, write_measurements
+from easlurm.model.fit.calibrate import calibrate, cross_validate, default_free, score
+from easlurm.model.fit.dataset import Measurement, placements_of, read_measurements, write_measurements
 from easlurm.model.oracle import Oracle
 from easlurm.model.params import OracleParams, load_params, save_params
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from easlurm.cli import main
-from easlurm.model.dataset import Measurement, placements_of, write_measurements
+from easlurm.model.fit.dataset import Measurement, placements_of, write_measurements
 from easlurm.model.oracle import Oracle
 from easlurm.model.params import OracleParams
 

@@ -8,9 +8,9 @@ import pytest
 
 from easlurm.cli import main
 from easlurm.errors import ConfigError, ModelError
-from easlurm.model.baseline import FEATURES, baseline_fitter, features, resolve_kind, sklearn_available
-from easlurm.model.dataset import Measurement, placements_of, write_measurements
-from easlurm.model.evaluate import (
+from easlurm.model.fit.baseline import FEATURES, baseline_fitter, features, resolve_kind, sklearn_available
+from easlurm.model.fit.dataset import Measurement, placements_of, write_measurements
+from easlurm.model.fit.evaluate import (
     CvScheme,
     calibrating_oracle,
     evaluate_method,
@@ -165,7 +165,7 @@ def test_baseline_shapes_and_held_out_rows(kind):
 
 
 def test_baseline_lomo_never_sees_held_out_rows(monkeypatch):
-    import easlurm.model.baseline as baseline
+    import easlurm.model.fit.baseline as baseline
 
     rows = synthetic_rows()
     trained_on: list[set[str]] = []
@@ -283,7 +283,7 @@ def test_cli_malformed_csv_names_the_line(capsys, tmp_path):
 
 
 def test_without_scikit_learn_auto_falls_back_to_ridge(monkeypatch):
-    import easlurm.model.baseline as baseline
+    import easlurm.model.fit.baseline as baseline
 
     monkeypatch.setattr(baseline, "sklearn_available", lambda: False)
     assert baseline.resolve_kind("auto") == "ridge"

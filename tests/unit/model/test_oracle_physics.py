@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from easlurm.model.calibrate import calibrate, score
-from easlurm.model.dataset import placements_of, read_measurements
+from easlurm.model.fit.calibrate import calibrate, score
+from easlurm.model.fit.dataset import placements_of, read_measurements
 from easlurm.model.layers import WorkloadBuilder
 from easlurm.model.oracle import Oracle, Placements
 from easlurm.model.params import OracleParams

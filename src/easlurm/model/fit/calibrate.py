@@ -14,8 +14,8 @@ import numpy as np
 from scipy.optimize import differential_evolution, minimize
 
 from easlurm.errors import ModelError
-from easlurm.model.dataset import Measurement, placements_of
 from easlurm.model.equations import HardwareArrays, WorkloadArrays, evaluate
+from easlurm.model.fit.dataset import Measurement, placements_of
 from easlurm.model.hardware import Catalogue, load_catalogue
 from easlurm.model.params import PARAM_SPECS, OracleParams, bounds
 

@@ -12,18 +12,12 @@ import importlib
 import importlib.util
 import logging
 import math
-import os
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import click
-
-from easlurm.cli import int_range
 from easlurm.errors import ConfigError, ModelError
-from easlurm.progress import progressbar
 
 log = logging.getLogger(__name__)
 
@@ -470,7 +464,7 @@ def measure(
 
 def write_results(results: Sequence[Result], path: str, source: str, header_comment: str = "") -> None:
     """The calibration CSV (dataset.COLUMNS) plus n_params and the individual runs."""
-    from easlurm.model.dataset import Measurement, write_measurements
+    from easlurm.model.fit.dataset import Measurement, write_measurements
 
     rows = []
     extra = []
@@ -506,13 +500,6 @@ def write_results(results: Sequence[Result], path: str, source: str, header_comm
     write_measurements(rows, path, header_comment=header_comment, extra=extra)
 
 
-# -- command ---------------------------------------------------------------------------------------------
-
-
-def _csv_list(text: str) -> list[str]:
-    return [v.strip() for v in text.split(",") if v.strip()]
-
-
 def default_device() -> str:
     torch = import_torch()
     return "cuda:0" if torch.cuda.is_available() else "cpu"
@@ -535,186 +522,3 @@ def device_gpu_name(device: str) -> str:
             "GPU %r is not in the catalogue: gpu column %r; give --gpu or add it with --hardware", name, key
         )
     return key
-
-
-@click.command("measure")
-@click.option("--model", "models", default=None, help="Zoo models, comma list (e.g. resnet50,bert-base).")
-@click.option(
-    "--pairs",
-    default=None,
-    help="Co-located pairs instead of --model: A+B[,C+D...], each MODEL:BATCH[:PRECISION][:train|infer] "
-    "(e.g. bert-base:32+resnet50:64); each job alone, then both at once on the device.",
-)
-@click.option("--batch", "batches", default="32", show_default=True, help="Per-step batch sizes, comma list.")
-@click.option(
-    "--precision", "precisions", default="bf16", show_default=True, help="fp32, tf32, bf16; comma list."
-)
-@click.option(
-    "--optimizer", default="adamw", show_default=True, help="adamw (torch default) or sgd (momentum 0.9)."
-)
-@click.option(
-    "--seq-len",
-    type=int_range(1, 1 << 20),
-    default=None,
-    help="Sequence length of text models (default: the zoo's).",
-)
-@click.option(
-    "--image-size",
-    type=int_range(1, 1 << 16),
-    default=None,
-    help="Image size of vision models (default: the zoo's).",
-)
-@click.option(
-    "--gpu", default=None, help="Catalogue GPU key for the CSV's gpu column (default: the device name)."
-)
-@click.option(
-    "--device", default=None, help="torch device (default cuda:0 when CUDA is available, else cpu)."
-)
-@click.option(
-    "--sweeps",
-    type=int_range(1, 1000),
-    default=2,
-    show_default=True,
-    help="Full sweeps; the CSV holds the mean.",
-)
-@click.option("--warmup", default="2.5s", show_default=True, help="Minimum warm-up (also >= 3 steps).")
-@click.option("--window", default="4s", show_default=True, help="Minimum timed window.")
-@click.option(
-    "--cpu-threads",
-    type=int_range(1, 4096),
-    default=None,
-    help="torch threads on a CPU device (default: torch's).",
-)
-@click.option("-O", "--out", "out_path", default=None, help="CSV to write (default measurements-<date>.csv).")
-@click.option("--slurm", is_flag=True, help="One Slurm array task per configuration, with --energy-profile.")
-@click.option("--partition", default=None, help="With --slurm: partition to submit to.")
-@click.option("--time", "time_limit", default=None, help="With --slurm: time limit per task (e.g. 30:00).")
-@click.option("--gres", default="gpu:1", show_default=True, help="With --slurm: GRES per task ('' for none).")
-@click.pass_context
-def measure_cmd(
-    ctx: click.Context,
-    models: str | None,
-    pairs: str | None,
-    batches: str,
-    precisions: str,
-    optimizer: str,
-    seq_len: int | None,
-    image_size: int | None,
-    gpu: str | None,
-    device: str | None,
-    sweeps: int,
-    warmup: str,
-    window: str,
-    cpu_threads: int | None,
-    out_path: str | None,
-    slurm: bool,
-    partition: str | None,
-    time_limit: str | None,
-    gres: str,
-) -> None:
-    """Time training steps of zoo models (torch) and write a measurement CSV for `easlurm model calibrate`;
-    with --pairs, two jobs alone and sharing the device, for the co-location model."""
-    import datetime as dt
-
-    from easlurm.files import check_writable
-    from easlurm.model.cli import _int_list
-    from easlurm.units import parse_duration_s
-
-    timing = Timing(parse_duration_s(warmup, "--warmup"), parse_duration_s(window, "--window"))
-    if timing.window_s <= 0:
-        raise ConfigError("--window must be > 0")
-    today = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
-    if (models is None) == (pairs is None):
-        raise ConfigError("give either --model or --pairs")
-    check_writable(out_path or f"{'pairs' if pairs else 'measurements'}-{today}.csv", "--out")
-    if pairs is not None:
-        from easlurm.model.measure_pairs import pairs_command, parse_pairs
-
-        if slurm:
-            raise ConfigError("--pairs runs on this machine's device; it has no --slurm mode")
-        for param, option, why in (
-            ("batches", "--batch", "each job names its batch: MODEL:BATCH"),
-            ("sweeps", "--sweeps", "every job and pair is run once"),
-        ):
-            if ctx.get_parameter_source(param) is not click.core.ParameterSource.DEFAULT:
-                raise ConfigError(f"{option}: not with --pairs ({why})")
-        prec = _csv_list(precisions)
-        if len(prec) != 1:
-            raise ConfigError(
-                "--precision: one value with --pairs (a job may name its own: MODEL:BATCH:PREC)"
-            )
-        parsed = parse_pairs(pairs, prec[0], optimizer, seq_len, image_size)
-        pairs_command(parsed, out_path or f"pairs-{today}.csv", timing, device, gpu, cpu_threads)
-        return
-    assert models is not None
-    configs = configurations(
-        _csv_list(models),
-        _int_list(batches, "--batch"),
-        _csv_list(precisions),
-        optimizer,
-        seq_len,
-        image_size,
-    )
-    out = out_path or f"measurements-{today}.csv"
-    if slurm:
-        from easlurm.model.measure_slurm import measure_on_slurm
-
-        results = measure_on_slurm(
-            configs,
-            out,
-            sweeps=sweeps,
-            timing=timing,
-            gpu=gpu,
-            partition=partition,
-            time_limit=time_limit,
-            gres=gres or None,
-            config_path=_abs((ctx.find_root().obj or {}).get("config_path")),
-        )
-        source = f"easlurm model measure --slurm, {sweeps} run(s) per task, GPU power of the whole task (easlurm sacct)"
-        _write_and_print(results, out, source)
-        return
-    torch = import_torch()
-    for lib in sorted({TORCH_MODELS[c.model] for c in configs} - {"torch"}):
-        if importlib.util.find_spec(lib) is None:
-            needing = sorted({c.model for c in configs if TORCH_MODELS[c.model] == lib})
-            raise ModelError(f"model {', '.join(needing)} needs {lib}: pip install 'easlurm[torch]' {lib}")
-    dev = device or default_device()
-    if not dev.startswith("cuda"):
-        # torch's default ignores the CPU set a Slurm task or cgroup grants, and oversubscribed threads
-        # make a CPU step 10x slower: use the CPUs this process may run on.
-        torch.set_num_threads(cpu_threads or len(os.sched_getaffinity(0)))
-    gpu_name = gpu or device_gpu_name(dev)
-    read, close = (None, lambda: None)
-    if dev.startswith("cuda"):
-        read, close = nvml_energy_reader(torch.device(dev).index or 0)
-    try:
-        with progressbar(length=len(configs) * sweeps, label="measuring", file=sys.stderr) as bar:
-            results = measure(
-                configs,
-                gpu_name,
-                dev,
-                sweeps=sweeps,
-                timing=timing,
-                energy_j=read,
-                on_run=lambda c, r: bar.update(1),
-            )
-    finally:
-        close()
-    power = "NVML total-energy counter" if read else "no power (no NVML energy counter)"
-    source = f"{gpu_name} torch {torch.__version__}, synthetic on-device data, {sweeps} run(s), {power}"
-    _write_and_print(results, out, source)
-
-
-def _write_and_print(results: Sequence[Result], out: str, source: str) -> None:
-    write_results(results, out, source)
-    for r in results:
-        p = "-" if r.avg_power_w is None else f"{r.avg_power_w:.1f}W"
-        c = r.config
-        click.echo(f"{c.model} batch {c.batch} {c.precision}: {r.step_time_s * 1e3:.2f} ms/step  {p}")
-    click.echo(f"wrote {out} ({len(results)} configurations)")
-
-
-def _abs(path: str | None) -> str | None:
-    from pathlib import Path
-
-    return str(Path(path).resolve()) if path else None

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from easlurm.errors import ConfigError
-from easlurm.model.dataset import Measurement
-from easlurm.model.evaluate import Fitter, Predictor
+from easlurm.model.fit.dataset import Measurement
+from easlurm.model.fit.evaluate import Fitter, Predictor
 from easlurm.model.hardware import Catalogue, load_catalogue
 from easlurm.model.workload import Precision
 

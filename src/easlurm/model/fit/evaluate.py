@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from easlurm.errors import ConfigError, ModelError
-from easlurm.model.dataset import Measurement, placements_of
+from easlurm.model.fit.dataset import Measurement, placements_of
 
 if TYPE_CHECKING:
     from easlurm.model.params import OracleParams
@@ -251,7 +251,7 @@ def calibrating_oracle(
 
     `progress` receives the number of differential-evolution generations done in this split.
     """
-    from easlurm.model.calibrate import calibrate
+    from easlurm.model.fit.calibrate import calibrate
 
     def fit(train: Sequence[Measurement], number: int) -> Predictor:
         gen = [0]

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from easlurm.errors import EaslurmError, SlurmError, TraceError
-from easlurm.model.measure import MeasureConfig, Result, Run, Timing
+from easlurm.model.measure.steps import MeasureConfig, Result, Run, Timing
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def task_gpu_power_w(admin_comment: str) -> float | None:
 
 def read_task_csv(path: Path, cfg: MeasureConfig) -> Result:
     """One task's result (the CSV `easlurm model measure` wrote), keeping its individual runs."""
-    from easlurm.model.dataset import read_measurements
+    from easlurm.model.fit.dataset import read_measurements
 
     rows = read_measurements(path)
     with path.open(newline="") as fh:

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from easlurm.errors import ConfigError, ModelError
-from easlurm.model.corun import Gate, GroupResult, Runner, Window, job_text, run_group
-from easlurm.model.measure import MODES, PRECISIONS, MeasureConfig, Timing, configurations
+from easlurm.model.measure.corun import Gate, GroupResult, Runner, Window, job_text, run_group
+from easlurm.model.measure.steps import MODES, PRECISIONS, MeasureConfig, Timing, configurations
 from easlurm.units import MAX_INT
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ PAIR_COLUMNS = (
 
 def torch_runner(cfg: MeasureConfig, device: str, timing: Timing, gate: Gate) -> None:
     """The torch job of `easlurm model measure` (same build, precision and warm-up), gated."""
-    from easlurm.model.measure import prepare
+    from easlurm.model.measure.steps import prepare
 
     p = prepare(cfg, device, timing)
     t0 = gate.wait_start()
@@ -264,7 +264,7 @@ def pairs_command(
 
     import click
 
-    from easlurm.model.measure import (
+    from easlurm.model.measure.steps import (
         TORCH_MODELS,
         default_device,
         device_gpu_name,
