@@ -47,6 +47,8 @@ class GpuSpec:
     link_gbs: float
     net_gbs: float
     gpus_per_node: int = 8
+    #: GPU architecture (one of ARCHITECTURES); "" when a user catalogue does not say (shared physics only)
+    architecture: str = ""
     aliases: tuple[str, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
 
@@ -60,6 +62,9 @@ class GpuSpec:
         }[precision]
         return tflops * 1e12
 
+
+#: GPU architectures the oracle keeps per-architecture factors for, oldest first.
+ARCHITECTURES = ("pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell")
 
 #: The GPU type a command predicts for when none is given (predict, corun, calibrate-pairs).
 DEFAULT_GPU = "h100-sxm"
@@ -115,8 +120,14 @@ def parse_catalogue(doc: Any, source: str = "catalogue") -> Catalogue:
             values[name] = float(raw)
         if not values["idle_w"] < values["min_power_limit_w"] <= values["tdp_w"]:
             raise ModelError(f"{source}: gpus.{key}: need idle_w < min_power_limit_w <= tdp_w")
+        arch = str(entry.get("architecture", "")).strip().lower()
+        if arch and arch not in ARCHITECTURES:
+            raise ModelError(
+                f"{source}: gpus.{key}.architecture must be one of {', '.join(ARCHITECTURES)}, got {arch!r}"
+            )
         specs[str(key)] = GpuSpec(
             key=str(key),
+            architecture=arch,
             name=str(entry.get("name", key)),
             gpus_per_node=int(entry.get("gpus_per_node", 8)),
             aliases=tuple(str(a).lower() for a in entry.get("aliases") or ()),
@@ -132,7 +143,7 @@ def load_catalogue() -> Catalogue:
     return parse_catalogue(yaml.safe_load(text), "catalogue.yaml")
 
 
-_TEXT_FIELDS = ("name", "aliases", "gpus_per_node", "sources")
+_TEXT_FIELDS = ("name", "architecture", "aliases", "gpus_per_node", "sources")
 _FIELDS = (*_NUMERIC, *_TEXT_FIELDS)
 
 
@@ -198,6 +209,13 @@ def load_user_catalogue(path: str | Path, base: Catalogue | None = None) -> Cata
             values["gpus_per_node"] = raw
         if "name" in entry:
             values["name"] = str(entry["name"])
+        if "architecture" in entry:
+            arch = str(entry["architecture"]).strip().lower()
+            if arch not in ARCHITECTURES:
+                raise fail(
+                    (*where, "architecture"), f"must be one of {', '.join(ARCHITECTURES)}, got {arch!r}"
+                )
+            values["architecture"] = arch
         if "aliases" in entry:
             aliases = entry["aliases"]
             if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):

@@ -82,9 +82,9 @@ def test_no_import_circle_in_model() -> None:
         state[node] = 1
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                circles.append(" -> ".join(path[path.index(nxt) :] + [nxt]) if nxt in path else nxt)
+                circles.append(" -> ".join([*path[path.index(nxt) :], nxt]) if nxt in path else nxt)
             elif nxt not in state:
-                visit(nxt, path + [nxt])
+                visit(nxt, [*path, nxt])
         state[node] = 2
 
     for module in sorted(graph):

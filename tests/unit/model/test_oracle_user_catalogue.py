@@ -185,3 +185,15 @@ def test_sim_run_on_a_cluster_of_user_gpus(capsys, tmp_path):
     assert rc == 0, err
     metrics = json.loads(out)["metrics"]
     assert metrics["util_l4"] >= 0 and metrics["util_mi300x"] > 0  # jobs ran on the user's GPUs
+
+
+def test_a_gpus_architecture_is_read_and_checked(tmp_path: Path) -> None:
+    """A user GPU names its architecture (per-architecture factors); an unknown one is refused by line."""
+    from easlurm.model.hardware import load_user_catalogue
+
+    path = tmp_path / "gpus.yaml"
+    path.write_text("gpus:\n  a100:\n    architecture: turing\n")
+    assert load_user_catalogue(path).get("a100-40gb").architecture == "turing"
+    path.write_text("gpus:\n  a100:\n    architecture: kepler\n")
+    with pytest.raises(ConfigError, match=r"gpus\.yaml:3.*architecture.*kepler"):
+        load_user_catalogue(path)
