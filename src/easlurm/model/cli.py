@@ -186,6 +186,7 @@ def predict_cmd(
                 # an infeasible row shows what one sample alone would need: the GPU is too small for it
                 "peak_mem_gib": None if pred.peak_mem_gib is None else round(float(pred.peak_mem_gib[i]), 3),
                 "best_edp": i == best,
+                "shared_physics": bool(pred.shared_physics is not None and pred.shared_physics[i]),
             }
         )
     if as_json:
@@ -217,6 +218,14 @@ def predict_cmd(
             }
         )
     click.echo(render_table(columns, rows, parsable=parsable, header=not noheader))
+    shared = oracle.uncalibrated_gpus(keys)
+    if shared and not parsable:
+        archs = sorted({oracle.catalogue.get(k).architecture or "no architecture given" for k in shared})
+        click.echo(
+            f"note: {', '.join(shared)} ({', '.join(archs)}): parameters {oracle.params.version} were not "
+            "calibrated on this architecture; predicted with the shared physics",
+            err=True,
+        )
 
 
 @click.command("list")

@@ -8,12 +8,16 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from easlurm.model.hardware import GpuSpec
-from easlurm.model.params import OracleParams
+from easlurm.model.params import ARCHITECTURES, PARAM_SPECS, OracleParams
 from easlurm.model.workload import Precision, Workload
 
 #: memory kept free on each GPU (CUDA context, allocator fragmentation), bytes
 RESERVED_BYTES = 1.5e9
 USABLE_MEMORY_FRACTION = 0.92
+
+
+#: a precision's code in WorkloadArrays.prec_code and its bit in HardwareArrays.tensor_mask
+PRECISION_CODE = {Precision.FP32: 0, Precision.TF32: 1, Precision.BF16: 2, Precision.FP16: 3}
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,7 @@ class WorkloadArrays:
     opt_flops: np.ndarray
     opt_bytes: np.ndarray
     grad_bytes: np.ndarray
-    prec_code: np.ndarray  # 0 fp32, 1 tf32, 2 bf16/fp16
+    prec_code: np.ndarray  # 0 fp32, 1 tf32, 2 bf16, 3 fp16 (as requested; the GPU decides how it runs)
     s_gemm: np.ndarray
     s_conv: np.ndarray
     s_alu: np.ndarray
@@ -52,7 +56,7 @@ class WorkloadArrays:
     @staticmethod
     def row(w: Workload, params: OracleParams) -> tuple[float, ...]:
         """One workload's features in field order (memoised by the oracle)."""
-        code = {Precision.FP32: 0, Precision.TF32: 1, Precision.BF16: 2, Precision.FP16: 2}[w.precision]
+        code = PRECISION_CODE[w.precision]
         prec = w.precision.value
         return (
             w.flops_gemm,
@@ -116,6 +120,9 @@ class HardwareArrays:
     link_bw: np.ndarray
     net_bw: np.ndarray
     gpus_per_node: np.ndarray
+    #: index into ARCHITECTURES (-1: none given), and a bit mask of the precision codes run on tensor cores
+    arch: np.ndarray
+    tensor_mask: np.ndarray
 
     @classmethod
     def table(cls, specs: Sequence[GpuSpec]) -> HardwareArrays:
@@ -132,6 +139,13 @@ class HardwareArrays:
             link_bw=np.array([s.link_gbs * 1e9 for s in specs]),
             net_bw=np.array([s.net_gbs * 1e9 for s in specs]),
             gpus_per_node=np.array([s.gpus_per_node for s in specs], dtype=np.float64),
+            arch=np.array(
+                [ARCHITECTURES.index(s.architecture) if s.architecture else -1 for s in specs],
+                dtype=np.float64,
+            ),
+            tensor_mask=np.array(
+                [sum(1 << PRECISION_CODE[q] for q in s.tensor_core_precisions) for s in specs], dtype=np.int64
+            ),
         )
 
     def take(self, index: np.ndarray) -> HardwareArrays:
@@ -166,6 +180,27 @@ def _sat(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
 
+def with_arch_factors(p: Mapping[str, float], hw: HardwareArrays) -> Mapping[str, float]:
+    """Global parameters with each row's architecture factors ('<arch>.<param>' keys of p) applied.
+
+    A factor scales the shared value on its architecture's rows only, within the parameter's bounds; the
+    result broadcasts like hw (and like p's values, which calibration passes as (S, 1) columns)."""
+    keys = [k for k in p if "." in k]
+    if not keys:
+        return p
+    out: dict[str, float] = {k: v for k, v in p.items() if "." not in k}
+    scale: dict[str, np.ndarray] = {}
+    for key in keys:
+        arch, _, name = key.partition(".")
+        on = hw.arch == ARCHITECTURES.index(arch)
+        if np.any(on):
+            scale[name] = scale.get(name, 1.0) * np.where(on, p[key], 1.0)
+    for name, f in scale.items():
+        lo, hi = PARAM_SPECS[name][1], PARAM_SPECS[name][2]
+        out[name] = np.clip(out[name] * f, lo, hi)  # type: ignore[assignment]
+    return out
+
+
 def peak_memory(w: WorkloadArrays, micro: np.ndarray, p: Mapping[str, float]) -> np.ndarray:
     """Peak memory of one GPU: FP32 weights, gradients and optimizer state, the optimizer's temporaries, and the
     activations kept for the backward pass of one micro-batch."""
@@ -185,10 +220,13 @@ def evaluate(
     A micro-batch pass takes the longer of the GPU's work and the host's dispatch of it: GEMMs, convolutions
     and fused attention at per-class efficiencies of their peak, element-wise work at HBM bandwidth, a
     per-kernel gap; the host spends a fixed time per dispatched operation (small batches are launch-bound).
-    Power follows the busy fractions of tensor/SM compute and HBM over the step (EnergAIzer-style).
-    All inputs broadcast: workload features of shape (J, 1) against placement/hardware arrays of shape
+    Power follows the busy fractions of tensor/SM compute and HBM over the step (EnergAIzer-style); a step
+    that demands more than its power limit (the TDP unless one is given) runs at a lower SM clock, draws the
+    limit and takes the time that costs. Each row's architecture scales the shared parameters by its factors
+    (`with_arch_factors`) and decides which precisions run on tensor cores. All inputs broadcast: workload features of shape (J, 1) against placement/hardware arrays of shape
     (1, P) give (J, P) results, and workload-only terms are computed J times, not J*P times.
     """
+    p = with_arch_factors(p, hw)
     n = n_gpus.astype(np.float64)
     b = batch.astype(np.float64)
     per_gpu = np.ceil(b / n)
@@ -199,12 +237,16 @@ def evaluate(
     g_acc = np.ceil(per_gpu / np.maximum(mb_max, 1.0))
     micro = per_gpu / g_acc
 
-    code = w.prec_code.astype(np.intp)
-    peak = np.choose(code, (hw.peak_fp32, hw.peak_tf32, hw.peak_bf16))
+    asked = w.prec_code.astype(np.intp)
+    on_tc = (hw.tensor_mask >> asked) & 1 == 1
+    on_tc = on_tc & (asked > 0)
+    # without tensor cores for it, TF32 and BF16 run as FP32; FP16 keeps its (packed CUDA-core) peak
+    code = np.where(on_tc | (asked == 3), asked, 0)
+    peak = np.choose(code, (hw.peak_fp32, hw.peak_tf32, hw.peak_bf16, hw.peak_bf16))
     # fused SDPA kernels: FP32 math on the CUDA cores, TF32 or 16-bit on tensor cores like the GEMMs
     peak_attn = peak
     # cuDNN runs 16-bit tensor-core convolutions in NHWC: NCHW models pay layout transforms around each
-    mixed = code == 2
+    mixed = on_tc & (code >= 2)
 
     # eq. 4.9-4.12: T_op = F / (P * beta * prod S_sat(D/R)) * C, per operation class
     e_gemm = (
@@ -216,7 +258,8 @@ def evaluate(
     e_conv = (
         p["beta_conv"] * _sat(w.conv_c / p["r_conv_c"]) * _sat(w.conv_spatial * micro / p["r_conv_spatial"])
     )
-    c_prec = np.choose(code, (p["c_fp32"], p["c_tf32"], 1.0))  # one efficiency per precision, GEMM and conv
+    # one efficiency per precision, GEMM and conv
+    c_prec = np.choose(code, (p["c_fp32"], p["c_tf32"], 1.0, 1.0))
     t_tc = micro * (
         c_prec * w.gemm / (peak * e_gemm) * (p["c_gemm"] * w.s_gemm)
         + c_prec * w.conv / (peak * e_conv) * (p["c_conv"] * w.s_conv)
@@ -252,7 +295,7 @@ def evaluate(
     dyn = (hw.tdp_w - hw.idle_w) * p["c_p"]
 
     def power_of(step: np.ndarray, busy_c: np.ndarray, busy_m: np.ndarray) -> np.ndarray:
-        u_c = np.where(code > 0, p["u_comp"], p["u_simt"])  # tensor cores, or FP32 on the CUDA cores
+        u_c = np.where(on_tc, p["u_comp"], p["u_simt"])  # tensor cores, or the CUDA cores
         dynamic = p["u_idle"] * step + u_c * busy_c + p["u_mem"] * busy_m + p["u_comm"] * t_comm
         return hw.idle_w + dyn * dynamic / step
 

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from easlurm.errors import ModelError
+from easlurm.model.params import ARCHITECTURES
 from easlurm.model.workload import Precision
 
 _NUMERIC = [
@@ -52,19 +53,41 @@ class GpuSpec:
     aliases: tuple[str, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
 
+    @property
+    def tensor_core_precisions(self) -> tuple[Precision, ...]:
+        """Precisions this GPU runs on tensor cores (TENSOR_CORE_PRECISIONS of its architecture)."""
+        return TENSOR_CORE_PRECISIONS[self.architecture]
+
+    def runs_as(self, precision: Precision) -> Precision:
+        """The precision a request actually runs at: TF32 and BF16 fall back to FP32 without tensor cores
+        for them; FP16 stays FP16 (tensor cores, or Pascal's packed CUDA-core rate)."""
+        if precision in (Precision.TF32, Precision.BF16) and precision not in self.tensor_core_precisions:
+            return Precision.FP32
+        return precision
+
     def peak_flops(self, precision: Precision) -> float:
-        """Dense GEMM/convolution peak in FLOP/s for a training precision (FP32 runs on CUDA cores)."""
+        """Dense GEMM/convolution peak in FLOP/s for a training precision as this GPU runs it."""
         tflops = {
             Precision.FP32: self.fp32_tflops,
             Precision.TF32: self.tf32_tflops,
             Precision.BF16: self.bf16_tflops,
             Precision.FP16: self.bf16_tflops,
-        }[precision]
+        }[self.runs_as(precision)]
         return tflops * 1e12
 
 
-#: GPU architectures the oracle keeps per-architecture factors for, oldest first.
-ARCHITECTURES = ("pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell")
+#: Precisions whose GEMMs and convolutions run on tensor cores, per architecture (datasheets): Pascal has
+#: none (FP16 runs on the CUDA cores at its packed rate); Volta and Turing have FP16 tensor cores only, so a
+#: TF32 request runs as plain FP32 (PyTorch's allow_tf32 has no effect there) and BF16 has no tensor-core
+#: path (it runs at the FP32 CUDA-core rate); Ampere and later run TF32, BF16 and FP16 on tensor cores.
+#: A GPU without an architecture trusts its catalogue peaks for every precision.
+TENSOR_CORE_PRECISIONS: dict[str, tuple[Precision, ...]] = {
+    "pascal": (),
+    "volta": (Precision.FP16,),
+    "turing": (Precision.FP16,),
+    **{a: (Precision.TF32, Precision.BF16, Precision.FP16) for a in ("ampere", "ada", "hopper", "blackwell")},
+    "": (Precision.TF32, Precision.BF16, Precision.FP16),
+}
 
 #: The GPU type a command predicts for when none is given (predict, corun, calibrate-pairs).
 DEFAULT_GPU = "h100-sxm"

@@ -149,6 +149,9 @@ class Prediction:
     compute_busy: np.ndarray | None = None
     hbm_busy: np.ndarray | None = None
     gpu_busy: np.ndarray | None = None
+    #: True where the GPU's architecture was not among those the parameters were calibrated on: the row is
+    #: predicted with the shared physics alone (no per-architecture factors)
+    shared_physics: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.step_time_s)
@@ -169,6 +172,8 @@ class Oracle:
         self._rows_params: OracleParams | None = None
         self._last_hw: tuple[Placements, HardwareArrays] | None = None
         self._single: dict[Workload, WorkloadArrays] = {}
+        self._physics: tuple[OracleParams, dict[str, float]] | None = None
+        self._shared_memo: tuple[OracleParams | None, dict[tuple[str, ...], np.ndarray]] = (None, {})
         self.hits = 0
         self.misses = 0
 
@@ -179,6 +184,28 @@ class Oracle:
             hit = (HardwareArrays.table(specs), specs)
             self._hw_cache[keys] = hit
         return hit
+
+    def physics(self) -> dict[str, float]:
+        """The parameters the equations read (globals and per-architecture factors), built once per set."""
+        if self._physics is None or self._physics[0] is not self.params:
+            self._physics = (self.params, self.params.physics)
+        return self._physics[1]
+
+    def uncalibrated_gpus(self, keys: Sequence[str]) -> list[str]:
+        """GPU keys whose architecture the parameters were not calibrated on (predicted by shared physics)."""
+        fitted = set(self.params.architectures)
+        return [k for k in keys if self.catalogue.get(k).architecture not in fitted]
+
+    def _shared(self, placements: Placements, repeat: int = 1) -> np.ndarray:
+        keys, idx = placements.gpu_codes()
+        memo = self._shared_memo
+        if memo[0] is not self.params:
+            memo = self._shared_memo = (self.params, {})
+        flags = memo[1].get(keys)
+        if flags is None:
+            odd = set(self.uncalibrated_gpus(keys))
+            flags = memo[1][keys] = np.array([k in odd for k in keys], dtype=bool)
+        return np.tile(flags[idx], repeat) if repeat > 1 else flags[idx]
 
     def _check_limits(self, specs: list[GpuSpec], idx: np.ndarray, limit: np.ndarray) -> None:
         given = ~np.isnan(limit)
@@ -222,14 +249,14 @@ class Oracle:
             self._last_hw = (placements, hw)  # callers often reuse one Placements for many workloads
         n, b, pl = placements.n_gpus, placements.batch, placements.power_limit_w
         if not outer:
-            return evaluate(wa, hw, n, b, pl, self.params.values)
+            return evaluate(wa, hw, n, b, pl, self.physics())
         hw = hw.reshape(1, -1)
         n, b, pl = n.reshape(1, -1), b.reshape(1, -1), pl.reshape(1, -1)
         n_w, n_p = len(wa.gemm), n.shape[1]
         step = max(1, _CHUNK_ROWS // max(n_p, 1))  # chunks of workloads keep temporaries in cache
         parts = []
         for lo in range(0, n_w, step):
-            part = evaluate(wa.take(slice(lo, lo + step)).reshape(-1, 1), hw, n, b, pl, self.params.values)
+            part = evaluate(wa.take(slice(lo, lo + step)).reshape(-1, 1), hw, n, b, pl, self.physics())
             shape = part.step_time_s.shape
             parts.append([np.ravel(np.broadcast_to(a, shape)) for a in astuple_shallow(part)])
         if len(parts) == 1:
@@ -241,7 +268,7 @@ class Oracle:
         return res
 
     @staticmethod
-    def _prediction(res: StepResult, batch: np.ndarray) -> Prediction:
+    def _prediction(res: StepResult, batch: np.ndarray, shared: np.ndarray | None = None) -> Prediction:
         energy = res.power_w * res.step_time_s
         energy = np.where(res.feasible, energy, np.inf)
         return Prediction(
@@ -256,6 +283,7 @@ class Oracle:
             compute_busy=res.compute_busy,
             hbm_busy=res.hbm_busy,
             gpu_busy=res.gpu_busy,
+            shared_physics=shared,
         )
 
     def predict(self, workload: Workload, placements: Placements) -> Prediction:
@@ -277,7 +305,7 @@ class Oracle:
                 self._single.clear()
             self._single[workload] = wa
         res = self._post(self._run(wa, placements), placements)
-        pred = self._prediction(res, placements.batch)
+        pred = self._prediction(res, placements.batch, self._shared(placements))
         if key is not None:
             self._cache[key] = pred
             if len(self._cache) > self.cache_size:
@@ -299,14 +327,16 @@ class Oracle:
             rows = (index[:, None] * n_p + np.arange(n_p)[None, :]).ravel()
             res = StepResult(*(a[rows] for a in astuple_shallow(res)))
         res = self._post(res, placements, len(workloads))
-        return self._prediction(res, np.tile(placements.batch, len(workloads)))
+        return self._prediction(
+            res, np.tile(placements.batch, len(workloads)), self._shared(placements, len(workloads))
+        )
 
     def predict_rows(self, workloads: Sequence[Workload], placements: Placements) -> Prediction:
         """Row i is workloads[i] on placement i (calibration data: one measurement per row)."""
         if len(workloads) != len(placements):
             raise ModelError(f"{len(workloads)} workloads for {len(placements)} placements")
         res = self._post(self._run(self._features(workloads), placements), placements)
-        return self._prediction(res, placements.batch)
+        return self._prediction(res, placements.batch, self._shared(placements))
 
     def _cacheable(self) -> bool:
         return True

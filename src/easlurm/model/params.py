@@ -87,15 +87,56 @@ COLOC_PARAMS = ("coloc_switch_frac", "coloc_queue", "coloc_mps_interference")
 #: operations a targeted scalar may modulate (time multipliers).
 SCALAR_OPS = ("gemm", "conv", "alu", "mem")
 
+#: GPU architectures that may carry their own factors (oldest first; the catalogue's `architecture` field).
+ARCHITECTURES = ("pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell")
+
+#: global parameters an architecture may scale: '<arch>.<param>' multiplies the shared value on that
+#: architecture's GPUs (prior 1.0: the shared physics). Efficiencies, launch and host costs, power.
+ARCH_PARAMS = (
+    "beta_gemm",
+    "beta_conv",
+    "beta_attn",
+    "beta_alu",
+    "c_fp32",
+    "c_tf32",
+    "c_mem",
+    "k_layout",
+    "t_kern_s",
+    "t_host_op_s",
+    "t_fixed_s",
+    "c_p",
+    "u_comp",
+    "u_simt",
+    "u_mem",
+    "u_idle",
+    "cap_alpha",
+    "p_floor_frac",
+    "mem_clock_knee",
+)
+#: search bounds of a per-architecture factor
+ARCH_FACTOR_BOUNDS = (0.2, 5.0)
+
+
+def is_arch_factor(name: str) -> bool:
+    """'volta.beta_gemm' and the like: a per-architecture multiplier of a global parameter."""
+    arch, _, param = name.partition(".")
+    return arch in ARCHITECTURES and param in ARCH_PARAMS
+
 
 @dataclass(frozen=True)
 class OracleParams:
-    """A full parameter set: global values plus targeted time scalars keyed '<family|precision>.<op>'."""
+    """A full parameter set: global values plus targeted time scalars keyed '<family|precision>.<op>' and
+    per-architecture factors keyed '<arch>.<param>' (multipliers of a global parameter on that architecture).
+
+    `architectures` are those the parameters were calibrated on; a GPU of another architecture is predicted
+    with the shared physics (its factors stay at 1.0), and predictions say so (`Prediction.shared_physics`).
+    """
 
     values: Mapping[str, float] = field(default_factory=lambda: {k: v[0] for k, v in PARAM_SPECS.items()})
     scalars: Mapping[str, float] = field(default_factory=dict)
     version: str = "builtin"
     meta: Mapping[str, Any] = field(default_factory=dict)
+    architectures: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         merged = {k: v[0] for k, v in PARAM_SPECS.items()}
@@ -107,15 +148,35 @@ class OracleParams:
         scalars = {}
         for key, value in self.scalars.items():
             group, _, op = key.partition(".")
-            if not group or op not in SCALAR_OPS:
+            if group in ARCHITECTURES:
+                if op not in ARCH_PARAMS:
+                    raise ModelError(
+                        f"bad architecture factor {key!r}: expected '{group}.<{'|'.join(ARCH_PARAMS)}>'"
+                    )
+            elif not group or op not in SCALAR_OPS:
                 raise ModelError(
-                    f"bad scalar name {key!r}: expected '<family|precision>.<{'|'.join(SCALAR_OPS)}>'"
+                    f"bad scalar name {key!r}: expected '<family|precision>.<{'|'.join(SCALAR_OPS)}>' "
+                    f"or '<architecture>.<parameter>'"
                 )
             scalars[key] = _finite(value, key)
         object.__setattr__(self, "scalars", scalars)
+        archs = tuple(dict.fromkeys(str(a).strip().lower() for a in self.architectures))
+        for arch in archs:
+            if arch not in ARCHITECTURES:
+                raise ModelError(f"unknown architecture {arch!r} (known: {', '.join(ARCHITECTURES)})")
+        object.__setattr__(self, "architectures", archs)
 
     def __getitem__(self, name: str) -> float:
         return self.values[name]
+
+    @property
+    def physics(self) -> dict[str, float]:
+        """What the equations read: the global values and the per-architecture factors."""
+        return {**self.values, **{k: v for k, v in self.scalars.items() if is_arch_factor(k)}}
+
+    def arch_factors(self, arch: str) -> dict[str, float]:
+        """The factors of one architecture, by parameter (only those that are set)."""
+        return {k.partition(".")[2]: v for k, v in self.scalars.items() if k.partition(".")[0] == arch}
 
     def scalar(self, family: str, precision: str, op: str) -> float:
         """Product of the family's and the precision's scalar for one operation (1.0 when absent)."""
@@ -133,13 +194,21 @@ class OracleParams:
         scalars = dict(self.scalars)
         for n, v in zip(names, vector, strict=True):
             (values if n in PARAM_SPECS else scalars)[n] = float(v)
-        return OracleParams(values, scalars, kw.get("version", self.version), kw.get("meta", self.meta))
+        return OracleParams(
+            values,
+            scalars,
+            kw.get("version", self.version),
+            kw.get("meta", self.meta),
+            kw.get("architectures", self.architectures),
+        )
 
 
 def bounds(name: str) -> tuple[float, float]:
-    """Search bounds of a global parameter; targeted scalars get (0.05, 20)."""
+    """Search bounds of a global parameter; per-architecture factors (0.2, 5); targeted scalars (0.05, 20)."""
     if name in PARAM_SPECS:
         return PARAM_SPECS[name][1], PARAM_SPECS[name][2]
+    if is_arch_factor(name):
+        return ARCH_FACTOR_BOUNDS
     return 0.05, 20.0
 
 
@@ -166,6 +235,7 @@ def params_from_doc(doc: Any, source: str) -> OracleParams:
         scalars=doc.get("scalars") or {},
         version=str(doc.get("params_version", "unversioned")),
         meta=dict(doc.get("calibration") or {}),
+        architectures=tuple(doc.get("architectures") or ()),
     )
 
 
@@ -174,6 +244,7 @@ def params_to_doc(params: OracleParams) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "params_version": params.version,
         "calibration": dict(params.meta),
+        "architectures": list(params.architectures),
         "params": {k: float(f"{v:.6g}") for k, v in params.values.items()},
         "scalars": {k: float(f"{v:.6g}") for k, v in sorted(params.scalars.items())},
     }

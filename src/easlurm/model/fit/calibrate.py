@@ -17,7 +17,7 @@ from easlurm.errors import ModelError
 from easlurm.model.equations import HardwareArrays, WorkloadArrays, evaluate
 from easlurm.model.fit.dataset import Measurement, placements_of
 from easlurm.model.hardware import Catalogue, load_catalogue
-from easlurm.model.params import PARAM_SPECS, OracleParams, bounds
+from easlurm.model.params import PARAM_SPECS, OracleParams, bounds, is_arch_factor
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,9 @@ class _Problem:
         self.p = np.array([math.nan if m.avg_power_w is None else m.avg_power_w for m in self.rows])
         self.has_p = ~np.isnan(self.p)
         groups = [(w.family, w.precision.value) for w in wls]
-        names = set(base.scalars) | {n for n in self.free if n not in PARAM_SPECS}
+        names = {
+            n for n in set(base.scalars) | set(self.free) if n not in PARAM_SPECS and not is_arch_factor(n)
+        }
         self.masks = {n: np.array([n.split(".")[0] in g for g in groups]) for n in names}
         self.log_scale = [
             n not in PARAM_SPECS or (bounds(n)[0] > 0 and bounds(n)[1] / bounds(n)[0] >= 50)
@@ -116,10 +118,10 @@ class _Problem:
         """(time, power) of shape (S, rows) for encoded parameter vectors x of shape (n_free, S)."""
         x = np.asarray(x, dtype=np.float64)
         x = self.decode(x.reshape(len(self.free), -1) if self.free else np.zeros((0, 1)))
-        values: dict[str, np.ndarray | float] = dict(self.base.values)
-        scal: dict[str, np.ndarray | float] = dict(self.base.scalars)
+        values: dict[str, np.ndarray | float] = dict(self.base.physics)
+        scal: dict[str, np.ndarray | float] = {k: v for k, v in self.base.scalars.items() if k not in values}
         for i, name in enumerate(self.free):
-            (values if name in PARAM_SPECS else scal)[name] = x[i].reshape(-1, 1)
+            (values if name in PARAM_SPECS or is_arch_factor(name) else scal)[name] = x[i].reshape(-1, 1)
         s = {op: np.ones((1, len(self.rows))) for op in ("gemm", "conv", "alu", "mem")}
         for name, val in scal.items():
             op = name.split(".")[1]
@@ -133,6 +135,14 @@ class _Problem:
         """Penalty of encoded vectors x (n_free, S) for leaving the base values (a Gaussian prior)."""
         x = np.asarray(x, dtype=np.float64).reshape(len(self.free), -1)
         return np.sum(((x - self._x0) / self._sigma) ** 2, axis=0) * self.prior_weight
+
+    def loss_and_gradient(self, v: np.ndarray, step: float = 1e-6) -> tuple[float, np.ndarray]:
+        """Loss at one encoded vector and its forward-difference gradient, in one vectorised pass (the
+        polish then costs one array evaluation per iteration, not one per free parameter)."""
+        n = len(v)
+        x = np.asarray(v, dtype=np.float64).reshape(-1, 1) + np.hstack([np.zeros((n, 1)), step * np.eye(n)])
+        out = self.losses(x)
+        return float(out[0]), (out[1:] - out[0]) / step
 
     def losses(self, x: np.ndarray) -> np.ndarray:
         return self.data_losses(x) + (self.prior(x) if self.free else 0.0)
@@ -217,8 +227,43 @@ def targeted_scalars(rows: Sequence[Measurement]) -> list[str]:
     return out
 
 
-def default_free(rows: Sequence[Measurement]) -> list[str]:
-    """Parameters the data can inform: GEMM/conv terms only with such work, power terms only with power data.
+def architectures_of(rows: Sequence[Measurement], catalogue: Catalogue | None = None) -> list[str]:
+    """The rows' GPU architectures, most rows first ('' for GPUs that name none are left out)."""
+    cat = catalogue or load_catalogue()
+    count = Counter(cat.get(m.gpu).architecture for m in rows)
+    count.pop("", None)
+    return [a for a, _ in count.most_common()]
+
+
+def arch_free(rows: Sequence[Measurement], catalogue: Catalogue | None = None) -> list[str]:
+    """Per-architecture factors the rows inform, for every architecture but the most measured one (the
+    reference the shared physics is fitted to): efficiencies of the work its rows do, HBM and host costs, and
+    power terms where its rows have power (the power-limit response where they sweep limits)."""
+    cat = catalogue or load_catalogue()
+    archs = architectures_of(rows, cat)
+    out: list[str] = []
+    for arch in archs[1:]:
+        mine = [m for m in rows if cat.get(m.gpu).architecture == arch]
+        wls = [m.workload() for m in mine]
+        names = ["c_mem", "t_host_op_s"]
+        if any(w.flops_gemm > 0.3 * w.flops_total for w in wls):
+            names.append("beta_gemm")
+        if any(w.flops_conv > 0.3 * w.flops_total for w in wls):
+            names.append("beta_conv")
+        precs = {m.precision.lower() for m in mine}
+        if "fp32" in precs and len(precs) > 1:
+            names.append("c_fp32")
+        if any(m.avg_power_w is not None for m in mine):
+            names += ["c_p", "u_comp", "u_simt", "u_mem"]
+            if any(m.power_limit_w is not None for m in mine):
+                names += ["cap_alpha", "p_floor_frac", "mem_clock_knee"]
+        out += [f"{arch}.{n}" for n in names]
+    return out
+
+
+def default_free(rows: Sequence[Measurement], catalogue: Catalogue | None = None) -> list[str]:
+    """Parameters the data can inform: GEMM/conv terms only with such work, power terms only with power data,
+    per-architecture factors for every architecture but the most measured one (`arch_free`).
 
     Each has a prior (its default, `PRIOR_SIGMA`): parameters the rows barely inform stay near it instead of
     wandering to a bound, which is what lets a fit on a few models hold on others.
@@ -243,7 +288,8 @@ def default_free(rows: Sequence[Measurement]) -> list[str]:
             free += ["cap_alpha", "p_floor_frac", "mem_clock_knee"]
     precs = {m.precision.lower() for m in rows}
     free += [f"c_{prec}" for prec in ("fp32", "tf32") if prec in precs and len(precs) > 1]
-    return free + [n for n in targeted_scalars(rows) if n.split(".")[0] not in precs]
+    free += [n for n in targeted_scalars(rows) if n.split(".")[0] not in precs]
+    return free + arch_free(rows, catalogue)
 
 
 def calibrate(
@@ -263,12 +309,22 @@ def calibrate(
     if not rows:
         raise ModelError("calibration needs at least one measurement")
     base = base or OracleParams()
-    free = list(free) if free is not None else default_free(rows)
+    catalogue = catalogue or load_catalogue()
+    free = list(free) if free is not None else default_free(rows, catalogue)
     for name in free:
         group, _, op = name.partition(".")
-        if name not in PARAM_SPECS and not (group and op in ("gemm", "conv", "alu", "mem")):
-            raise ModelError(f"unknown parameter {name!r} to calibrate (known: {', '.join(PARAM_SPECS)})")
-    prob = _Problem(rows, base, free, catalogue or load_catalogue())
+        if (
+            name not in PARAM_SPECS
+            and not is_arch_factor(name)
+            and not (group and op in ("gemm", "conv", "alu", "mem"))
+        ):
+            raise ModelError(
+                f"unknown parameter {name!r} to calibrate (known: {', '.join(PARAM_SPECS)}, "
+                "<architecture>.<parameter>, <family|precision>.<gemm|conv|alu|mem>)"
+            )
+    archs = tuple(dict.fromkeys([*base.architectures, *architectures_of(rows, catalogue)]))
+    base = base.replace([], [], architectures=archs)
+    prob = _Problem(rows, base, free, catalogue)
     t0, _ = prob.predict(np.zeros((len(free), 1)) + prob.encode(base).reshape(-1, 1))
     bad = [i for i in range(len(rows)) if not np.isfinite(t0[0, i])]
     if bad:
@@ -304,9 +360,7 @@ def calibrate(
     )
     x = de.x
     if polish:
-        res = minimize(
-            lambda v: float(prob.losses(v.reshape(-1, 1))[0]), x, method="L-BFGS-B", bounds=prob.bounds()
-        )
+        res = minimize(prob.loss_and_gradient, x, jac=True, method="L-BFGS-B", bounds=prob.bounds())
         if res.fun <= de.fun:
             x = res.x
     params = base.replace(free, [float(v) for v in prob.decode(x.reshape(-1, 1))[:, 0]])

@@ -204,13 +204,14 @@ def _evaluate_rows(oracle_rep: Any, base_rep: Any | None) -> list[dict[str, Any]
     return out
 
 
-def _evaluate_summary(reports: list[Any]) -> list[dict[str, Any]]:
+def _evaluate_summary(reports: list[Any], by_gpu: bool = False) -> list[dict[str, Any]]:
     out = []
     for rep in reports:
         out.append(
             {
                 "Method": rep.method,
                 "Model": "all",
+                "GPU": "all",
                 "Rows": len(rep.rows),
                 "TimeMAPE": _mape_cell(rep.mape_time),
                 "PowerMAPE": _mape_cell(rep.mape_power),
@@ -222,6 +223,19 @@ def _evaluate_summary(reports: list[Any]) -> list[dict[str, Any]]:
                 {
                     "Method": rep.method,
                     "Model": s.model,
+                    "GPU": "all",
+                    "Rows": s.n_rows,
+                    "TimeMAPE": _mape_cell(s.mape_time),
+                    "PowerMAPE": _mape_cell(s.mape_power),
+                    "NoPrediction": None,
+                }
+            )
+        for s in rep.per_gpu() if by_gpu else ():
+            out.append(
+                {
+                    "Method": rep.method,
+                    "Model": "all",
+                    "GPU": s.model,
                     "Rows": s.n_rows,
                     "TimeMAPE": _mape_cell(s.mape_time),
                     "PowerMAPE": _mape_cell(s.mape_power),
@@ -248,6 +262,15 @@ def _evaluate_doc(meta: dict[str, Any], reports: list[Any]) -> dict[str, Any]:
                     "mape_power_pct": s.mape_power,
                 }
                 for s in rep.per_model()
+            ],
+            "per_gpu": [
+                {
+                    "gpu": s.model,
+                    "rows": s.n_rows,
+                    "mape_time_pct": s.mape_time,
+                    "mape_power_pct": s.mape_power,
+                }
+                for s in rep.per_gpu()
             ],
             "rows": [
                 {
@@ -292,7 +315,7 @@ def _evaluate_markdown(
         "## MAPE",
         "",
     ]
-    cols = ["Method", "Model", "Rows", "TimeMAPE", "PowerMAPE", "NoPrediction"]
+    cols = ["Method", "Model", "GPU", "Rows", "TimeMAPE", "PowerMAPE", "NoPrediction"]
     body = [*md(cols, summary), "", "## Rows (errors signed: + means predicted too high)", ""]
     return "\n".join(head + body + md(list(EVALUATE_COLUMNS), rows)) + "\n"
 
@@ -305,7 +328,8 @@ def _evaluate_markdown(
     "cv_text",
     default="none",
     show_default=True,
-    help="none (parameters as given), leave-one-model-out (refit without each model), or kfold:K.",
+    help="none (parameters as given), leave-one-model-out (refit without each model), leave-one-gpu-out "
+    "(refit without each GPU type), or kfold:K.",
 )
 @click.option("--refit", is_flag=True, help="With --cv none: calibrate on all rows first (in-sample error).")
 @click.option(
@@ -443,7 +467,7 @@ def evaluate_cmd(
         "wall_s": time.perf_counter() - start,
     }
     row_records = _evaluate_rows(oracle_rep, base_rep)
-    summary = _evaluate_summary(reports)
+    summary = _evaluate_summary(reports, by_gpu=scheme.kind == "logo" or len({r.gpu for r in rows}) > 1)
     doc = _evaluate_doc(meta, reports)
     if out_dir:
         out = Path(out_dir)
@@ -458,7 +482,7 @@ def evaluate_cmd(
         return
     click.echo(render_table(columns, row_records, parsable=parsable, header=not noheader))
     click.echo()
-    sum_cols = ["Method", "Model", "Rows", "TimeMAPE", "PowerMAPE", "NoPrediction"]
+    sum_cols = ["Method", "Model", "GPU", "Rows", "TimeMAPE", "PowerMAPE", "NoPrediction"]
     click.echo(render_table(sum_cols, summary, parsable=parsable, header=not noheader))
     if not parsable:
         click.echo()

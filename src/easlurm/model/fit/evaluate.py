@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -14,6 +15,7 @@ from easlurm.errors import ConfigError, ModelError
 from easlurm.model.fit.dataset import Measurement, placements_of
 
 if TYPE_CHECKING:
+    from easlurm.model.hardware import Catalogue
     from easlurm.model.params import OracleParams
 
 #: (time_s, power_w) predicted for each row; NaN where a predictor has no answer (infeasible, no power data)
@@ -21,19 +23,22 @@ Predictor = Callable[[Sequence[Measurement]], tuple[np.ndarray, np.ndarray]]
 #: fit on training rows (the split's number lets fitters seed per split) -> a predictor for other rows
 Fitter = Callable[[Sequence[Measurement], int], Predictor]
 
-CV_CHOICES = ("none", "leave-one-model-out", "kfold:K")
+CV_CHOICES = ("none", "leave-one-model-out", "leave-one-gpu-out", "kfold:K")
 
 
 @dataclass(frozen=True)
 class CvScheme:
-    """How rows are split: `none` (train = test = all rows), leave-one-model-out, or k seeded random folds."""
+    """How rows are split: `none` (train = test = all rows), leave-one-model-out, leave-one-gpu-out (each GPU
+    type held out in turn), or k seeded random folds."""
 
-    kind: str  # "none" | "lomo" | "kfold"
+    kind: str  # "none" | "lomo" | "logo" | "kfold"
     k: int = 0
 
     @property
     def label(self) -> str:
-        return {"none": "none", "lomo": "leave-one-model-out"}.get(self.kind, f"kfold:{self.k}")
+        return {"none": "none", "lomo": "leave-one-model-out", "logo": "leave-one-gpu-out"}.get(
+            self.kind, f"kfold:{self.k}"
+        )
 
     @property
     def held_out(self) -> bool:
@@ -41,12 +46,15 @@ class CvScheme:
 
 
 def parse_cv(text: str) -> CvScheme:
-    """`none`, `leave-one-model-out` (or `lomo`), `kfold:K`; anything else is a ConfigError naming --cv."""
+    """`none`, `leave-one-model-out` (or `lomo`), `leave-one-gpu-out` (or `logo`), `kfold:K`; anything else
+    is a ConfigError naming --cv."""
     t = text.strip().lower()
     if t == "none":
         return CvScheme("none")
     if t in ("leave-one-model-out", "lomo"):
         return CvScheme("lomo")
+    if t in ("leave-one-gpu-out", "logo"):
+        return CvScheme("logo")
     if t.startswith("kfold:"):
         try:
             k = int(t.split(":", 1)[1])
@@ -81,6 +89,12 @@ def make_splits(rows: Sequence[Measurement], scheme: CvScheme, seed: int = 0) ->
             raise ModelError(f"leave-one-model-out needs at least 2 models, the data has {len(models)}")
         model_of = np.array([m.model for m in rows], dtype=object)
         return [Split(name, everything[model_of != name], everything[model_of == name]) for name in models]
+    if scheme.kind == "logo":
+        gpu_of = np.array([gpu_type(m.gpu) for m in rows], dtype=object)
+        gpus = sorted(set(gpu_of))
+        if len(gpus) < 2:
+            raise ModelError(f"leave-one-gpu-out needs at least 2 GPU types, the data has {len(gpus)}")
+        return [Split(name, everything[gpu_of != name], everything[gpu_of == name]) for name in gpus]
     if not 2 <= scheme.k <= n:
         raise ModelError(f"kfold:{scheme.k} needs 2 <= K <= rows ({n})")
     order = np.random.default_rng(seed).permutation(n)
@@ -89,6 +103,20 @@ def make_splits(rows: Sequence[Measurement], scheme: CvScheme, seed: int = 0) ->
         Split(f"fold{i + 1}", np.sort(np.concatenate(folds[:i] + folds[i + 1 :])), np.sort(test))
         for i, test in enumerate(folds)
     ]
+
+
+@functools.lru_cache(maxsize=256)
+def gpu_type(name: str) -> str:
+    """A row's GPU type: its catalogue key when the shipped catalogue knows the name, else the name."""
+    cat = _shipped_catalogue()
+    return cat.resolve(name) if name in cat else name.strip().lower()
+
+
+@functools.lru_cache(maxsize=1)
+def _shipped_catalogue() -> Catalogue:
+    from easlurm.model.hardware import load_catalogue
+
+    return load_catalogue()
 
 
 def _signed_pct(pred: float | None, meas: float | None) -> float | None:
@@ -161,10 +189,17 @@ class MethodReport:
         """Rows without a time prediction (infeasible in the model): left out of the MAPE, reported apart."""
         return sum(r.pred_time_s is None for r in self.rows)
 
+    def per_gpu(self) -> list[ModelScore]:
+        """Scores per GPU type (the `model` field names the GPU type)."""
+        return self._per(lambda r: gpu_type(r.gpu))
+
     def per_model(self) -> list[ModelScore]:
+        return self._per(lambda r: r.model)
+
+    def _per(self, key: Callable[[RowResult], str]) -> list[ModelScore]:
         out = []
-        for name in sorted({r.model for r in self.rows}):
-            mine = [r for r in self.rows if r.model == name]
+        for name in sorted({key(r) for r in self.rows}):
+            mine = [r for r in self.rows if key(r) == name]
             out.append(
                 ModelScore(
                     name,

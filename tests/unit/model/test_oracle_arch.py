@@ -1,0 +1,208 @@
+"""Per-architecture physics: tensor-core precisions, factors that scale the shared parameters on one
+architecture only, power that saturates at the limit, and calibration that recovers known factors."""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from easlurm.errors import ModelError
+from easlurm.model.equations import HardwareArrays, WorkloadArrays, evaluate
+from easlurm.model.fit.calibrate import arch_free, calibrate, default_free
+from easlurm.model.fit.dataset import Measurement, placements_of
+from easlurm.model.fit.evaluate import make_splits, parse_cv
+from easlurm.model.hardware import Catalogue, GpuSpec, load_catalogue
+from easlurm.model.layers import WorkloadBuilder
+from easlurm.model.oracle import Oracle, Placements
+from easlurm.model.params import OracleParams, load_params, params_from_doc, params_to_doc
+from easlurm.model.workload import Precision
+from easlurm.model.zoo import get_workload
+
+NAN = math.nan
+#: no fixed overheads, so that the terms under test are alone
+BARE = {"t_fixed_s": 0.0, "t_kern_s": 1e-9, "t_sync_s": 0.0, "t_host_op_s": 5e-6}
+
+
+def _step(oracle, workload, gpu, batch=64, limit=NAN):
+    pred = oracle.predict(workload, Placements.of(1, batch, gpu, limit))
+    return float(pred.step_time_s[0]), float(pred.power_w[0])
+
+
+def test_tensor_core_precisions_follow_the_architecture():
+    """Volta runs FP16 on tensor cores but TF32 and BF16 as plain FP32; Ampere runs all three on them."""
+    cat = load_catalogue()
+    v100, a100 = cat.get("v100"), cat.get("a100-40gb")
+    assert v100.runs_as(Precision.TF32) is Precision.FP32
+    assert v100.runs_as(Precision.BF16) is Precision.FP32
+    assert v100.runs_as(Precision.FP16) is Precision.FP16
+    assert v100.peak_flops(Precision.BF16) == v100.peak_flops(Precision.FP32)
+    assert a100.peak_flops(Precision.TF32) > a100.peak_flops(Precision.FP32)
+    oracle = Oracle(OracleParams(BARE))
+    fp32 = _step(oracle, get_workload("bert-base", precision="fp32", seq_len=128), "v100")
+    tf32 = _step(oracle, get_workload("bert-base", precision="tf32", seq_len=128), "v100")
+    fp16 = _step(oracle, get_workload("bert-base", precision="fp16", seq_len=128), "v100")
+    assert tf32[0] == pytest.approx(fp32[0], rel=1e-9)
+    assert fp16[0] < 0.5 * fp32[0]
+    a_fp32 = _step(oracle, get_workload("bert-base", precision="fp32", seq_len=128), "a100-40gb")
+    a_tf32 = _step(oracle, get_workload("bert-base", precision="tf32", seq_len=128), "a100-40gb")
+    assert a_tf32[0] < 0.5 * a_fp32[0]
+
+
+def test_architecture_factor_scales_its_gpus_only():
+    """'volta.beta_gemm' halves the GEMM efficiency on V100 and leaves the Ampere and Hopper GPUs alone."""
+    w = get_workload("bert-base", precision="fp16", seq_len=128)
+    base = Oracle(OracleParams(BARE))
+    slow = Oracle(OracleParams(BARE, {"volta.beta_gemm": 0.5}))
+    assert _step(slow, w, "v100")[0] > 1.3 * _step(base, w, "v100")[0]
+    for gpu in ("a100-40gb", "h100-sxm"):
+        assert _step(slow, w, gpu) == _step(base, w, gpu)
+
+
+def test_architecture_factor_names_are_checked():
+    with pytest.raises(ModelError, match="architecture factor"):
+        OracleParams(scalars={"volta.nonsense": 1.0})
+    with pytest.raises(ModelError, match="unknown architecture"):
+        OracleParams(architectures=("fermi",))
+    doc = params_to_doc(OracleParams(scalars={"turing.c_p": 1.4}, architectures=("hopper", "turing")))
+    back = params_from_doc(doc, "x")
+    assert back.architectures == ("hopper", "turing") and back.scalars == {"turing.c_p": 1.4}
+
+
+def test_gpu_of_an_uncalibrated_architecture_says_it_uses_shared_physics():
+    """Parameters calibrated on Hopper alone flag V100 rows (shared physics), not H100 rows."""
+    oracle = Oracle(dataclasses.replace(load_params(), architectures=("hopper",)))
+    w = get_workload("resnet50", precision="fp16")
+    pred = oracle.predict(w, Placements.of(1, 64, np.array(["h100-sxm", "v100"], dtype=object)))
+    assert pred.shared_physics is not None and pred.shared_physics.tolist() == [False, True]
+    many = oracle.predict_many([w, w], Placements.of(1, 64, np.array(["v100", "h100-sxm"], dtype=object)))
+    assert many.shared_physics is not None and many.shared_physics.tolist() == [True, False, True, False]
+    assert oracle.uncalibrated_gpus(["h100-sxm", "v100"]) == ["v100"]
+
+
+def _gemm_workload():
+    b = WorkloadBuilder("fp16")
+    b.linear(4096, 4096, 4096, repeat=8)
+    return b.build("gemm", optimizer="sgd")
+
+
+def _row(w, spec, limit, params):
+    wa = WorkloadArrays.of([w], params)
+    hw = HardwareArrays.table([spec])
+    return evaluate(wa, hw, np.array([1]), np.array([64]), np.array([limit]), params.physics)
+
+
+def test_step_at_a_limit_below_its_demand_slows_down_and_draws_the_limit():
+    """Closed form: demand P above the limit L lowers the SM clock to ((L - floor) / (P - floor))^(1/alpha);
+    the step draws L and its compute time grows by 1/clock (memory-bound work above the knee keeps its speed)."""
+    params = OracleParams({**BARE, "mem_clock_knee": 0.1, "cap_alpha": 2.0, "p_floor_frac": 0.2})
+    spec = load_catalogue().get("a100-40gb")
+    w = _gemm_workload()
+    free = _row(w, spec, 10_000.0, params)  # a limit far above the demand: the unthrottled step
+    demand = float(free.power_w[0])
+    assert demand < spec.tdp_w
+    limit = 0.6 * demand
+    capped = _row(w, spec, limit, params)
+    floor = spec.idle_w + 0.2 * (spec.tdp_w - spec.idle_w)
+    clock = ((limit - floor) / (demand - floor)) ** 0.5
+    assert float(capped.power_w[0]) == pytest.approx(limit)
+    assert float(capped.clock_scale[0]) == pytest.approx(clock)
+    slower = float(capped.step_time_s[0]) - float(free.step_time_s[0])
+    assert slower == pytest.approx(float(free.t_pass_s[0]) * (1 / clock - 1), rel=0.02)
+
+
+def test_small_tdp_card_saturates_at_its_tdp():
+    """A 70 W card whose full-load demand exceeds its TDP is predicted at 70 W by default, and slower than it
+    would run unconstrained (the throttled clock); no explicit limit is needed."""
+    t4 = GpuSpec(
+        "t4x", "T4-like", 8.1, 8.1, 65.0, 320.0, 4.0, 16.0, 70.0, 10.0, 60.0, 16.0, 12.5, 4, "turing"
+    )
+    params = OracleParams({**BARE, "c_p": 1.0}, {"turing.c_p": 2.5})
+    w = _gemm_workload()
+    default = _row(w, t4, NAN, params)
+    unconstrained = _row(w, t4, 10_000.0, params)
+    assert float(unconstrained.power_w[0]) > 70.0
+    assert float(default.power_w[0]) == pytest.approx(70.0)
+    assert float(default.step_time_s[0]) > 1.1 * float(unconstrained.step_time_s[0])
+    oracle = Oracle(params, Catalogue({"t4x": t4}))
+    assert _step(oracle, w, "t4x")[1] == pytest.approx(70.0)
+
+
+#: per-architecture factors the synthetic "truth" holds (Hopper is the reference: its factors are 1.0)
+TRUE_FACTORS = {
+    "volta.beta_gemm": 0.7,
+    "volta.c_mem": 1.4,
+    "volta.c_p": 1.25,
+    "ampere.beta_gemm": 1.15,
+    "ampere.c_mem": 1.3,
+}
+
+
+def synthetic_arch_rows(params):
+    rows = []
+    for gpu in ("h100-sxm", "a100-40gb", "v100"):
+        for model, size in (("bert-base", {"seq_len": 128}), ("gpt2", {"seq_len": 256})):
+            for prec in ("fp16", "fp32"):
+                for b in (1, 8, 32):
+                    rows.append(Measurement(model, b, prec, 1, gpu, 1.0, **size))
+    pred = Oracle(params).predict_rows([m.workload() for m in rows], placements_of(rows))
+    return [
+        dataclasses.replace(m, step_time_s=float(t), avg_power_w=float(p))
+        for m, t, p in zip(rows, pred.step_time_s, pred.power_w)
+    ]
+
+
+def test_calibration_recovers_known_architecture_factors():
+    """Rows made by an oracle with known per-architecture factors: a fit of those factors from 1.0 finds them,
+    and the calibrated set records the architectures it saw."""
+    truth = OracleParams(BARE, TRUE_FACTORS)
+    rows = synthetic_arch_rows(truth)
+    free = list(TRUE_FACTORS)
+    res = calibrate(rows, OracleParams(BARE), free, maxiter=40, popsize=10, seed=1)
+    for name, value in TRUE_FACTORS.items():
+        assert res.params.scalars[name] == pytest.approx(value, rel=0.03), name
+    assert set(res.params.architectures) == {"hopper", "ampere", "volta"}
+    assert res.fit.loss < 0.5
+
+
+def test_default_free_set_has_factors_for_all_but_the_reference_architecture():
+    rows = synthetic_arch_rows(OracleParams(BARE))
+    names = arch_free(rows)
+    # three GPUs tie: the first is the reference
+    assert {n.split(".")[0] for n in names} == {"ampere", "volta"}
+    assert "volta.c_p" in names and "volta.beta_gemm" in names
+    assert set(names) <= set(default_free(rows))
+
+
+def test_leave_one_gpu_out_never_trains_on_the_held_out_gpu():
+    rows = synthetic_arch_rows(OracleParams(BARE))
+    rows = [dataclasses.replace(m, gpu="a100") if m.gpu == "a100-40gb" and m.batch == 1 else m for m in rows]
+    splits = make_splits(rows, parse_cv("leave-one-gpu-out"))
+    assert [s.name for s in splits] == ["a100-40gb", "h100-sxm", "v100"]  # aliases are one GPU type
+    tested = np.concatenate([s.test for s in splits])
+    assert sorted(tested.tolist()) == list(range(len(rows)))
+    for s in splits:
+        assert s.name not in {load_catalogue().resolve(rows[i].gpu) for i in s.train}
+    with pytest.raises(ModelError, match="2 GPU types"):
+        make_splits([m for m in rows if m.gpu == "v100"], parse_cv("logo"))
+
+
+def test_cli_leave_one_gpu_out_reports_per_gpu(capsys, tmp_path):
+    """`easlurm model evaluate --cv leave-one-gpu-out` refits without each GPU type and scores it apart."""
+    import json
+
+    from easlurm.cli import main
+    from easlurm.model.fit.dataset import write_measurements
+
+    rows = synthetic_arch_rows(OracleParams(BARE, TRUE_FACTORS))
+    path = tmp_path / "rows.csv"
+    write_measurements(rows, path)
+    argv = ["model", "evaluate", str(path), "--cv", "leave-one-gpu-out", "--baseline", "none"]
+    assert main([*argv, "--maxiter", "3", "--popsize", "3", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["cv"] == "leave-one-gpu-out"
+    per_gpu = doc["methods"]["oracle"]["per_gpu"]
+    assert [g["gpu"] for g in per_gpu] == ["a100-40gb", "h100-sxm", "v100"]
+    assert all(g["rows"] == 12 and g["mape_time_pct"] is not None for g in per_gpu)
+    splits = {r["gpu"]: r["split"] for r in doc["methods"]["oracle"]["rows"]}
+    assert splits == {"a100-40gb": "a100-40gb", "h100-sxm": "h100-sxm", "v100": "v100"}
