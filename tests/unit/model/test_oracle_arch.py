@@ -206,3 +206,65 @@ def test_cli_leave_one_gpu_out_reports_per_gpu(capsys, tmp_path):
     assert all(g["rows"] == 12 and g["mape_time_pct"] is not None for g in per_gpu)
     splits = {r["gpu"]: r["split"] for r in doc["methods"]["oracle"]["rows"]}
     assert splits == {"a100-40gb": "a100-40gb", "h100-sxm": "h100-sxm", "v100": "v100"}
+
+
+def _sweep_rows(params, gpu="a100-40gb", limits=(150.0, 200.0, 250.0, 300.0, 350.0, 400.0)):
+    rows = [
+        Measurement(model, b, "fp16", 1, gpu, 1.0, None, limit, **size)
+        for model, size in (("bert-base", {"seq_len": 128}), ("resnet50", {"image_size": 224}))
+        for b in (16, 128)
+        for limit in limits
+    ]
+    pred = Oracle(params).predict_rows([m.workload() for m in rows], placements_of(rows))
+    return [
+        dataclasses.replace(m, step_time_s=float(t), avg_power_w=float(p))
+        for m, t, p in zip(rows, pred.step_time_s, pred.power_w)
+    ]
+
+
+def test_power_limit_choice_costs_nothing_with_the_true_response_and_more_with_a_wrong_one():
+    """On a sweep made by an oracle, that oracle picks the measured best limit (0 % excess); an oracle that
+    believes low limits are nearly free (high floor, steep clock response) picks a lower limit that costs
+    measured energy, and the summary says how much."""
+    from easlurm.model.fit.evaluate import evaluate_method, fixed_oracle
+    from easlurm.model.fit.limits import limit_choices, summarise_limits
+
+    truth = OracleParams({**BARE, "p_floor_frac": 0.1, "cap_alpha": 1.5, "mem_clock_knee": 0.9})
+    rows = _sweep_rows(truth)
+    splits = make_splits(rows, parse_cv("none"))
+    right = limit_choices(evaluate_method(rows, splits, fixed_oracle(truth), "oracle", ""))
+    assert len(right) == 4 and all(c.limits_w == (150, 200, 250, 300, 350, 400) for c in right)
+    assert all(c.excess_pct == pytest.approx(0.0, abs=1e-9) and c.chosen_w == c.best_w for c in right)
+    assert all(c.ratio_err_pct == pytest.approx(0.0, abs=1e-6) for c in right)
+    wrong = OracleParams({**BARE, "p_floor_frac": 0.6, "cap_alpha": 4.0, "mem_clock_knee": 0.1})
+    bad = limit_choices(evaluate_method(rows, splits, fixed_oracle(wrong), "oracle", ""))
+    assert any(c.excess_pct > 1.0 for c in bad)
+    for c in bad:
+        i = c.limits_w.index(c.chosen_w)
+        assert c.excess_pct == pytest.approx((c.measured_j[i] / min(c.measured_j) - 1) * 100)
+    (gpu, every) = summarise_limits(bad)
+    assert gpu.gpu == "a100-40gb" and every.gpu == "all" and every.groups == 4
+    assert every.mean_excess_pct == pytest.approx(np.mean([c.excess_pct for c in bad]))
+
+
+def test_cli_power_limits_scores_the_sweeps(capsys, tmp_path):
+    import json
+
+    from easlurm.cli import main
+    from easlurm.model.fit.dataset import write_measurements
+
+    rows = _sweep_rows(load_params())
+    path = tmp_path / "sweep.csv"
+    write_measurements(rows, path)
+    argv = ["model", "evaluate", str(path), "--baseline", "none", "--power-limits"]
+    assert main([*argv, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    summary = doc["power_limits"]["summary"]
+    assert summary[-1]["gpu"] == "all" and summary[-1]["groups"] == 4
+    assert summary[-1]["mean_excess_pct"] == pytest.approx(0.0, abs=1e-9)
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "MeanExcess" in out and "0.00%" in out
+    write_measurements([dataclasses.replace(m, power_limit_w=None) for m in rows], path)
+    assert main(argv) == 2
+    assert "--power-limits" in capsys.readouterr().err

@@ -3,6 +3,7 @@ its cross-validated error beside a baseline's."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import sys
@@ -64,7 +65,6 @@ def calibrate_cmd(
     hardware_path: str | None,
 ) -> None:
     """Fit the oracle's parameters to a measurement CSV and save them as a versioned YAML."""
-    import dataclasses
 
     from easlurm.files import check_writable
 
@@ -202,6 +202,47 @@ def _evaluate_rows(oracle_rep: Any, base_rep: Any | None) -> list[dict[str, Any]
             }
         )
     return out
+
+
+LIMIT_COLUMNS = (
+    "GPU",
+    "Model",
+    "Batch",
+    "Precision",
+    "GPUs",
+    "Limits",
+    "Chosen",
+    "Best",
+    "Excess",
+    "RatioErr",
+)
+LIMIT_SUMMARY_COLUMNS = ("GPU", "Groups", "MeanExcess", "MaxExcess", "BestChosen", "RatioErr")
+
+
+def _limit_record(c: Any) -> dict[str, Any]:
+    return {
+        "GPU": c.gpu,
+        "Model": c.model,
+        "Batch": c.batch,
+        "Precision": c.precision,
+        "GPUs": c.n_gpus,
+        "Limits": f"{min(c.limits_w):g}-{max(c.limits_w):g}W/{len(c.limits_w)}",
+        "Chosen": f"{c.chosen_w:g}W",
+        "Best": f"{c.best_w:g}W",
+        "Excess": f"{c.excess_pct:.1f}%",
+        "RatioErr": _mape_cell(c.ratio_err_pct),
+    }
+
+
+def _limit_summary_record(s: Any) -> dict[str, Any]:
+    return {
+        "GPU": s.gpu,
+        "Groups": s.groups,
+        "MeanExcess": f"{s.mean_excess_pct:.2f}%",
+        "MaxExcess": f"{s.max_excess_pct:.1f}%",
+        "BestChosen": f"{s.best_chosen}/{s.groups}",
+        "RatioErr": _mape_cell(s.mean_ratio_err_pct),
+    }
 
 
 def _evaluate_summary(reports: list[Any], by_gpu: bool = False) -> list[dict[str, Any]]:
@@ -361,6 +402,13 @@ def _evaluate_markdown(
 @click.option(
     "-O", "--out", "out_dir", default=None, help="Also write evaluate.md and evaluate.json into this folder."
 )
+@click.option(
+    "--power-limits",
+    "power_limits",
+    is_flag=True,
+    help="Also score the power-limit response on rows swept over power limits: the measured energy of the "
+    "limit the oracle chooses against the measured best.",
+)
 @click.pass_context
 def evaluate_cmd(
     ctx: click.Context,
@@ -377,6 +425,7 @@ def evaluate_cmd(
     noheader: bool,
     as_json: bool,
     out_dir: str | None,
+    power_limits: bool,
 ) -> None:
     """Per-row error and MAPE of the oracle (and a data-driven baseline) on a measurement CSV.
 
@@ -469,6 +518,22 @@ def evaluate_cmd(
     row_records = _evaluate_rows(oracle_rep, base_rep)
     summary = _evaluate_summary(reports, by_gpu=scheme.kind == "logo" or len({r.gpu for r in rows}) > 1)
     doc = _evaluate_doc(meta, reports)
+    limit_groups: list[dict[str, Any]] = []
+    limit_summary: list[dict[str, Any]] = []
+    if power_limits:
+        from easlurm.model.fit.limits import limit_choices, summarise_limits
+
+        choices = limit_choices(oracle_rep)
+        if not choices:
+            raise ConfigError(
+                f"--power-limits: {measurements} has no job measured at two power limits or more"
+            )
+        limit_groups = [_limit_record(c) for c in choices]
+        limit_summary = [_limit_summary_record(s) for s in summarise_limits(choices)]
+        doc["power_limits"] = {
+            "groups": [dataclasses.asdict(c) for c in choices],
+            "summary": [dataclasses.asdict(s) for s in summarise_limits(choices)],
+        }
     if out_dir:
         out = Path(out_dir)
         try:
@@ -484,6 +549,13 @@ def evaluate_cmd(
     click.echo()
     sum_cols = ["Method", "Model", "GPU", "Rows", "TimeMAPE", "PowerMAPE", "NoPrediction"]
     click.echo(render_table(sum_cols, summary, parsable=parsable, header=not noheader))
+    if limit_groups:
+        click.echo()
+        click.echo(render_table(list(LIMIT_COLUMNS), limit_groups, parsable=parsable, header=not noheader))
+        click.echo()
+        click.echo(
+            render_table(list(LIMIT_SUMMARY_COLUMNS), limit_summary, parsable=parsable, header=not noheader)
+        )
     if not parsable:
         click.echo()
         click.echo(f"cv: {scheme.label}  oracle: {oracle_rep.description}")

@@ -141,6 +141,7 @@ class RowResult:
     pred_time_s: float | None
     power_w: float | None
     pred_power_w: float | None
+    power_limit_w: float | None = None
 
     @property
     def time_err_pct(self) -> float | None:
@@ -246,6 +247,7 @@ def evaluate_method(
                 pred_time_s=_finite(float(t[j])),
                 power_w=m.avg_power_w,
                 pred_power_w=_finite(float(p[j])),
+                power_limit_w=m.power_limit_w,
             )
         if on_split is not None:
             on_split(number)
