@@ -9,6 +9,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.optimize import differential_evolution, minimize
@@ -17,7 +18,7 @@ from easlurm.errors import ModelError
 from easlurm.model.equations import HardwareArrays, WorkloadArrays, evaluate
 from easlurm.model.fit.dataset import Measurement, placements_of
 from easlurm.model.hardware import Catalogue, load_catalogue
-from easlurm.model.params import PARAM_SPECS, OracleParams, bounds, is_arch_factor
+from easlurm.model.params import ARCHITECTURES, PARAM_SPECS, OracleParams, bounds, is_arch_factor
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,16 @@ class _Problem:
         self._sigma = np.where(self.log_scale, PRIOR_SIGMA_LOG10, PRIOR_SIGMA_RANGE * (hi - lo)).reshape(
             -1, 1
         )
+        # an architecture's factors move the loss (a mean over all rows) by their rows' share only: their
+        # prior weighs the same share, so a small architecture's rows still inform its factors
+        share = []
+        for name in self.free:
+            if is_arch_factor(name):
+                on = self.hw.arch[0] == ARCHITECTURES.index(name.partition(".")[0])
+                share.append(max(float(np.mean(on)), 1.0 / max(len(self.rows), 1)))
+            else:
+                share.append(1.0)
+        self._share = np.array(share).reshape(-1, 1)
 
     def bounds(self) -> list[tuple[float, float]]:
         out = []
@@ -134,7 +145,7 @@ class _Problem:
     def prior(self, x: np.ndarray) -> np.ndarray:
         """Penalty of encoded vectors x (n_free, S) for leaving the base values (a Gaussian prior)."""
         x = np.asarray(x, dtype=np.float64).reshape(len(self.free), -1)
-        return np.sum(((x - self._x0) / self._sigma) ** 2, axis=0) * self.prior_weight
+        return np.sum(self._share * ((x - self._x0) / self._sigma) ** 2, axis=0) * self.prior_weight
 
     def loss_and_gradient(self, v: np.ndarray, step: float = 1e-6) -> tuple[float, np.ndarray]:
         """Loss at one encoded vector and its forward-difference gradient, in one vectorised pass (the
@@ -245,7 +256,7 @@ def arch_free(rows: Sequence[Measurement], catalogue: Catalogue | None = None) -
     for arch in archs[1:]:
         mine = [m for m in rows if cat.get(m.gpu).architecture == arch]
         wls = [m.workload() for m in mine]
-        names = ["c_mem", "t_host_op_s"]
+        names = ["c_mem", "t_host_op_s", "t_fixed_s"]
         if any(w.flops_gemm > 0.3 * w.flops_total for w in wls):
             names.append("beta_gemm")
         if any(w.flops_conv > 0.3 * w.flops_total for w in wls):
@@ -341,6 +352,48 @@ def calibrate(
         if progress is not None:
             progress(prob.nfev, float(getattr(intermediate_result, "fun", math.nan)))
 
+    de_kw: dict[str, Any] = {"maxiter": maxiter, "popsize": popsize, "tol": tol}
+    shared = [n for n in free if not is_arch_factor(n)]
+    by_arch = {a: [n for n in free if n.partition(".")[0] == a] for a in ARCHITECTURES}
+    by_arch = {a: names for a, names in by_arch.items() if names}
+    nfev = 0
+    if shared and by_arch:
+        # staged: the shared physics first (factors at their priors), then each architecture's factors on
+        # its own rows (they touch no other row), then one joint polish from there
+        first = _Problem(rows, base, shared, catalogue)
+        x1 = _evolve(first, seed, cb, **de_kw)
+        staged = base.replace(shared, [float(v) for v in first.decode(x1.reshape(-1, 1))[:, 0]])
+        nfev += first.nfev
+        arch_of = {m.gpu: catalogue.get(m.gpu).architecture for m in rows}
+        for number, (arch, names) in enumerate(by_arch.items()):
+            mine = [m for m in rows if arch_of[m.gpu] == arch]
+            if not mine:
+                continue
+            sub = _Problem(mine, staged, names, catalogue)
+            xa = _evolve(sub, seed + 1 + number, None, **de_kw)
+            staged = staged.replace(names, [float(v) for v in sub.decode(xa.reshape(-1, 1))[:, 0]])
+            nfev += sub.nfev
+        x = prob.encode(staged)
+        de_fun = float(prob.losses(x.reshape(-1, 1))[0])
+    else:
+        x = _evolve(prob, seed, cb, **de_kw)
+        de_fun = float(prob.losses(x.reshape(-1, 1))[0])
+    if polish:
+        res = minimize(prob.loss_and_gradient, x, jac=True, method="L-BFGS-B", bounds=prob.bounds())
+        if res.fun <= de_fun:
+            x = res.x
+    params = base.replace(free, [float(v) for v in prob.decode(x.reshape(-1, 1))[:, 0]])
+    params = fit_memory(params, rows, catalogue)
+    wall = time.perf_counter() - start
+    fit = score(params, rows, catalogue)
+    log.info("calibrated %d parameters on %d rows: loss %.3f in %.1f s", len(free), len(rows), fit.loss, wall)
+    return CalibrationResult(params, fit, tuple(free), prob.nfev + nfev, wall)
+
+
+def _evolve(
+    prob: _Problem, seed: int, callback: Callable[[object], None] | None, maxiter: int, popsize: int, tol: float
+) -> np.ndarray:
+    """Differential evolution of one problem's free parameters from its base; the best encoded vector."""
     de = differential_evolution(
         prob.losses,
         prob.bounds(),
@@ -355,20 +408,10 @@ def calibrate(
         polish=False,
         vectorized=True,
         updating="deferred",
-        x0=prob.encode(base),
-        callback=cb,
+        x0=prob.encode(prob.base),
+        callback=callback,
     )
-    x = de.x
-    if polish:
-        res = minimize(prob.loss_and_gradient, x, jac=True, method="L-BFGS-B", bounds=prob.bounds())
-        if res.fun <= de.fun:
-            x = res.x
-    params = base.replace(free, [float(v) for v in prob.decode(x.reshape(-1, 1))[:, 0]])
-    params = fit_memory(params, rows, catalogue)
-    wall = time.perf_counter() - start
-    fit = score(params, rows, catalogue)
-    log.info("calibrated %d parameters on %d rows: loss %.3f in %.1f s", len(free), len(rows), fit.loss, wall)
-    return CalibrationResult(params, fit, tuple(free), prob.nfev, wall)
+    return np.asarray(de.x)
 
 
 def cross_validate(rows: Sequence[Measurement], k: int = 5, seed: int = 0, **kw: object) -> list[FitReport]:

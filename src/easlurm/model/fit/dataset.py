@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,7 +32,11 @@ COLUMNS = (
     "avg_power_w",
     "peak_mem_gib",
     "source",
+    "memory_format",
 )
+#: activation layouts a row may name: `channels_last` (NHWC, as NVIDIA's scripts run mixed-precision CNNs)
+#: needs no layout transforms around tensor-core convolutions; empty or `nchw` is PyTorch's default
+MEMORY_FORMATS = ("", "nchw", "channels_last")
 
 
 @dataclass(frozen=True)
@@ -54,15 +59,19 @@ class Measurement:
     peak_mem_gib: float | None = (
         None  # peak GPU memory allocated on one GPU (torch max_memory_allocated), GiB
     )
+    memory_format: str = ""
 
     def workload(self) -> Workload:
-        return get_workload(
+        w = get_workload(
             self.model,
             precision=self.precision,
             seq_len=self.seq_len,
             image_size=self.image_size,
             optimizer=self.optimizer,
         )
+        if self.memory_format == "channels_last":
+            w = dataclasses.replace(w, conv_io_bytes=0.0)
+        return w
 
     @property
     def family(self) -> str:
@@ -120,7 +129,12 @@ def read_measurements(path: str | Path) -> list[Measurement]:
                 optimizer=(rec.get("optimizer") or "").strip() or "adamw",
                 source=(rec.get("source") or "").strip(),
                 peak_mem_gib=_opt_number(rec.get("peak_mem_gib"), "peak_mem_gib", where),
+                memory_format=(rec.get("memory_format") or "").strip().lower(),
             )
+            if m.memory_format not in MEMORY_FORMATS:
+                raise TraceError(
+                    f"{where}: memory_format must be nchw or channels_last, got {m.memory_format!r}"
+                )
             try:
                 m.workload()
             except EaslurmError as exc:
