@@ -1,0 +1,54 @@
+"""Public measurement CSVs under data/oracle/public: each is what its converter makes of the committed raw
+source, every row reads as a measurement and every GPU is in the shipped catalogue."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from easlurm.model.fit.dataset import read_measurements
+from easlurm.model.hardware import load_catalogue
+
+ROOT = Path(__file__).resolve().parents[3]
+PUBLIC = ROOT / "data" / "oracle" / "public"
+#: converter script -> (raw folder, committed CSV)
+CONVERTERS = {
+    "convert-lambda-benchmarks": ("lambda", "lambda_pytorch.csv"),
+}
+
+
+@pytest.mark.parametrize("script", sorted(CONVERTERS))
+def test_converter_reproduces_the_committed_csv(script: str, tmp_path: Path) -> None:
+    raw, csv_name = CONVERTERS[script]
+    out = tmp_path / csv_name
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / script), str(PUBLIC / "raw" / raw), "-o", str(out)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert out.read_text() == (PUBLIC / csv_name).read_text()
+
+
+@pytest.mark.parametrize("csv_name", sorted(name for _, name in CONVERTERS.values()))
+def test_every_row_reads_and_every_gpu_is_in_the_catalogue(csv_name: str) -> None:
+    rows = read_measurements(PUBLIC / csv_name)
+    catalogue = load_catalogue()
+    assert {catalogue.resolve(m.gpu) for m in rows} == {m.gpu for m in rows}
+    assert all(m.step_time_s > 0 and m.batch >= m.n_gpus for m in rows)
+    assert all((PUBLIC / "raw" / raw / "PROVENANCE.md").is_file() for raw, _ in CONVERTERS.values())
+
+
+def test_lambda_batches_are_global_and_fp32_is_tf32_from_ampere_on() -> None:
+    rows = read_measurements(PUBLIC / "lambda_pytorch.csv")
+    catalogue = load_catalogue()
+    rn50 = {(m.gpu, m.n_gpus, m.precision): m for m in rows if m.model == "resnet50"}
+    assert rn50[("a100-80gb", 8, "tf32")].batch == 8 * rn50[("a100-80gb", 1, "tf32")].batch == 5120
+    assert rn50[("h100-sxm", 1, "fp16")].batch == 1280  # the 80 GB template, as the H100 PCIe row
+    for m in rows:
+        arch = catalogue.get(m.gpu).architecture
+        assert m.precision in (("fp32", "fp16") if arch in ("volta", "turing") else ("tf32", "fp16"))
+        assert m.avg_power_w is None  # the tables' watt column is nominal power, not a measurement
