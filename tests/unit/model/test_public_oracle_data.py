@@ -17,7 +17,10 @@ PUBLIC = ROOT / "data" / "oracle" / "public"
 #: converter script -> (raw folder, committed CSV)
 CONVERTERS = {
     "convert-lambda-benchmarks": ("lambda", "lambda_pytorch.csv"),
+    "convert-zeus-power-traces": ("zeus", "zeus_power_limits.csv"),
 }
+#: traces the project holds out from fitting and evaluation: never converted or committed here
+HELD_OUT = ("summary_power_v100", "summary_power_a40", "pollux", "osdi21")
 
 
 @pytest.mark.parametrize("script", sorted(CONVERTERS))
@@ -52,3 +55,18 @@ def test_lambda_batches_are_global_and_fp32_is_tf32_from_ampere_on() -> None:
         arch = catalogue.get(m.gpu).architecture
         assert m.precision in (("fp32", "fp16") if arch in ("volta", "turing") else ("tf32", "fp16"))
         assert m.avg_power_w is None  # the tables' watt column is nominal power, not a measurement
+
+
+def test_zeus_rows_carry_limit_and_power_and_no_held_out_trace_is_here() -> None:
+    rows = read_measurements(PUBLIC / "zeus_power_limits.csv")
+    assert {m.gpu for m in rows} == {"p100", "rtx6000"}
+    assert all(m.power_limit_w is not None and m.avg_power_w is not None for m in rows)
+    catalogue = load_catalogue()
+    for m in rows:
+        spec = catalogue.get(m.gpu)
+        assert spec.min_power_limit_w <= m.power_limit_w <= spec.tdp_w  # type: ignore[operator]
+        assert m.avg_power_w <= m.power_limit_w * 1.02  # type: ignore[operator]
+    rn50 = {m.power_limit_w: m.step_time_s for m in rows if m.gpu == "rtx6000" and m.model == "resnet50"}
+    assert rn50[100.0] > rn50[260.0]  # a lower cap slows the step
+    names = [p.name.lower() for p in (ROOT / "data").rglob("*")]
+    assert not [n for n in names if any(h in n for h in HELD_OUT)]
