@@ -18,6 +18,7 @@ PUBLIC = ROOT / "data" / "oracle" / "public"
 CONVERTERS = {
     "convert-lambda-benchmarks": ("lambda", "lambda_pytorch.csv"),
     "convert-zeus-power-traces": ("zeus", "zeus_power_limits.csv"),
+    "convert-dle-tables": ("dle", "dle_training.csv"),
 }
 #: traces the project holds out from fitting and evaluation: never converted or committed here
 HELD_OUT = ("summary_power_v100", "summary_power_a40", "pollux", "osdi21")
@@ -70,3 +71,14 @@ def test_zeus_rows_carry_limit_and_power_and_no_held_out_trace_is_here() -> None
     assert rn50[100.0] > rn50[260.0]  # a lower cap slows the step
     names = [p.name.lower() for p in (ROOT / "data").rglob("*")]
     assert not [n for n in names if any(h in n for h in HELD_OUT)]
+
+
+def test_dle_rows_complement_the_published_resnet_file_and_skip_out_of_memory_cells() -> None:
+    rows = read_measurements(PUBLIC / "dle_training.csv")
+    published = read_measurements(ROOT / "data" / "oracle" / "published_resnet50_dle.csv")
+    key = [(m.model, m.gpu, m.n_gpus, m.precision, m.batch) for m in rows]
+    assert not set(key) & {(m.model, m.gpu, m.n_gpus, m.precision, m.batch) for m in published}
+    assert len(key) == len(set(key))
+    bert = [m for m in rows if m.model == "bert-large"]
+    assert {m.gpu for m in bert} == {"v100-16gb", "v100", "v100-sxm3"} and {m.seq_len for m in bert} == {384}
+    assert not [m for m in bert if m.precision == "fp32" and m.batch == 10 * m.n_gpus]  # N/A: out of memory
