@@ -82,3 +82,22 @@ def test_dle_rows_complement_the_published_resnet_file_and_skip_out_of_memory_ce
     bert = [m for m in rows if m.model == "bert-large"]
     assert {m.gpu for m in bert} == {"v100-16gb", "v100", "v100-sxm3"} and {m.seq_len for m in bert} == {384}
     assert not [m for m in bert if m.precision == "fp32" and m.batch == 10 * m.n_gpus]  # N/A: out of memory
+
+
+def test_readme_counts_rows_per_gpu_and_model() -> None:
+    """The row counts quoted in data/README.md are those of the committed CSVs."""
+    files = ["lambda_pytorch.csv", "dle_training.csv", "zeus_power_limits.csv"]
+    rows = {f: read_measurements(PUBLIC / f) for f in files}
+    catalogue = load_catalogue()
+    readme = (ROOT / "data" / "README.md").read_text()
+    lines = []
+    for gpu in {m.gpu for r in rows.values() for m in r}:
+        counts = [sum(m.gpu == gpu for m in rows[f]) for f in files]
+        cells = [gpu, catalogue.get(gpu).architecture, *map(str, counts), str(sum(counts))]
+        lines.append("| " + " | ".join(cells) + " |")
+    for model in {m.model for r in rows.values() for m in r}:
+        counts = [sum(m.model == model for m in rows[f]) for f in files]
+        lines.append("| " + " | ".join([model, *map(str, counts), str(sum(counts))]) + " |")
+    totals = [len(rows[f]) for f in files]
+    lines.append("| " + " | ".join(["all", *map(str, totals), str(sum(totals))]) + " |")
+    assert [line for line in lines if line not in readme] == []
