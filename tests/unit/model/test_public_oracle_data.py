@@ -54,7 +54,9 @@ def test_lambda_batches_are_global_and_fp32_is_tf32_from_ampere_on() -> None:
     assert rn50[("h100-sxm", 1, "fp16")].batch == 1280  # the 80 GB template, as the H100 PCIe row
     for m in rows:
         arch = catalogue.get(m.gpu).architecture
-        assert m.precision in (("fp32", "fp16") if arch in ("pascal", "volta", "turing") else ("tf32", "fp16"))
+        assert m.precision in (
+            ("fp32", "fp16") if arch in ("pascal", "volta", "turing") else ("tf32", "fp16")
+        )
         assert m.avg_power_w is None  # the tables' watt column is nominal power, not a measurement
 
 
