@@ -28,7 +28,12 @@ from easlurm.progress import progressbar
     default=None,
     help="Start from these parameters (default: shipped ones).",
 )
-@click.option("--free", default=None, help="Parameters to fit, comma list (default: what the data informs).")
+@click.option(
+    "--free",
+    default=None,
+    help="Parameters to fit, comma list (default: what the data informs); 'comm' names the link factors the "
+    "rows' rings cross.",
+)
 @click.option(
     "--maxiter",
     type=int_range(1, 100_000),
@@ -80,6 +85,11 @@ def calibrate_cmd(
         catalogue.resolve(m.gpu)  # a GPU the catalogue lacks is one clear error before fitting
     base = load_params(base_path) if base_path else load_params()
     free_list = [f.strip() for f in free.split(",") if f.strip()] if free else None
+    if free_list and "comm" in free_list:
+        from easlurm.model.fit.calibrate import comm_free
+
+        at = free_list.index("comm")
+        free_list[at : at + 1] = [n for n in comm_free(rows, catalogue) if n not in free_list]
     before = score(base, rows, catalogue)
     with progressbar(length=maxiter, label="calibrating", file=sys.stderr) as bar:
         res = calibrate(
