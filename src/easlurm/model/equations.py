@@ -193,14 +193,16 @@ def all_reduce(
     latency of the ring's 2(n-1) steps. Spreading the same GPUs over more nodes never raises the bandwidth.
     """
     m = np.ceil(n / hw.gpus_per_node) if n_nodes is None else np.asarray(n_nodes, np.float64)
-    k = np.ceil(n / np.maximum(m, 1.0))  # GPUs on the fullest node
-    bw_in = hw.link_bw * np.where(hw.nvlink > 0, p["bw_eff_nvlink"], p["bw_eff_pcie"])
-    nic_bw = hw.net_bw * hw.gpus_per_node / hw.nics_per_node
-    eff_net = np.where(hw.infiniband > 0, p["bw_eff_ib"], p["bw_eff_eth"])
-    bw_out = np.minimum(k, hw.nics_per_node) * nic_bw * eff_net
+    bw = hw.link_bw * np.where(hw.nvlink > 0, p["bw_eff_nvlink"], p["bw_eff_pcie"])
+    hop: np.ndarray | float = p["l_hop_s"]
     spread = m > 1.0
-    bw = np.where(spread, np.minimum(bw_in, bw_out), bw_in)
-    hop = np.where(spread, np.maximum(p["l_hop_net_s"], p["l_hop_s"]), p["l_hop_s"])
+    if np.any(spread):  # packed placements (the common case) skip the network terms
+        k = np.ceil(n / np.maximum(m, 1.0))  # GPUs on the fullest node
+        nic_bw = hw.net_bw * hw.gpus_per_node / hw.nics_per_node
+        eff_net = np.where(hw.infiniband > 0, p["bw_eff_ib"], p["bw_eff_eth"])
+        bw_out = np.minimum(k, hw.nics_per_node) * nic_bw * eff_net
+        bw = np.where(spread, np.minimum(bw, bw_out), bw)
+        hop = np.where(spread, np.maximum(p["l_hop_net_s"], p["l_hop_s"]), p["l_hop_s"])
     bucket = p["ddp_bucket_mb"] * 1e6
     buckets = np.maximum(np.ceil(grad_bytes / bucket), 1.0)
     steps = 2.0 * (n - 1.0)

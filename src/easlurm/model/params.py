@@ -100,7 +100,15 @@ PARAM_SPECS: dict[str, tuple[float, float, float, str]] = {
 RETIRED_PARAMS = frozenset({"bw_eff_frac"})
 
 #: the communication parameters (fitted on multi-GPU rows only: `easlurm model calibrate --free comm`)
-COMM_PARAMS = ("bw_eff_nvlink", "bw_eff_pcie", "bw_eff_ib", "bw_eff_eth", "l_hop_s", "l_hop_net_s")
+COMM_PARAMS = (
+    "t_sync_s",
+    "bw_eff_nvlink",
+    "bw_eff_pcie",
+    "bw_eff_ib",
+    "bw_eff_eth",
+    "l_hop_s",
+    "l_hop_net_s",
+)
 
 #: the parameters of the co-location rule (fitted by `model.colocation.fit_colocation`, not by `calibrate`)
 COLOC_PARAMS = ("coloc_switch_frac", "coloc_queue", "coloc_mps_interference")
