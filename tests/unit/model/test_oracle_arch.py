@@ -12,7 +12,7 @@ from easlurm.model.equations import HardwareArrays, WorkloadArrays, evaluate
 from easlurm.model.fit.calibrate import arch_free, calibrate, default_free
 from easlurm.model.fit.dataset import Measurement, placements_of
 from easlurm.model.fit.evaluate import make_splits, parse_cv
-from easlurm.model.hardware import Catalogue, GpuSpec, load_catalogue
+from easlurm.model.hardware import Catalogue, load_catalogue
 from easlurm.model.layers import WorkloadBuilder
 from easlurm.model.oracle import Oracle, Placements
 from easlurm.model.params import OracleParams, load_params, params_from_doc, params_to_doc
@@ -114,8 +114,19 @@ def test_step_at_a_limit_below_its_demand_slows_down_and_draws_the_limit():
 def test_small_tdp_card_saturates_at_its_tdp():
     """A 70 W card whose full-load demand exceeds its TDP is predicted at 70 W by default, and slower than it
     would run unconstrained (the throttled clock); no explicit limit is needed."""
-    t4 = GpuSpec(
-        "t4x", "T4-like", 8.1, 8.1, 65.0, 320.0, 4.0, 16.0, 70.0, 10.0, 60.0, 16.0, 12.5, 4, "turing"
+    t4 = dataclasses.replace(
+        load_catalogue().get("a10"),
+        key="t4x",
+        name="T4-like",
+        architecture="turing",
+        fp32_tflops=8.1,
+        tf32_tflops=8.1,
+        bf16_tflops=65.0,
+        hbm_gbs=320.0,
+        tdp_w=70.0,
+        idle_w=10.0,
+        min_power_limit_w=60.0,
+        aliases=(),
     )
     params = OracleParams({**BARE, "c_p": 1.0}, {"turing.c_p": 2.5})
     w = _gemm_workload()

@@ -18,6 +18,7 @@ from easlurm.errors import ModelError
 from easlurm.model.equations import HardwareArrays, WorkloadArrays, evaluate
 from easlurm.model.fit.dataset import Measurement, placements_of
 from easlurm.model.hardware import Catalogue, load_catalogue
+from easlurm.model.oracle import resolve_nodes
 from easlurm.model.params import ARCHITECTURES, PARAM_SPECS, OracleParams, bounds, is_arch_factor
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,9 @@ class _Problem:
         self.wa = WorkloadArrays.of(wls, plain).reshape(1, -1)
         pl = placements_of(self.rows)
         keys, idx = pl.gpu_codes()
-        self.hw = HardwareArrays.table([catalogue.get(k) for k in keys]).take(idx).reshape(1, -1)
+        specs = [catalogue.get(k) for k in keys]
+        self.hw = HardwareArrays.table(specs).take(idx).reshape(1, -1)
+        self.nodes = resolve_nodes(pl, specs, idx).reshape(1, -1)
         self.n = pl.n_gpus.reshape(1, -1)
         self.b = pl.batch.reshape(1, -1)
         self.pl = pl.power_limit_w.reshape(1, -1)
@@ -138,7 +141,7 @@ class _Problem:
             op = name.split(".")[1]
             s[op] = s[op] * np.where(self.masks[name], val, 1.0)
         wa = dataclasses.replace(self.wa, s_gemm=s["gemm"], s_conv=s["conv"], s_alu=s["alu"], s_mem=s["mem"])
-        res = evaluate(wa, self.hw, self.n, self.b, self.pl, values)  # type: ignore[arg-type]
+        res = evaluate(wa, self.hw, self.n, self.b, self.pl, values, self.nodes)  # type: ignore[arg-type]
         self.nfev += max(x.shape[1], 1)
         return np.atleast_2d(res.step_time_s), np.atleast_2d(res.power_w)
 
@@ -147,7 +150,7 @@ class _Problem:
         x = np.asarray(x, dtype=np.float64).reshape(len(self.free), -1)
         return np.sum(self._share * ((x - self._x0) / self._sigma) ** 2, axis=0) * self.prior_weight
 
-    def loss_and_gradient(self, v: np.ndarray, step: float = 1e-6) -> tuple[float, np.ndarray]:
+    def loss_and_gradient(self, v: np.ndarray, step: float = 1e-8) -> tuple[float, np.ndarray]:
         """Loss at one encoded vector and its forward-difference gradient, in one vectorised pass (the
         polish then costs one array evaluation per iteration, not one per free parameter)."""
         n = len(v)
@@ -272,6 +275,22 @@ def arch_free(rows: Sequence[Measurement], catalogue: Catalogue | None = None) -
     return out
 
 
+def comm_free(rows: Sequence[Measurement], catalogue: Catalogue | None = None) -> list[str]:
+    """The communication parameters multi-GPU rows inform: the achieved-bandwidth factor of each link kind
+    their rings cross (NVLink/PCIe inside a node, InfiniBand/Ethernet between nodes) and the network hop."""
+    cat = catalogue if catalogue is not None else load_catalogue()
+    out: list[str] = []
+    for m in rows:
+        if m.n_gpus <= 1:
+            continue
+        spec = cat.get(m.gpu)
+        names = [f"bw_eff_{spec.link_kind}"]
+        if (m.n_nodes or -(-m.n_gpus // spec.gpus_per_node)) > 1:
+            names += [f"bw_eff_{'ib' if spec.net_kind == 'infiniband' else 'eth'}", "l_hop_net_s"]
+        out += [n for n in names if n not in out]
+    return out
+
+
 def default_free(rows: Sequence[Measurement], catalogue: Catalogue | None = None) -> list[str]:
     """Parameters the data can inform: GEMM/conv terms only with such work, power terms only with power data,
     per-architecture factors for every architecture but the most measured one (`arch_free`).
@@ -288,9 +307,7 @@ def default_free(rows: Sequence[Measurement], catalogue: Catalogue | None = None
     if any(w.flops_conv > 0.3 * w.flops_total for w in wls):
         free += ["beta_conv", "k_layout"]
     if any(m.n_gpus > 1 for m in rows):
-        free += ["t_sync_s"]
-        if any(m.n_gpus > 8 for m in rows):
-            free += ["bw_eff_frac"]
+        free += ["t_sync_s", *comm_free(rows, catalogue)]
     if any(m.avg_power_w is not None for m in rows):
         free += ["c_p", "u_comp", "u_mem", "u_idle"]
         if any(m.precision.lower() == "fp32" for m in rows):
@@ -391,7 +408,12 @@ def calibrate(
 
 
 def _evolve(
-    prob: _Problem, seed: int, callback: Callable[[object], None] | None, maxiter: int, popsize: int, tol: float
+    prob: _Problem,
+    seed: int,
+    callback: Callable[[object], None] | None,
+    maxiter: int,
+    popsize: int,
+    tol: float,
 ) -> np.ndarray:
     """Differential evolution of one problem's free parameters from its base; the best encoded vector."""
     de = differential_evolution(

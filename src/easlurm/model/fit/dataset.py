@@ -26,6 +26,7 @@ COLUMNS = (
     "precision",
     "optimizer",
     "n_gpus",
+    "n_nodes",
     "gpu",
     "power_limit_w",
     "step_time_s",
@@ -60,6 +61,8 @@ class Measurement:
         None  # peak GPU memory allocated on one GPU (torch max_memory_allocated), GiB
     )
     memory_format: str = ""
+    #: nodes the GPUs spanned (None: the fewest that hold them at the GPU type's gpus_per_node)
+    n_nodes: int | None = None
 
     def workload(self) -> Workload:
         w = get_workload(
@@ -130,11 +133,14 @@ def read_measurements(path: str | Path) -> list[Measurement]:
                 source=(rec.get("source") or "").strip(),
                 peak_mem_gib=_opt_number(rec.get("peak_mem_gib"), "peak_mem_gib", where),
                 memory_format=(rec.get("memory_format") or "").strip().lower(),
+                n_nodes=_opt_number(rec.get("n_nodes"), "n_nodes", where, True),  # type: ignore[arg-type]
             )
             if m.memory_format not in MEMORY_FORMATS:
                 raise TraceError(
                     f"{where}: memory_format must be nchw or channels_last, got {m.memory_format!r}"
                 )
+            if m.n_nodes is not None and m.n_nodes > m.n_gpus:
+                raise TraceError(f"{where}: n_nodes must be <= n_gpus ({m.n_gpus}), got {m.n_nodes}")
             try:
                 m.workload()
             except EaslurmError as exc:
@@ -179,4 +185,5 @@ def placements_of(rows: Sequence[Measurement]) -> Placements:
         np.array([m.batch for m in rows]),
         np.array([m.gpu for m in rows], dtype=object),
         np.array([math.nan if m.power_limit_w is None else m.power_limit_w for m in rows]),
+        np.array([m.n_nodes or 0 for m in rows]),
     )
