@@ -33,11 +33,12 @@ COLUMNS = (
     "avg_power_w",
     "peak_mem_gib",
     "source",
-    "memory_format",
 )
 #: activation layouts a row may name: `channels_last` (NHWC, as NVIDIA's scripts run mixed-precision CNNs)
 #: needs no layout transforms around tensor-core convolutions; empty or `nchw` is PyTorch's default
 MEMORY_FORMATS = ("", "nchw", "channels_last")
+#: optional columns, written only when a row sets them
+OPTIONAL_COLUMNS = ("memory_format",)
 
 
 @dataclass(frozen=True)
@@ -170,10 +171,11 @@ def write_measurements(
         for line in header_comment.splitlines():
             fh.write(f"# {line}\n")
         w = csv.writer(fh)
-        w.writerow([*COLUMNS, *names])
+        columns = [*COLUMNS, *(c for c in OPTIONAL_COLUMNS if any(getattr(m, c) for m in rows))]
+        w.writerow([*columns, *names])
         for i, m in enumerate(rows):
             more = [(extra[i] if extra else {}).get(k) for k in names]
-            w.writerow(["" if v is None else v for v in [*(getattr(m, c) for c in COLUMNS), *more]])
+            w.writerow(["" if v is None else v for v in [*(getattr(m, c) for c in columns), *more]])
 
 
 def placements_of(rows: Sequence[Measurement]) -> Placements:
