@@ -22,6 +22,7 @@ MODEL_NAMES: tuple[str, ...] = (
     "tinyllama-1.1b",
     "llama3-8b",
     "shufflenet-small",
+    "shufflenet-v2",
 )
 
 _ALIASES = {
@@ -40,6 +41,8 @@ _ALIASES = {
     "llama-3-8b": "llama3-8b",
     "llama3": "llama3-8b",
     "shufflenet": "shufflenet-small",
+    "shufflenet-v2-1.0": "shufflenet-v2",
+    "shufflenetv2": "shufflenet-v2",
 }
 
 
@@ -275,11 +278,18 @@ def _llama(
 
 def _shufflenet_small(b: WorkloadBuilder, image: int, classes: int = 1000) -> None:
     """ShuffleNet-V2 0.5x-like: depthwise-separable blocks with channel split and shuffle."""
+    _shufflenet_v2(b, image, (48, 96, 192), classes)
+
+
+def _shufflenet_v2(
+    b: WorkloadBuilder, image: int, widths: tuple[int, int, int] = (116, 232, 464), classes: int = 1000
+) -> None:
+    """ShuffleNet-V2 (1.0x widths by default): stages of 4/8/4 units, channel split, shuffle, 1024-wide head."""
     h = _conv_bn(b, 3, 24, 3, image, 2)
     hp = _out(h, 3, 2, 1)
     b.pool(24 * h * h, 24 * hp * hp)
     h, c_in = hp, 24
-    for c_out, repeats in ((48, 4), (96, 8), (192, 4)):
+    for c_out, repeats in zip(widths, (4, 8, 4)):
         half = c_out // 2
         # down-sampling block: two branches, each ending at c_out/2 channels
         h2 = _conv_bn(b, c_in, c_in, 3, h, 2, groups=c_in, act=None)
@@ -307,6 +317,7 @@ _MODELS: dict[str, tuple[str, str, int, Callable[[WorkloadBuilder, int], None]]]
     "resnet50": ("cnn", "vision", 224, _resnet50),
     "vgg16": ("cnn", "vision", 224, _vgg16),
     "shufflenet-small": ("cnn", "vision", 224, _shufflenet_small),
+    "shufflenet-v2": ("cnn", "vision", 224, _shufflenet_v2),
     "vit-b16": ("vit", "vision", 224, lambda b, s: _vit(b, s, 768, 12, 12, 3072)),
     "vit-l16": ("vit", "vision", 224, lambda b, s: _vit(b, s, 1024, 24, 16, 4096)),
     "bert-base": ("bert", "text", 128, lambda b, s: _bert(b, s, 768, 12, 12, 3072)),
