@@ -14,6 +14,7 @@ from easlurm.sim.doc_figures import (
     table,
 )
 from easlurm.sim.doc_oracle import FIGURES as ORACLE_FIGURES
+from easlurm.sim.doc_oracle_gpus import FIGURES as ORACLE_GPU_FIGURES
 
 BUDGET_EXP = "budget-4500W"
 
@@ -294,4 +295,5 @@ DOCS: dict[str, DocFigures] = {
         colocation,
     ),
     "evaluate": ORACLE_FIGURES,
+    "oracle-gpus": ORACLE_GPU_FIGURES,
 }

@@ -201,6 +201,18 @@ def _peak_mem_gib(
     return np.asarray(pred.peak_mem_gib, dtype=np.float64)
 
 
+def feasible_rows(
+    rows: Sequence[Measurement], params: OracleParams, catalogue: Catalogue | None = None
+) -> tuple[list[Measurement], list[Measurement]]:
+    """(rows the model can run, rows it finds out of memory) under the given parameters."""
+    from easlurm.model.oracle import Oracle
+
+    oracle = Oracle(params, catalogue or load_catalogue(), cache_size=0)
+    ok = oracle.predict_rows([m.workload() for m in rows], placements_of(rows)).feasible
+    assert ok is not None
+    return [m for m, f in zip(rows, ok) if f], [m for m, f in zip(rows, ok) if not f]
+
+
 def fit_memory(
     params: OracleParams, rows: Sequence[Measurement], catalogue: Catalogue | None = None
 ) -> OracleParams:
@@ -252,7 +264,8 @@ def architectures_of(rows: Sequence[Measurement], catalogue: Catalogue | None = 
 def arch_free(rows: Sequence[Measurement], catalogue: Catalogue | None = None) -> list[str]:
     """Per-architecture factors the rows inform, for every architecture but the most measured one (the
     reference the shared physics is fitted to): efficiencies of the work its rows do, HBM and host costs, and
-    power terms where its rows have power (the power-limit response where they sweep limits)."""
+    power terms where its rows have power. The response to a power limit (`cap_alpha`, `p_floor_frac`,
+    `mem_clock_knee`) stays shared: every sweep informs it, and a GPU never swept takes it."""
     cat = catalogue or load_catalogue()
     archs = architectures_of(rows, cat)
     out: list[str] = []
@@ -269,8 +282,6 @@ def arch_free(rows: Sequence[Measurement], catalogue: Catalogue | None = None) -
             names.append("c_fp32")
         if any(m.avg_power_w is not None for m in mine):
             names += ["c_p", "u_comp", "u_simt", "u_mem"]
-            if any(m.power_limit_w is not None for m in mine):
-                names += ["cap_alpha", "p_floor_frac", "mem_clock_knee"]
         out += [f"{arch}.{n}" for n in names]
     return out
 
@@ -332,8 +343,13 @@ def calibrate(
     tol: float = 1e-6,
     catalogue: Catalogue | None = None,
     progress: Callable[[int, float], None] | None = None,
+    skip_infeasible: bool = False,
 ) -> CalibrationResult:
-    """Fit the free parameters: DE (best1bin, LHS init, mutation (0.5, 1.5), CR 0.7), then L-BFGS-B."""
+    """Fit the free parameters: DE (best1bin, LHS init, mutation (0.5, 1.5), CR 0.7), then L-BFGS-B.
+
+    With per-architecture factors among them, in stages: the shared parameters, then each architecture's
+    factors on its own rows, then a joint polish. A row the model finds infeasible (out of memory) is an error,
+    or with `skip_infeasible` left out (evaluation scores it as unpredicted)."""
     if not rows:
         raise ModelError("calibration needs at least one measurement")
     base = base or OracleParams()
@@ -355,11 +371,17 @@ def calibrate(
     prob = _Problem(rows, base, free, catalogue)
     t0, _ = prob.predict(np.zeros((len(free), 1)) + prob.encode(base).reshape(-1, 1))
     bad = [i for i in range(len(rows)) if not np.isfinite(t0[0, i])]
-    if bad:
+    if bad and (not skip_infeasible or len(bad) == len(rows)):
         m = rows[bad[0]]
         raise ModelError(
             f"measurement {bad[0] + 1} ({m.model} x{m.n_gpus} {m.gpu}) is infeasible in the model"
         )
+    if bad:
+        log.warning(
+            "%d of %d measurements are infeasible in the model (out of memory): left out", len(bad), len(rows)
+        )
+        rows = [m for i, m in enumerate(rows) if i not in set(bad)]
+        prob = _Problem(rows, base, free, catalogue)
     start = time.perf_counter()
     if not free:
         fitted = fit_memory(base, rows, catalogue)

@@ -18,7 +18,7 @@ from easlurm.progress import progressbar
 
 
 @click.command("calibrate")
-@click.argument("measurements", type=click.Path(dir_okay=False, exists=True))
+@click.argument("measurements", nargs=-1, required=True, type=click.Path(dir_okay=False, exists=True))
 @click.option(
     "-O", "--out", "out_path", default=None, help="Parameter YAML to write (default params-<date>.yaml)."
 )
@@ -59,11 +59,16 @@ from easlurm.progress import progressbar
     "default --free comm.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Report as one JSON document.")
+@click.option(
+    "--skip-infeasible",
+    is_flag=True,
+    help="Leave out rows the model finds out of memory (they are an error otherwise).",
+)
 @HARDWARE_OPTION
 @click.pass_context
 def calibrate_cmd(
     ctx: click.Context,
-    measurements: str,
+    measurements: tuple[str, ...],
     out_path: str | None,
     base_path: str | None,
     free: str | None,
@@ -74,9 +79,11 @@ def calibrate_cmd(
     version: str | None,
     scaling: bool,
     as_json: bool,
+    skip_infeasible: bool,
     hardware_path: str | None,
 ) -> None:
-    """Fit the oracle's parameters to a measurement CSV and save them as a versioned YAML."""
+    """Fit the oracle's parameters to measurement CSVs (rows of all files together) and save them as a
+    versioned YAML."""
 
     from easlurm.files import check_writable
 
@@ -87,7 +94,7 @@ def calibrate_cmd(
     from easlurm.model.params import OracleParams, load_params, save_params
 
     catalogue = apply_oracle_config(load_ctx_config(ctx), hardware_path)
-    rows = read_measurements(measurements)
+    rows = [m for path in measurements for m in read_measurements(path)]
     for m in rows:
         catalogue.resolve(m.gpu)  # a GPU the catalogue lacks is one clear error before fitting
     base = load_params(base_path) if base_path else load_params()
@@ -102,6 +109,12 @@ def calibrate_cmd(
 
         at = free_list.index("comm")
         free_list[at : at + 1] = [n for n in ["t_sync_s", *comm_free(rows, catalogue)] if n not in free_list]
+    if skip_infeasible:
+        from easlurm.model.fit.calibrate import feasible_rows
+
+        rows, dropped = feasible_rows(rows, base, catalogue)
+        if dropped:
+            click.echo(f"left out {len(dropped)} rows the model finds out of memory", err=True)
     before = score(base, rows, catalogue)
     with progressbar(length=maxiter, label="calibrating", file=sys.stderr) as bar:
         res = calibrate(
@@ -131,7 +144,8 @@ def calibrate_cmd(
     today = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
     meta = {
         "date": today,
-        "data": measurements + (" (multi-GPU slowdowns over one GPU: --scaling)" if scaling else ""),
+        "data": " ".join(measurements)
+        + (" (multi-GPU slowdowns over one GPU: --scaling)" if scaling else ""),
         "rows": len(rows),
         "free": list(res.free),
         "method": f"differential_evolution best1bin popsize={popsize} LHS mutation=(0.5,1.5) CR=0.7 + L-BFGS-B",
@@ -384,7 +398,7 @@ def _evaluate_markdown(
 
 
 @click.command("evaluate")
-@click.argument("measurements", type=click.Path(dir_okay=False))
+@click.argument("measurements", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--params", "params_path", default=None, help="Oracle parameter YAML (default: oracle.params).")
 @click.option(
     "--cv",
@@ -434,7 +448,7 @@ def _evaluate_markdown(
 @click.pass_context
 def evaluate_cmd(
     ctx: click.Context,
-    measurements: str,
+    measurements: tuple[str, ...],
     params_path: str | None,
     cv_text: str,
     refit: bool,
@@ -481,7 +495,7 @@ def evaluate_cmd(
         raise ConfigError("--maxiter and --popsize must be >= 1")
     if refit and scheme.held_out:
         raise ConfigError("--refit applies to --cv none (cross-validation always refits)")
-    rows = read_measurements(measurements)
+    rows = [m for path in measurements for m in read_measurements(path)]
     splits = make_splits(rows, scheme, seed)
     params = ctx_oracle(ctx, params_path).params
     start = time.perf_counter()
@@ -528,7 +542,7 @@ def evaluate_cmd(
         )
         reports.append(base_rep)
     meta = {
-        "data": measurements,
+        "data": " ".join(measurements),
         "rows": len(rows),
         "cv": scheme.label,
         "seed": seed,
@@ -548,7 +562,7 @@ def evaluate_cmd(
         choices = limit_choices(oracle_rep)
         if not choices:
             raise ConfigError(
-                f"--power-limits: {measurements} has no job measured at two power limits or more"
+                f"--power-limits: {' '.join(measurements)} has no job measured at two power limits or more"
             )
         limit_groups = [_limit_record(c) for c in choices]
         limit_summary = [_limit_summary_record(s) for s in summarise_limits(choices)]

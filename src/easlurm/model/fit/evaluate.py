@@ -305,6 +305,7 @@ def calibrating_oracle(
             popsize=popsize,
             seed=seed + number,
             progress=tick,
+            skip_infeasible=True,
         )
         return oracle_predictor(res.params)
 

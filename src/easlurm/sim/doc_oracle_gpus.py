@@ -1,0 +1,127 @@
+"""What docs/oracle-gpus.md quotes: the oracle across GPU types (leave-one-GPU-out) and its power-limit choice."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from easlurm.sim.doc_figures import DocFigures, table
+
+#: the measurements the shipped parameters are fitted to, in the order `easlurm model evaluate` reads them
+DATA = (
+    "data/oracle/h100_sxm_training_steps.csv",
+    "data/oracle/published_resnet50_dle.csv",
+    "data/oracle/public/dle_training.csv",
+    "data/oracle/public/lambda_pytorch.csv",
+    "data/oracle/public/zeus_power_limits.csv",
+)
+#: calibration settings of each leave-one-GPU-out refit (small, so that the figures regenerate in minutes)
+MAXITER, POPSIZE = 20, 8
+
+
+@dataclass(frozen=True)
+class GpuEvaluation:
+    """The shipped parameters on every row, and a leave-one-GPU-out evaluation (refits from the priors)."""
+
+    params_version: str
+    n_rows: int
+    arch_of: dict[str, str]
+    shipped: Any  # MethodReport
+    logo: Any  # MethodReport
+    limits: list[Any]  # LimitSummary
+
+
+def gpu_source(root: Path, work_dir: Path, jobs: int) -> GpuEvaluation:
+    from easlurm.config import load_config
+    from easlurm.model.build import oracle_params, params_setting
+    from easlurm.model.fit.dataset import read_measurements
+    from easlurm.model.fit.evaluate import (
+        calibrating_oracle,
+        evaluate_method,
+        fixed_oracle,
+        gpu_type,
+        make_splits,
+        parse_cv,
+    )
+    from easlurm.model.fit.limits import limit_choices, summarise_limits
+    from easlurm.model.hardware import load_catalogue
+    from easlurm.model.params import OracleParams
+
+    rows = [m for path in DATA for m in read_measurements(root / path)]
+    shipped = oracle_params(params_setting(load_config()))
+    cat = load_catalogue()
+    arch_of = {gpu_type(m.gpu): cat.get(m.gpu).architecture for m in rows}
+    as_given = evaluate_method(rows, make_splits(rows, parse_cv("none")), fixed_oracle(shipped), "oracle", "")
+    scheme = parse_cv("leave-one-gpu-out")
+    fit = calibrating_oracle(OracleParams(), maxiter=MAXITER, popsize=POPSIZE, seed=0)
+    logo = evaluate_method(rows, make_splits(rows, scheme, 0), fit, "oracle", "", scheme.label)
+    limits = summarise_limits(limit_choices(logo))
+    return GpuEvaluation(shipped.version, len(rows), arch_of, as_given, logo, limits)
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1f} %"
+
+
+def gpu_figures(ev: GpuEvaluation) -> dict[str, str]:
+    archs = sorted(set(ev.arch_of.values()))
+    shipped = {s.model: s for s in ev.shipped.per_gpu()}
+    rows = []
+    for s in ev.logo.per_gpu():
+        given = shipped[s.model]
+        rows.append(
+            [
+                s.model,
+                ev.arch_of.get(s.model, ""),
+                str(s.n_rows),
+                _pct(s.mape_time),
+                _pct(s.mape_power),
+                _pct(given.mape_time),
+                _pct(given.mape_power),
+            ]
+        )
+    per_type = [s.mape_time for s in ev.logo.per_gpu() if s.mape_time is not None]
+    rows.append(
+        [
+            "**all rows**",
+            "",
+            str(len(ev.logo.rows)),
+            _pct(ev.logo.mape_time),
+            _pct(ev.logo.mape_power),
+            _pct(ev.shipped.mape_time),
+            _pct(ev.shipped.mape_power),
+        ]
+    )
+    header = ["GPU type", "architecture", "rows", "LOGO time", "LOGO power", "shipped time", "shipped power"]
+    limit_rows = [
+        [
+            s.gpu,
+            str(s.groups),
+            f"{s.mean_excess_pct:.1f} %",
+            f"{s.max_excess_pct:.1f} %",
+            f"{s.best_chosen}/{s.groups}",
+            _pct(s.mean_ratio_err_pct),
+        ]
+        for s in ev.limits
+    ]
+    unpredicted = ev.logo.n_unpredicted
+    return {
+        "oracle-gpus/data": (
+            f"{ev.n_rows} rows, {len(ev.arch_of)} GPU types, {len(archs)} architectures "
+            f"({', '.join(archs)}); shipped params `{ev.params_version}`"
+        ),
+        "oracle-gpus/logo": table(header, rows)
+        + (
+            f"\n\nMean over GPU types (each type weighs the same): "
+            f"{sum(per_type) / len(per_type):.1f} % time. Rows the model finds out of memory are left out "
+            f"({unpredicted})."
+        ),
+        "oracle-gpus/limits": table(
+            ["GPU type", "jobs swept", "mean excess", "max excess", "best limit chosen", "energy-ratio error"],
+            limit_rows,
+        ),
+    }
+
+
+FIGURES = DocFigures("docs/oracle-gpus.md", ", ".join(DATA), gpu_source, gpu_figures)
