@@ -66,9 +66,11 @@ PARAM_SPECS: dict[str, tuple[float, float, float, str]] = {
     "u_mem": (0.55, 0.0, 1.5, "dynamic power share while HBM-bound work runs"),
     "u_comm": (0.25, 0.0, 1.0, "dynamic power share while communicating"),
     "u_idle": (0.15, 0.0, 1.0, "dynamic power share of an active GPU waiting on the host (clocks up)"),
-    "cap_alpha": (3.0, 1.0, 4.0, "SM dynamic power ~ clock^alpha under a power limit (f*V^2, V ~ f)"),
+    # between f*V^2 with V ~ f (alpha 3) and a voltage already at its floor at low limits (alpha 1); with a
+    # fifth of the dynamic range that does not follow the clock (memory, fans, leakage)
+    "cap_alpha": (2.0, 1.0, 4.0, "SM dynamic power ~ clock^alpha under a power limit"),
     "p_floor_frac": (
-        0.15,
+        0.2,
         0.0,
         0.8,
         "share of (TDP - idle) that does not follow the SM clock (HBM, leakage)",
