@@ -114,8 +114,8 @@ def gpu_figures(ev: GpuEvaluation) -> dict[str, str]:
         "oracle-gpus/logo": table(header, rows)
         + (
             f"\n\nMean over GPU types (each type weighs the same): "
-            f"{sum(per_type) / len(per_type):.1f} % time. Rows the model finds out of memory are left out "
-            f"({unpredicted})."
+            f"{sum(per_type) / len(per_type):.1f} % time. Rows without a prediction (out of memory in the "
+            f"model): {unpredicted}."
         ),
         "oracle-gpus/limits": table(
             ["GPU type", "jobs swept", "mean excess", "max excess", "best limit chosen", "energy-ratio error"],

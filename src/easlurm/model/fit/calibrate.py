@@ -254,11 +254,17 @@ def targeted_scalars(rows: Sequence[Measurement]) -> list[str]:
 
 
 def architectures_of(rows: Sequence[Measurement], catalogue: Catalogue | None = None) -> list[str]:
-    """The rows' GPU architectures, most rows first ('' for GPUs that name none are left out)."""
+    """The rows' GPU architectures, the one with the most GPU types first (then most rows; '' for GPUs that
+    name none is left out). The first is the reference of `arch_free`: anchoring the shared physics on the
+    broadest architecture leaves what one machine's peculiarities (its host, its input pipeline) add to the
+    factors of that machine's architecture."""
     cat = catalogue or load_catalogue()
     count = Counter(cat.get(m.gpu).architecture for m in rows)
+    types: dict[str, set[str]] = {}
+    for m in rows:
+        types.setdefault(cat.get(m.gpu).architecture, set()).add(cat.resolve(m.gpu))
     count.pop("", None)
-    return [a for a, _ in count.most_common()]
+    return sorted(count, key=lambda a: (len(types[a]), count[a]), reverse=True)
 
 
 def arch_free(rows: Sequence[Measurement], catalogue: Catalogue | None = None) -> list[str]:
