@@ -279,3 +279,69 @@ def test_cli_power_limits_scores_the_sweeps(capsys, tmp_path):
     write_measurements([dataclasses.replace(m, power_limit_w=None) for m in rows], path)
     assert main(argv) == 2
     assert "--power-limits" in capsys.readouterr().err
+
+
+def test_calibrate_reads_several_files_and_can_skip_rows_out_of_memory(capsys, tmp_path):
+    """Rows of all files are one set; a row the model finds out of memory is an error, or left out (and said)
+    with --skip-infeasible; the written parameters name the architectures they were fitted on."""
+    from easlurm.cli import main
+    from easlurm.model.fit.calibrate import feasible_rows
+    from easlurm.model.fit.dataset import write_measurements
+
+    rows = synthetic_arch_rows(OracleParams(BARE, TRUE_FACTORS))
+    huge = Measurement("llama3-8b", 64, "fp32", 1, "v100", 1.0, seq_len=2048)
+    ok, dropped = feasible_rows([*rows[:3], huge], OracleParams())
+    assert ok == rows[:3] and dropped == [huge]
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    write_measurements([r for r in rows if r.gpu != "v100"], a)
+    write_measurements([*(r for r in rows if r.gpu == "v100"), huge], b)
+    out = tmp_path / "p.yaml"
+    argv = [
+        "model",
+        "calibrate",
+        str(a),
+        str(b),
+        "--maxiter",
+        "2",
+        "--popsize",
+        "2",
+        "--folds",
+        "0",
+        "-O",
+        str(out),
+    ]
+    assert main(argv) != 0
+    assert "infeasible" in capsys.readouterr().err
+    assert main([*argv, "--skip-infeasible", "--free", "volta.c_mem"]) == 0
+    assert "left out 1 rows" in capsys.readouterr().err
+    params = load_params(out)
+    assert {"hopper", "ampere", "volta"} <= set(params.architectures) and "volta.c_mem" in params.scalars
+
+
+def test_predict_says_which_gpus_take_the_shared_physics(capsys, tmp_path):
+    import json
+
+    from easlurm.cli import main
+    from easlurm.model.params import save_params
+
+    path = tmp_path / "p.yaml"
+    save_params(dataclasses.replace(load_params(), architectures=("hopper",)), path)
+    argv = ["predict", "--model", "resnet50", "--gpu", "h100,v100", "--batch", "64", "--params", str(path)]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "v100 (volta)" in err and "shared physics" in err and "h100" not in err
+    assert main([*argv, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [p["shared_physics"] for p in doc["placements"]] == [False, True]
+
+
+def test_staged_calibration_recovers_shared_and_architecture_parameters_together():
+    """Shared parameters and per-architecture factors free at once (the staged fit: shared, then each
+    architecture on its rows, then a joint polish) recover both."""
+    truth = OracleParams({**BARE, "c_mem": 1.8, "beta_gemm": 0.5}, TRUE_FACTORS)
+    rows = synthetic_arch_rows(truth)
+    free = ["c_mem", "beta_gemm", *TRUE_FACTORS]
+    res = calibrate(rows, OracleParams(BARE), free, maxiter=40, popsize=10, seed=2)
+    for name in free:
+        assert res.params.vector([name])[0] == pytest.approx(truth.vector([name])[0], rel=0.05), name
+    assert res.fit.loss < 1.0
