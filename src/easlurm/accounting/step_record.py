@@ -39,7 +39,7 @@ _DURATION = re.compile(r"^[0-9]{1,9}(\.[0-9]{1,6})?(ms|s|m|min|h|d)?$")
 SPEC_MAX_CHARS = 1024
 INTERVAL_RANGE_S = (0.010, 60.0)
 DEADLINE_RANGE_S = (0.001, 366 * 86400.0)
-_WORDS = ("all", "gpu", "cpu", "dram", "urgent", "share")
+_WORDS = ("all", "gpu", "cpu", "dram", "urgent", "share", "nolimit")
 _KEYS = ("interval", "deadline", "model", "steps", "batch", "gpus")
 
 
@@ -57,6 +57,8 @@ class ProfileSpec:
     urgent: bool = False
     #: the job may share its one GPU with another declared job (docs/colocation-live.md)
     share: bool = False
+    #: run at the GPUs' default power limit: the scheduler chooses no limit for this job
+    nolimit: bool = False
 
     def hints(self) -> dict[str, Any]:
         """The workload hints only (JSON-safe), for the scheduler."""
@@ -72,6 +74,8 @@ class ProfileSpec:
             out["urgent"] = True
         if self.share:
             out["share"] = True
+        if self.nolimit:
+            out["nolimit"] = True
         return out
 
 
@@ -117,8 +121,8 @@ def parse_spec(text: str | None) -> ProfileSpec:
         if not eq:
             if item not in _WORDS:
                 raise ConfigError(
-                    f"--energy-profile: unknown item {item!r} (devices: all,gpu,cpu,dram; flags: urgent,share; "
-                    f"keys: {','.join(_KEYS)})"
+                    f"--energy-profile: unknown item {item!r} (devices: all,gpu,cpu,dram; "
+                    f"flags: urgent,share,nolimit; keys: {','.join(_KEYS)})"
                 )
             if item in words:
                 raise ConfigError(f"--energy-profile: {item!r} given twice")
@@ -154,6 +158,7 @@ def parse_spec(text: str | None) -> ProfileSpec:
         else None,
         urgent="urgent" in words,
         share="share" in words,
+        nolimit="nolimit" in words,
     )
 
 
