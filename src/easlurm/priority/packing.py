@@ -111,7 +111,7 @@ class BatchPacker:
     #: with them stay honest); "bounded": each placement's limit minimises the policy's objective among
     #: the limits that slow the job by at most `max_slowdown`; "free": limits the subclass offers
     #: (`limit_fractions`, a job's declared limits) are weighed without a slowdown bound.
-    limits: ClassVar[str] = "free"
+    limits: str = "free"
 
     def __init__(
         self,
@@ -120,6 +120,7 @@ class BatchPacker:
         malleable: bool = True,
         power_budget_w: float | None = None,
         max_slowdown: float | None = None,
+        power_limits: bool = True,
         **params: Any,
     ) -> None:
         if params:
@@ -131,8 +132,11 @@ class BatchPacker:
         self.aging_weight = float(aging_weight)
         self.malleable = bool(malleable)
         self.power_budget_w = power_budget_w
+        if not power_limits:  # this instance keeps every job at the default limit (comparisons)
+            self.limits = "default"
         bounded = self.limits == "bounded"
-        #: accepted by every policy (one site setting for all); only "bounded" policies use it
+        #: accepted by every policy (one site setting for all); only "bounded" policies use it. A bound
+        #: of 0 still lets a limit that costs no predicted time (a memory- or launch-bound job) save power.
         self.max_slowdown = DEFAULT_MAX_SLOWDOWN if max_slowdown is None else float(max_slowdown)
         self.limit_fractions: tuple[float, ...] = LIMIT_STEPS if bounded else ()
         self._caches: dict[int, PredictionCache] = {}

@@ -100,6 +100,9 @@ def test_baselines_never_set_a_limit_even_when_the_job_offers_some(oracle: Oracl
 def test_a_job_that_opts_out_runs_at_the_default_limit(oracle: Oracle, name: str) -> None:
     (start,) = get_policy(name).decide(snap(job(default_power_limit=True)), oracle).starts
     assert start.power_limit_w is None
+    # and a policy built without limits (the replay's NAME+nolimit rows) sets none for anyone
+    (start,) = get_policy(name, power_limits=False).decide(snap(job()), oracle).starts
+    assert start.power_limit_w is None
 
 
 def test_one_prediction_per_job_template_covers_every_placement_and_limit(oracle: Oracle) -> None:
@@ -132,3 +135,19 @@ def test_max_slowdown_is_checked_where_it_is_set() -> None:
         check_setting("sched.max_slowdown", -0.1, "f")
     with pytest.raises(ConfigError, match="max_slowdown"):
         get_policy("zeus", max_slowdown=-1.0)
+
+
+def test_a_noisy_oracle_errs_alike_at_every_limit_of_a_placement() -> None:
+    """Prediction error belongs to a workload on its GPUs, not to one limit: with independent draws per
+    limit a policy would pick a limit whose noise happens to look fast, whatever the bound."""
+    from easlurm.model import NoisyOracle
+
+    limits = [math.nan, 300.0, 400.0, 500.0]
+    pl = Placements.of(np.array([4, 4, 4, 4, 2]), 256, "h100-sxm", np.array([*limits, math.nan]))
+    wl = get_workload("resnet50", precision="fp32")
+    clean, noisy = Oracle().predict(wl, pl), NoisyOracle(sigma=0.1, seed=3).predict(wl, pl)
+    ratio = noisy.step_time_s / clean.step_time_s
+    assert np.allclose(ratio[:4], ratio[0]) and not np.isclose(ratio[4], ratio[0])
+    for seed in range(5):
+        (start,) = get_policy("zeus", max_slowdown=0.0).decide(snap(job()), NoisyOracle(0.1, seed)).starts
+        assert start.power_limit_w is None
