@@ -371,13 +371,14 @@ def astuple_shallow(res: StepResult) -> tuple[np.ndarray, ...]:
 
 def _first_of_placement(placements: Placements, codes: np.ndarray, repeat: int) -> np.ndarray:
     """For each row (placements repeated `repeat` times), the row whose noise it takes: the first row in
-    its repetition with the same GPU count, batch and GPU type, whatever its power limit. A placement
+    its repetition with the same GPU count, batch, GPU type and node count, whatever its power limit. A placement
     asked for twice at the same limit keeps two draws (the k-th copy at one limit goes with the k-th
     copy at another)."""
     codes = np.asarray(codes, dtype=np.int64)
     limit = np.nan_to_num(placements.power_limit_w, nan=-1.0)
+    nodes = placements.n_nodes
     _, same_row = np.unique(
-        np.stack([placements.n_gpus, placements.batch, codes, limit]), axis=1, return_inverse=True
+        np.stack([placements.n_gpus, placements.batch, codes, nodes, limit]), axis=1, return_inverse=True
     )
     same_row = np.asarray(same_row).reshape(-1)
     order = np.argsort(same_row, kind="stable")
@@ -385,7 +386,7 @@ def _first_of_placement(placements: Placements, codes: np.ndarray, repeat: int) 
     starts = np.r_[0, np.flatnonzero(sorted_rows[1:] != sorted_rows[:-1]) + 1]
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
-    key = np.stack([placements.n_gpus, placements.batch, codes, rank])
+    key = np.stack([placements.n_gpus, placements.batch, codes, nodes, rank])
     _, first, inverse = np.unique(key, axis=1, return_index=True, return_inverse=True)
     base = first[np.asarray(inverse).reshape(-1)]
     n = len(base)
