@@ -246,12 +246,16 @@ class BatchPacker:
         default = np.isnan(limit_w)
         if self.limits == "default":
             return default
-        opted_out = np.array([j.default_power_limit for j in jobs], dtype=bool)[job_of]
+        opted_out = np.array([self.keeps_default_limit(j) for j in jobs], dtype=bool)[job_of]
         allowed = ~opted_out
         if self.limits == "bounded":
             with np.errstate(invalid="ignore"):
                 allowed &= default_sps <= sps * (1.0 + self.max_slowdown)
         return default | allowed
+
+    def keeps_default_limit(self, job: PendingJob) -> bool:
+        """A job this policy never caps: one that asked for the default limit (SPEC `nolimit`)."""
+        return job.default_power_limit
 
     def at(self, values: np.ndarray, best: np.ndarray) -> np.ndarray:
         """Value of each job's chosen option (inf where it has none)."""
