@@ -28,6 +28,7 @@ MODES = ("train", "infer")
 #: Zoo models `measure` can build, and the library each needs beyond torch.
 TORCH_MODELS: dict[str, str] = {
     "shufflenet-small": "torch",
+    "shufflenet-v2-cifar": "torch",
     "resnet50": "torchvision",
     "vgg16": "torchvision",
     "vit-b16": "torchvision",
@@ -133,8 +134,11 @@ def _need(module: str, model: str) -> Any:
 # -- models ----------------------------------------------------------------------------------------------
 
 
-def _shufflenet_v2_x0_5(torch: Any, classes: int = 1000) -> Any:
-    """ShuffleNet-V2 0.5x in plain torch (torchvision's layout: stages 4/8/4, channels 24-48-96-192-1024)."""
+def _shufflenet_v2(torch: Any, widths: tuple[int, int, int], classes: int, image: int) -> Any:
+    """ShuffleNet-V2 in plain torch (torchvision's layout: stages 4/8/4, channels 24-widths-1024), with the
+    zoo's CIFAR stem for small images (`zoo.SMALL_IMAGE`)."""
+    from easlurm.model.zoo import SMALL_IMAGE
+
     nn = torch.nn
 
     def shuffle(x: Any) -> Any:
@@ -169,8 +173,11 @@ def _shufflenet_v2_x0_5(torch: Any, classes: int = 1000) -> Any:
                 out = torch.cat((self.branch1(x), self.branch2(x)), dim=1)
             return shuffle(out)
 
-    channels = [24, 48, 96, 192, 1024]
-    layers: list[Any] = [*conv_bn(3, channels[0], 3, 2), nn.MaxPool2d(3, 2, 1)]
+    channels = [24, *widths, 1024]
+    if image <= SMALL_IMAGE:
+        layers: list[Any] = conv_bn(3, channels[0], 3, 1)
+    else:
+        layers = [*conv_bn(3, channels[0], 3, 2), nn.MaxPool2d(3, 2, 1)]
     cin = channels[0]
     for repeats, cout in zip((4, 8, 4), channels[1:4]):
         layers.append(Unit(cin, cout, 2))
@@ -189,9 +196,14 @@ def build(torch: Any, cfg: MeasureConfig, device: Any) -> tuple[Any, Callable[[A
     """(module on `device`, loss of one forward pass), inputs created once on the device."""
     name = cfg.model
     b = cfg.batch
-    if name in ("shufflenet-small", "resnet50", "vgg16", "vit-b16", "vit-l16"):
-        if name == "shufflenet-small":
-            model = _shufflenet_v2_x0_5(torch)
+    if name in ("shufflenet-small", "shufflenet-v2-cifar", "resnet50", "vgg16", "vit-b16", "vit-l16"):
+        size = cfg.image_size or (32 if name == "shufflenet-v2-cifar" else 224)
+        classes = 100 if name == "shufflenet-v2-cifar" else 1000
+        if name.startswith("shufflenet"):
+            from easlurm.model.zoo import SHUFFLENET_WIDTHS
+
+            width = SHUFFLENET_WIDTHS["1.0x" if name == "shufflenet-v2-cifar" else "0.5x"]
+            model = _shufflenet_v2(torch, width, classes, size)
         else:
             tv = _need("torchvision", name)
             ctor = {"resnet50": "resnet50", "vgg16": "vgg16", "vit-b16": "vit_b_16", "vit-l16": "vit_l_16"}[
@@ -199,9 +211,8 @@ def build(torch: Any, cfg: MeasureConfig, device: Any) -> tuple[Any, Callable[[A
             ]
             kwargs: dict[str, Any] = {"image_size": cfg.image_size} if name.startswith("vit") else {}
             model = getattr(tv.models, ctor)(**kwargs)
-        size = cfg.image_size or 224
         x = torch.randn(b, 3, size, size, device=device)
-        y = torch.randint(0, 1000, (b,), device=device)
+        y = torch.randint(0, classes, (b,), device=device)
         crit = torch.nn.CrossEntropyLoss()
         return model.to(device), lambda m: crit(m(x), y)
     tf = _need("transformers", name)
