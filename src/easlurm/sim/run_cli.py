@@ -52,7 +52,7 @@ def policy_params_from_config(policy: str, sched: dict[str, Any]) -> dict[str, A
 
 @click.command("run")
 @click.option(
-    "--policy", "-p", required=True, help="Policy name (pollux, zeus, hades, aurachronos, charon, ...)."
+    "--policy", required=True, help="Policy name (pollux, zeus, hades, aurachronos, charon, ...)."
 )
 @click.option(
     "--scenario",

@@ -89,7 +89,7 @@ def test_every_command_names_energy_power_and_edp_alike(capsys: pytest.CaptureFi
         "profile": profile_doc(),
         "predict": json.loads(run(capsys, "predict", "--model", "resnet50", "--gpus", "1,2", "--json")),
         "corun": json.loads(run(capsys, "model", "corun", "bert-base:16", "distilbert:8", "--json")),
-        "sim run": json.loads(run(capsys, "sim", "run", "-p", "zeus", "--hours", "0.1", "--json")),
+        "sim run": json.loads(run(capsys, "sim", "run", "--policy", "zeus", "--hours", "0.1", "--json")),
     }
     from easlurm.sim.report import MAIN_COLUMNS
 

@@ -237,7 +237,7 @@ def test_job_list_yaml_sets_share_and_runs(tmp_path: Path) -> None:
     # the same from the command line
     from easlurm.cli import main
 
-    argv = ["sim", "run", "-p", "zeus-share", "--job-list", str(jobs), "--cluster", str(cluster)]
+    argv = ["sim", "run", "--policy", "zeus-share", "--job-list", str(jobs), "--cluster", str(cluster)]
     assert main([*argv, "--hours", "1", "--noise-sigma", "0", "--json"]) == 0
 
 
