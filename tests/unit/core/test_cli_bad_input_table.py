@@ -225,7 +225,9 @@ CASES: dict[str, Case] = {
     "cfg-noise-replay": C(
         "sim.noise_sigma", "-c", "{cfg}", "sim", "replay", T, "--out", OUT, config="sim:\n  noise_sigma: -1\n"
     ),
-    "cfg-hours-run": C("sim.hours", "-c", "{cfg}", "sim", "run", "--policy", "zeus", config="sim:\n  hours: 0\n"),
+    "cfg-hours-run": C(
+        "sim.hours", "-c", "{cfg}", "sim", "run", "--policy", "zeus", config="sim:\n  hours: 0\n"
+    ),
     "cfg-interval-profile": C(
         "profiler.interval_s",
         "-c",

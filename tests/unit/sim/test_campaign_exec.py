@@ -78,7 +78,7 @@ def test_results_csv_one_row_per_run_and_missing_stays_blank(tmp_path: Path) -> 
     assert len(rows) == 12
     assert {r["run_id"] for r in rows} == {r.run_id for r in plan.runs()}
     assert all(r["util_a100-40gb"] == "" for r in rows)  # NaN in, blank out (never 0)
-    assert all(float(r["energy_kwh"]) > 0 for r in rows)
+    assert all(float(r["energy_j"]) > 0 for r in rows)
     rec = json.loads(record_path(tmp_path, plan.runs()[0]).read_text())
     assert rec["spec"]["policy"] == "pollux" and len(rec["result"]["power_w"]) == 40
     assert load_rows(tmp_path)[0]["run_id"] == plan.runs()[0].run_id
