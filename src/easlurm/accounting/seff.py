@@ -69,9 +69,10 @@ class DeviceLine:
     in_total: bool
     apportioned: str | None = None
     share: float | None = None
-    #: measured GPU utilisation and memory, where the record holds them (records carry neither today)
-    utilisation: float | None = None
-    memory_bytes: float | None = None
+    #: a GPU's mean utilisation (%) and peak memory in use of its total (bytes), where NVML measured them
+    mean_util_pct: float | None = None
+    peak_memory_bytes: int | None = None
+    memory_total_bytes: int | None = None
 
 
 @dataclass
@@ -205,6 +206,9 @@ def device_lines(rec: StepRecord, limits: GpuLimits | None) -> list[DeviceLine]:
                     in_total=d.in_total,
                     apportioned=d.apportioned,
                     share=d.share,
+                    mean_util_pct=d.mean_util_pct,
+                    peak_memory_bytes=d.peak_memory_bytes,
+                    memory_total_bytes=d.memory_total_bytes,
                 )
             )
     return out
@@ -292,8 +296,24 @@ def build_card(
     if any(s.partial for s in steps):
         card.notes.append("partial: a node's record is missing; its energy is not in the totals")
     if any(d.apportioned for s in card.steps for d in s.devices):
-        card.notes.append("shared GPU: this job's share of the GPU's energy (split by utilisation or time)")
+        card.notes.append(
+            "shared GPU: this job's share of the GPU's energy (split by utilisation or time); "
+            "its utilisation and memory are the whole GPU's"
+        )
+    card.notes.extend(unmeasured_activity(card.steps))
     return card
+
+
+def unmeasured_activity(steps: Sequence[StepLine]) -> list[str]:
+    """Where a GPU's utilisation or memory is unknown: the driver does not report it (NVML
+    NOT_SUPPORTED, a GPU without NVML) or the record predates them. Said, never shown as 0."""
+    gpus = [d for s in steps for d in s.devices if d.kind == "gpu" and not d.modelled]
+    no_util = sorted({f"{d.device}@{d.host}" for d in gpus if d.mean_util_pct is None})
+    no_mem = sorted({f"{d.device}@{d.host}" for d in gpus if d.peak_memory_bytes is None})
+    if no_util and no_util == no_mem:
+        return [f"GPU utilisation and memory: not measured on {', '.join(no_util)}"]
+    out = [f"GPU utilisation: not measured on {', '.join(no_util)}"] if no_util else []
+    return out + ([f"GPU memory: not measured on {', '.join(no_mem)}"] if no_mem else [])
 
 
 def idle_gpus(devices: Sequence[DeviceLine], limits: GpuLimits | None) -> list[DeviceLine]:
@@ -330,8 +350,9 @@ def card_document(
             "in_total": d.in_total,
             "apportioned": d.apportioned,
             "share": d.share,
-            "utilisation": d.utilisation,
-            "memory_bytes": d.memory_bytes,
+            "mean_util_pct": d.mean_util_pct,
+            "peak_memory_bytes": d.peak_memory_bytes,
+            "memory_total_bytes": d.memory_total_bytes,
         }
 
     return {

@@ -53,9 +53,20 @@ def _p(v: float | None) -> str:
     return format_power(v) or "-"
 
 
+def _memory(d: Any) -> str:
+    """A GPU's peak memory in use of its total ("31.20GB/80.00GB"), "-" where not measured."""
+    from easlurm.units import format_si
+
+    if d is None or d.peak_memory_bytes is None:
+        return "-"
+    total = "" if d.memory_total_bytes is None else f"/{format_si(d.memory_total_bytes, 'B')}"
+    return f"{format_si(d.peak_memory_bytes, 'B')}{total}"
+
+
 def render_card(card: Any, whatifs: Sequence[Any], whatif_note: str | None, per_device: bool = False) -> str:
     """The card as text: a header, totals, one row per step, node and device kind (per device with
-    `per_device`; power columns are per device: mean of means, highest peak), then the what-ifs."""
+    `per_device`; power columns are per device: mean of means, highest peak; Util is the mean GPU
+    utilisation, PeakMem the fullest GPU's peak memory of its total), then the what-ifs."""
     from easlurm.energy.result import sum_known
     from easlurm.table import render_table
 
@@ -121,7 +132,12 @@ def render_card(card: Any, whatifs: Sequence[Any], whatif_note: str | None, per_
                 flags.append(f"shared:{100 * (d.share or 0):.0f}%")
             means = [x.mean_power_w for x in devs if x.mean_power_w is not None]
             peaks = [x.peak_power_w for x in devs if x.peak_power_w is not None]
-            utils = [x.utilisation for x in devs if x.utilisation is not None]
+            utils = [x.mean_util_pct for x in devs if x.mean_util_pct is not None]
+            fullest = max(
+                (x for x in devs if x.peak_memory_bytes is not None),
+                key=lambda x: x.peak_memory_bytes or 0,
+                default=None,
+            )
             rows.append(
                 {
                     "Step": s.step,
@@ -131,12 +147,13 @@ def render_card(card: Any, whatifs: Sequence[Any], whatif_note: str | None, per_
                     "MeanPower": _p(sum(means) / len(means) if means else None),
                     "PeakPower": _p(max(peaks) if peaks else None),
                     "Limit": _p(d.limit_w),
-                    "Util": f"{100 * sum(utils) / len(utils):.0f}%" if utils else "-",
+                    "Util": f"{sum(utils) / len(utils):.0f}%" if utils else "-",
+                    "PeakMem": _memory(fullest),
                     "Flags": ",".join(flags) or "measured",
                 }
             )
     lines.append("")
-    cols = ["Step", "Node", "Device", "Energy", "MeanPower", "PeakPower", "Limit", "Util", "Flags"]
+    cols = ["Step", "Node", "Device", "Energy", "MeanPower", "PeakPower", "Limit", "Util", "PeakMem", "Flags"]
     lines.append(render_table(cols, rows))
     if whatifs or whatif_note:
         lines.append("")
