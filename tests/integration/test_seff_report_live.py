@@ -145,9 +145,23 @@ def test_seff_and_report_on_real_jobs(slurm_box: Any, tmp_path: Path) -> None:
         assert c["total_energy_j"] == pytest.approx(run_total_j(spool, j, 0), rel=1e-9)
         assert c["shards"] == 1 and any("shared GPU" in n for n in c["notes"])
         assert all(d["apportioned"] for s in c["steps"] for d in s["devices"] if d["kind"] == "gpu")
-        assert (
-            c["whatif"] == [] and "names no GPU type" in c["whatif_note"]
-        )  # a shard's AllocTRES names no type
+        # a shard's AllocTRES names no GPU type: the card takes its node's GRES type
+        assert c["gpu_type"] == "h100" and c["gpu_limit_w"] == 700, c["notes"]
+        assert "GPU type h100: from the GRES of node h100-2 (shards name no type)" in c["notes"]
+    # the sharing what-if (alone on a whole GPU against shared) is the co-location model's
+    res = run_easlurm(box, "model", "corun", "resnet50:64", "resnet50:64", "--gpu", "h100-sxm", "--json")
+    assert res.returncode == 0, res.stderr
+    (pair, _) = json.loads(res.stdout)["jobs"]
+    for c in cards:
+        alone = {w["label"]: w for w in c["whatif"]}["alone on a whole GPU"]
+        assert alone["time_change"] == pytest.approx(pair["speed"] - 1, rel=1e-6)
+        assert alone["energy_change"] == pytest.approx(
+            pair["power_alone_w"] * pair["speed"] / pair["power_shared_w"] - 1, rel=1e-6
+        )
+        assert {w["label"] for w in c["whatif"]} >= {"alone on 1 x a100-40gb"}
+    res = run_easlurm(box, "seff", share_a)
+    assert res.returncode == 0 and "alone on a whole GPU: " in res.stdout, res.stderr
+    print(f"\n$ easlurm seff {share_a}\n{res.stdout}")
 
     # unprofiled: a clear line, exit 0
     res = run_easlurm(box, "seff", plain)

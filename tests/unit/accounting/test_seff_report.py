@@ -201,3 +201,52 @@ def test_bad_input_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert "JOBID must be a job number" in capsys.readouterr().err
     assert main(["report", "--co2", "100", "--co2-csv", __file__]) == 2
     assert "exclusive" in capsys.readouterr().err
+
+
+def test_a_shard_job_is_compared_with_running_alone(oracle: Oracle) -> None:
+    """A job that shared its GPU (gres/shard, time-sliced with a job like it) against a whole GPU of its
+    type and of the cluster's other type: the co-location model's figures, as `easlurm model corun`."""
+    from easlurm.model.colocation import GpuFacts, Sharing, corun, predict_solo
+
+    shared = Placement("h100-sxm", 1, 64, sharing="time-slice")
+    lines = {
+        w.label: w for w in what_ifs(oracle, parse_spec("model=resnet50,batch=64"), shared, ["a100-40gb"])
+    }
+    assert list(lines) == ["alone on a whole GPU", "alone on 1 x a100-40gb"]
+    solo = predict_solo(oracle, get_workload("resnet50"), 64, "h100-sxm")
+    assert solo is not None
+    facts = GpuFacts.of(oracle.catalogue.get("h100-sxm"), oracle.params)
+    run = corun(solo, solo, facts, Sharing.TIME_SLICE, oracle.params)
+    alone = lines["alone on a whole GPU"]
+    assert alone.time_change == pytest.approx(run.speed[0] - 1, rel=1e-6) and alone.time_change < 0
+    t_shared = solo.step_time_s / run.speed[0]
+    own_e = run.job_power_w(0) * t_shared
+    assert alone.energy_change == pytest.approx(alone.energy_per_step_j / own_e - 1, rel=1e-9)
+    assert alone.energy_per_step_j == pytest.approx(solo.power_w * solo.step_time_s, rel=1e-6)
+    assert alone.placement.sharing is None and "% time" in alone.line()
+
+
+def test_a_shard_jobs_gpu_type_comes_from_its_nodes_gres() -> None:
+    shared = gpu("gpu0", 300, 10)
+    shared.apportion(0.5, "utilisation")
+    rec = StepRecord(11, "batch", 1, [node(0, "h100-2", 10, shared)], "gpu,share,model=resnet50,batch=64")
+    rows = [row("11", tres="cpu=1,gres/shard=1", NodeList="h100-2", NNodes="1"), row("11.batch")]
+    limits = {"h100": GpuLimits("h100-sxm", 700.0, 70.0)}
+    card = build_card(
+        rows, [rec], limits, node_gpu_types={"h100-1": "h100", "h100-2": "h100", "a100-1": "a100"}
+    )
+    assert card.gpu_type == "h100" and card.limits is not None and card.limits.limit_w == 700.0
+    assert "GPU type h100: from the GRES of node h100-2 (shards name no type)" in card.notes
+    assert card.idle_gpus == []  # a shared GPU is never idle
+    unknown = build_card(rows, [rec], limits, node_gpu_types={"h100-1": "h100"})
+    assert unknown.gpu_type is None and any("GPU type unknown" in n for n in unknown.notes)
+    mixed = build_card(
+        [row("11", tres="cpu=1,gres/shard=1", NodeList="n[1-2]"), row("11.batch")],
+        [],
+        limits,
+        node_gpu_types={"n1": "h100", "n2": "a100"},
+    )
+    assert (
+        mixed.gpu_type is None
+        and "GPU type unknown: the job's nodes have several (a100, h100)" in mixed.notes
+    )
