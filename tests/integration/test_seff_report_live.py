@@ -190,6 +190,11 @@ def test_seff_and_report_on_real_jobs(slurm_box: Any, tmp_path: Path) -> None:
     assert total["co2_g"] == pytest.approx(expected / 3.6e6 * 300)
     assert {g["key"] for g in doc["groups"]} == {"a100", "h100"}
     assert sum(g["energy_j"] for g in doc["groups"]) == pytest.approx(total["energy_j"])
+    # by GPU type: the shard jobs count under their node's type (their AllocTRES names none)
+    res = run_easlurm(box, "report", "-S", "now-1hour", "-j", ids, "--by", "gpu-type", "--json")
+    assert res.returncode == 0, res.stderr
+    by_type = {g["key"]: g for g in json.loads(res.stdout)["groups"]}
+    assert set(by_type) == {"a100", "h100", "none"} and by_type["h100"]["jobs"] == 2
     plot = tmp_path / "report.png"
     res = run_easlurm(
         box, "report", "-S", "now-1hour", "-j", ids, "--by", "gpu-type", "--markdown", "--plot", str(plot)

@@ -178,7 +178,7 @@ def test_report_sums_runs_requeues_idle_gpus_and_co2() -> None:
     assert by["bob"].runs == 3 and by["bob"].profiled_runs == 2 and len(by["bob"].jobs) == 2
     assert by["bob"].gpu_hours == pytest.approx((5 + 10 + 2 * 10) / 3600)
     assert by["bob"].co2_g == pytest.approx((1000 * 100 + 2000 * 400) / 3.6e6)
-    assert by["alice"].kwh_per_gpu_hour == pytest.approx(by["alice"].energy_kwh / (2 * 10 / 3600))
+    assert by["alice"].energy_per_gpu_hour_j == pytest.approx(by["alice"].energy_j / (2 * 10 / 3600))
     header, cells = table_rows(groups, total, co2=True)
     assert header[-1] == "CO2_kg" and cells[-1][0] == "TOTAL"
     assert render_csv(groups, total).splitlines()[0].startswith("key,jobs,runs")
@@ -249,4 +249,21 @@ def test_a_shard_jobs_gpu_type_comes_from_its_nodes_gres() -> None:
     assert (
         mixed.gpu_type is None
         and "GPU type unknown: the job's nodes have several (a100, h100)" in mixed.notes
+    )
+
+
+def test_report_counts_shard_jobs_under_their_nodes_gpu_type() -> None:
+    shared = gpu("gpu0", 300, 10)
+    shared.apportion(0.5, "utilisation")
+    rec = StepRecord(12, "batch", 1, [node(0, "h100-2", 10, shared)], "gpu,share")
+    rows = [row("12", tres="cpu=1,gres/shard=1", NodeList="h100-2"), row("12.batch")]
+    (typed,) = job_runs(rows, {"12": [rec]}, node_gpu_types={"h100-2": "h100"})
+    (untyped,) = job_runs(rows, {"12": [rec]})
+    assert (typed.gpu_type, untyped.gpu_type) == ("h100", "shard")
+    assert typed.gpu_hours == pytest.approx(0.5 * 10 / 3600)  # its share of the GPU
+    groups, _ = aggregate([typed], GroupBy.GPU_TYPE, None)
+    assert [g.key for g in groups] == ["h100"]
+    doc = groups[0].to_dict()
+    assert "energy_kwh" not in doc and doc["energy_per_gpu_hour_j"] == pytest.approx(
+        0.5 * 3000 / (0.5 * 10 / 3600)
     )

@@ -88,6 +88,9 @@ def test_every_command_names_energy_power_and_edp_alike(capsys: pytest.CaptureFi
     from easlurm.sim.report import MAIN_COLUMNS
 
     docs["campaign report"] = {metric: None for metric, _, _ in MAIN_COLUMNS}
+    from easlurm.accounting.report import GroupTotals
+
+    docs["report"] = GroupTotals("alice").to_dict()  # its tables show kWh; its JSON and CSV are SI
     for command, doc in docs.items():
         assert bad_keys(doc) == [], command
     # the quantities each command has, under the same key
