@@ -13,6 +13,7 @@ from easlurm.sim.doc_figures import (
     signed_pct,
     table,
 )
+from easlurm.sim.doc_comm import FIGURES as COMM_FIGURES
 from easlurm.sim.doc_oracle import FIGURES as ORACLE_FIGURES
 
 BUDGET_EXP = "budget-4500W"
@@ -294,4 +295,5 @@ DOCS: dict[str, DocFigures] = {
         colocation,
     ),
     "evaluate": ORACLE_FIGURES,
+    "oracle-comm": COMM_FIGURES,
 }
