@@ -8,7 +8,7 @@ from easlurm.sim.doc_figures import DocFigures, table
 
 DATA = "data/oracle/published_resnet50_dle.csv"
 #: per-GPU batches of the exposed-communication sweep, and node counts of the spread table
-BATCHES = (1, 4, 16, 64)
+BATCHES = (8, 16, 32, 64, 128)
 NODES = (1, 2, 4, 8)
 
 
