@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
 from easlurm.sim.doc_figures import DocFigures, table
 
 DATA = "data/oracle/published_resnet50_dle.csv"

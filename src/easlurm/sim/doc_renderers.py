@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from easlurm.sim.doc_comm import FIGURES as COMM_FIGURES
 from easlurm.sim.doc_figures import (
     DocFigures,
     Runs,
@@ -13,7 +14,6 @@ from easlurm.sim.doc_figures import (
     signed_pct,
     table,
 )
-from easlurm.sim.doc_comm import FIGURES as COMM_FIGURES
 from easlurm.sim.doc_oracle import FIGURES as ORACLE_FIGURES
 
 BUDGET_EXP = "budget-4500W"
