@@ -129,8 +129,6 @@ def test_measurements_carry_their_node_count(tmp_path):
     back = read_measurements(path)
     assert [m.n_nodes for m in back] == [2, None]
     assert list(placements_of(back).n_nodes) == [2, 0]
-    write_measurements(rows[1:], path)  # no row names its nodes: the file keeps the older layout
-    assert "n_nodes" not in path.read_text()
     write_measurements([dataclasses.replace(rows[0], n_nodes=5)], path)
     with pytest.raises(TraceError, match=r"m.csv:2: n_nodes must be <= n_gpus \(4\), got 5"):
         read_measurements(path)

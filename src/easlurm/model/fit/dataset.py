@@ -25,6 +25,7 @@ COLUMNS = (
     "precision",
     "optimizer",
     "n_gpus",
+    "n_nodes",
     "gpu",
     "power_limit_w",
     "step_time_s",
@@ -32,8 +33,6 @@ COLUMNS = (
     "peak_mem_gib",
     "source",
 )
-#: columns written only when some row has a value (older files and tools keep their layout)
-OPTIONAL_COLUMNS = ("n_nodes",)
 
 
 @dataclass(frozen=True)
@@ -148,7 +147,6 @@ def write_measurements(
 
     `extra` (one mapping per row) adds columns after COLUMNS, such as `n_params` or the individual runs
     behind a mean; the reader ignores columns it does not know."""
-    optional = [c for c in OPTIONAL_COLUMNS if any(getattr(m, c) is not None for m in rows)]
     names = list(dict.fromkeys(k for e in extra or () for k in e))
     if extra is not None and len(extra) != len(rows):
         raise ValueError("extra needs one mapping per row")
@@ -158,11 +156,10 @@ def write_measurements(
         for line in header_comment.splitlines():
             fh.write(f"# {line}\n")
         w = csv.writer(fh)
-        w.writerow([*COLUMNS, *optional, *names])
+        w.writerow([*COLUMNS, *names])
         for i, m in enumerate(rows):
             more = [(extra[i] if extra else {}).get(k) for k in names]
-            own = [getattr(m, c) for c in (*COLUMNS, *optional)]
-            w.writerow(["" if v is None else v for v in [*own, *more]])
+            w.writerow(["" if v is None else v for v in [*(getattr(m, c) for c in COLUMNS), *more]])
 
 
 def placements_of(rows: Sequence[Measurement]) -> Placements:
