@@ -58,9 +58,7 @@ def comm_source(root: Path, work_dir: Path, jobs: int) -> CommFigures:
         for b, a, e, t in zip(BATCHES, _exposed(whole), _exposed(res), res.step_time_s)
     ]
     res = oracle.predict(w, Placements.of(8, 64, "a100-40gb", n_nodes=list(NODES)))
-    spread = [
-        (m, float(t) * 1e3, float(e) * 1e3) for m, t, e in zip(NODES, res.step_time_s, _exposed(res))
-    ]
+    spread = [(m, float(t) * 1e3, float(e) * 1e3) for m, t, e in zip(NODES, res.step_time_s, _exposed(res))]
     links = []
     for gpu in ("a100-40gb", "a100-40gb-pcie"):
         res = oracle.predict(w, Placements.of(8, 32, gpu))
