@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from easlurm.sim.doc_comm import FIGURES as COMM_FIGURES
 from easlurm.sim.doc_figures import (
     DocFigures,
     Runs,
@@ -294,4 +295,5 @@ DOCS: dict[str, DocFigures] = {
         colocation,
     ),
     "evaluate": ORACLE_FIGURES,
+    "oracle-comm": COMM_FIGURES,
 }
