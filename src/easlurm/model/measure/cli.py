@@ -164,6 +164,7 @@ def measure_cmd(
             ("sweeps", "--sweeps", "every job and pair is run once"),
             ("gpus", "--gpus", "a pair shares one device"),
             ("nodes", "--nodes", "a pair shares one device"),
+            ("dry_run", "--dry-run", "pairs run on this machine's device"),
         ):
             if ctx.get_parameter_source(param) is not click.core.ParameterSource.DEFAULT:
                 raise ConfigError(f"{option}: not with --pairs ({why})")
@@ -217,7 +218,11 @@ def measure_cmd(
         )
         if dry_run:
             return
-        source = f"easlurm model measure --slurm, {sweeps} run(s) per task, GPU power of the whole task (easlurm sacct)"
+        step = "its srun step over all nodes" if parallel else "its batch step"
+        source = (
+            f"easlurm model measure --slurm, {sweeps} run(s) per task, "
+            f"GPU power of the whole task ({step}, easlurm sacct)"
+        )
         _write_and_print(results, out, source)
         return
     torch = import_torch()
