@@ -41,9 +41,9 @@ def test_configurations_carry_the_gpu_count_and_refuse_uneven_splits() -> None:
     assert [(c.n_gpus, c.batch) for c in cfgs] == [(1, 4), (1, 8), (2, 4), (2, 8)]
     with pytest.raises(ConfigError, match="--batch: 6 does not split evenly over --gpus 4"):
         configurations(["shufflenet"], [6], ["fp32"], gpus=[4])
-    with pytest.raises(ConfigError, match="--gpus: 3 GPUs do not split evenly over --nodes 2"):
+    with pytest.raises(ConfigError, match="--gpus: 3 is not a multiple of --nodes 2"):
         configurations(["shufflenet"], [6], ["fp32"], gpus=[3], nodes=2)
-    with pytest.raises(ConfigError, match="--gpus: 1 GPUs do not split evenly over --nodes 2"):
+    with pytest.raises(ConfigError, match="--gpus: 1 is not a multiple of --nodes 2"):
         configurations(["shufflenet"], [6], ["fp32"], gpus=[1], nodes=2)
 
 

@@ -102,7 +102,9 @@ def configurations(
 
     for g in gpus:
         if g < nodes or g % nodes:
-            raise ConfigError(f"--gpus: {g} GPUs do not split evenly over --nodes {nodes}")
+            raise ConfigError(
+                f"--gpus: {g} is not a multiple of --nodes {nodes} (every node runs as many ranks)"
+            )
         for b in batches:
             if b % g:
                 raise ConfigError(f"--batch: {b} does not split evenly over --gpus {g} (the batch is global)")
