@@ -89,6 +89,32 @@ def bench_predict() -> None:
     print(f"predict() per job, cached: {loop:.2f} s -> {n / loop:,.0f} predictions/s (hits {cached.hits})")
 
 
+def bench_spread() -> None:
+    """Placements with node spread: 1-32 GPUs packed or spread over 1-32 nodes (as a scheduler weighing where
+    to put a job asks), on one core."""
+    grid = Placements.grid(
+        [1, 2, 4, 8, 16, 32],
+        [64, 256, 1024],
+        ["a100-40gb", "h100-sxm"],
+        [math.nan, 250.0],
+        [1, 2, 4, 8, 16, 32],
+    )
+    pl = grid.take(np.flatnonzero(-(-grid.n_gpus // grid.n_nodes) <= 8))
+    jobs = _jobs(10_000, seed=1)
+    n = len(jobs) * len(pl)
+    oracle = Oracle()
+    oracle.predict_many(jobs[:10], pl)  # workload features built once, as in a scheduler's cache
+    t0 = time.perf_counter()
+    pred = oracle.predict_many(jobs, pl)
+    dt = time.perf_counter() - t0
+    spread = int((pl.n_nodes > -(-pl.n_gpus // 8)).sum())
+    print(
+        f"predict_many with node spread: {len(jobs)} jobs x {len(pl)} placements ({spread} spread wider than "
+        f"packed) = {n}: {dt:.3f} s -> {n / dt:,.0f} predictions/s"
+    )
+    print(f"  feasible placements: {pred.feasible.mean() * 100:.1f}%")
+
+
 def bench_calibration() -> None:
     truth = OracleParams(
         {"beta_gemm": 0.55, "c_mem": 1.6, "t_fixed_s": 0.02, "c_p": 0.85, "u_mem": 0.4}, {"albert.mem": 2.5}
@@ -144,5 +170,6 @@ def bench_measured() -> None:
 
 if __name__ == "__main__":
     bench_predict()
+    bench_spread()
     bench_calibration()
     bench_measured()

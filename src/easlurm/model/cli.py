@@ -15,6 +15,7 @@ from easlurm.model.hardware import DEFAULT_GPU
 PREDICT_COLUMNS = (
     "GPUType",
     "GPUs",
+    "Nodes",
     "Batch",
     "PowerLimit",
     "GradAccum",
@@ -29,6 +30,7 @@ PREDICT_COLUMNS = (
 PREDICT_DEFAULT = (
     "GPUType",
     "GPUs",
+    "Nodes",
     "Batch",
     "PowerLimit",
     "StepTime",
@@ -63,15 +65,21 @@ def ctx_oracle(ctx: click.Context, params_path: str | None, hardware_path: str |
 
 
 def _placements(
-    oracle: Any, keys: list[str], gpus: list[int], batches: list[int], limits: list[float]
+    oracle: Any,
+    keys: list[str],
+    gpus: list[int],
+    batches: list[int],
+    limits: list[float],
+    nodes: list[int] | None = None,
 ) -> Any:
-    """The grid, keeping for each GPU type only the power limits inside its range (a 700 W limit is H100-only);
-    each limit left out is reported on stderr, naming the GPU and its range."""
+    """The grid, keeping for each GPU type only the power limits inside its range (a 700 W limit is H100-only)
+    and the node counts that can hold each GPU count (at least one, at most gpus_per_node GPUs per node; no
+    `nodes`: the fewest nodes); each limit or count left out is reported on stderr, naming the GPU."""
     import numpy as np
 
     from easlurm.model.oracle import Placements
 
-    cols: list[list[Any]] = [[], [], [], []]
+    cols: list[list[Any]] = [[], [], [], [], []]
     for key in keys:
         spec = oracle.catalogue.get(key)
         ok = [v for v in limits if math.isnan(v) or spec.min_power_limit_w <= v <= spec.tdp_w]
@@ -86,11 +94,30 @@ def _placements(
             raise ConfigError(
                 f"--power-limit: none of the limits fits {key} ({spec.min_power_limit_w:g}-{spec.tdp_w:g} W)"
             )
-        part = Placements.grid(gpus, batches, [key], ok)
-        for col, arr in zip(cols, (part.n_gpus, part.batch, part.gpu, part.power_limit_w)):
-            col.extend(arr.tolist())
+        spans: list[tuple[int, int]] = []
+        for n in gpus:
+            counts = nodes if nodes else [-(-n // spec.gpus_per_node)]
+            for m in counts:
+                if m <= n and -(-n // m) <= spec.gpus_per_node:
+                    spans.append((n, m))
+                else:
+                    click.echo(
+                        f"easlurm: warning: --nodes {m} cannot hold {n} {key} GPUs (1 to {spec.gpus_per_node} "
+                        "per node): not predicted",
+                        err=True,
+                    )
+        for n, m in spans:
+            part = Placements.grid([n], batches, [key], ok, [m])
+            for col, arr in zip(cols, (part.n_gpus, part.batch, part.gpu, part.power_limit_w, part.n_nodes)):
+                col.extend(arr.tolist())
+    if not cols[0]:
+        raise ConfigError("--nodes: no node count can hold the GPU counts of --gpus")
     return Placements.of(
-        np.array(cols[0]), np.array(cols[1]), np.array(cols[2], dtype=object), np.array(cols[3])
+        np.array(cols[0]),
+        np.array(cols[1]),
+        np.array(cols[2], dtype=object),
+        np.array(cols[3]),
+        np.array(cols[4]),
     )
 
 
@@ -104,6 +131,11 @@ def _placements(
 )
 @click.option("--precision", default="bf16", show_default=True, help="fp32, tf32, bf16 or fp16.")
 @click.option("--gpus", default="1", show_default=True, help="GPU counts, comma list (e.g. 1,2,4,8).")
+@click.option(
+    "--nodes",
+    default=None,
+    help="Node counts the GPUs span, comma list (e.g. 1,2,4); default the fewest that hold them.",
+)
 @click.option("--gpu", "gpu_types", default=DEFAULT_GPU, show_default=True, help="GPU types, comma list.")
 @click.option(
     "--power-limit", default=None, help="Per-GPU power limits, comma list (e.g. 300,400W); default TDP."
@@ -125,6 +157,7 @@ def predict_cmd(
     batch: str,
     precision: str,
     gpus: str,
+    nodes: str | None,
     gpu_types: str,
     power_limit: str | None,
     seq_len: int | None,
@@ -161,7 +194,8 @@ def predict_cmd(
     limits = [math.nan]
     if power_limit:
         limits = [parse_power_w(v, "--power-limit") for v in power_limit.split(",") if v.strip()]
-    pl = _placements(oracle, keys, int_list(gpus, "--gpus"), int_list(batch, "--batch"), limits)
+    node_counts = int_list(nodes, "--nodes") if nodes else None
+    pl = _placements(oracle, keys, int_list(gpus, "--gpus"), int_list(batch, "--batch"), limits, node_counts)
     pred = oracle.predict(workload, pl)
     edp = np.where(pred.feasible, pred.edp, np.inf)
     best = int(np.argmin(edp)) if np.isfinite(edp).any() else -1
@@ -174,6 +208,7 @@ def predict_cmd(
             {
                 "gpu": str(pl.gpu[i]),
                 "n_gpus": int(pl.n_gpus[i]),
+                "n_nodes": int(pl.n_nodes[i]),
                 "batch": int(pl.batch[i]),
                 "power_limit_w": limit,
                 "feasible": ok,
@@ -204,6 +239,7 @@ def predict_cmd(
             {
                 "GPUType": r["gpu"],
                 "GPUs": r["n_gpus"],
+                "Nodes": r["n_nodes"],
                 "Batch": r["batch"],
                 "PowerLimit": format_power(r["power_limit_w"]) if r["power_limit_w"] else "TDP",
                 "GradAccum": r["grad_accum"],

@@ -116,6 +116,9 @@ class HardwareArrays:
     link_bw: np.ndarray
     net_bw: np.ndarray
     gpus_per_node: np.ndarray
+    nvlink: np.ndarray  # 1.0 where the GPUs of a node talk over NVLink, 0.0 over PCIe
+    infiniband: np.ndarray  # 1.0 where nodes talk over InfiniBand (RDMA), 0.0 over Ethernet
+    nics_per_node: np.ndarray
 
     @classmethod
     def table(cls, specs: Sequence[GpuSpec]) -> HardwareArrays:
@@ -132,6 +135,9 @@ class HardwareArrays:
             link_bw=np.array([s.link_gbs * 1e9 for s in specs]),
             net_bw=np.array([s.net_gbs * 1e9 for s in specs]),
             gpus_per_node=np.array([s.gpus_per_node for s in specs], dtype=np.float64),
+            nvlink=np.array([s.link_kind == "nvlink" for s in specs], dtype=np.float64),
+            infiniband=np.array([s.net_kind == "infiniband" for s in specs], dtype=np.float64),
+            nics_per_node=np.array([s.nics_per_node for s in specs], dtype=np.float64),
         )
 
     def take(self, index: np.ndarray) -> HardwareArrays:
@@ -150,7 +156,7 @@ class StepResult:
     feasible: np.ndarray
     grad_accum: np.ndarray
     t_pass_s: np.ndarray
-    t_comm_s: np.ndarray
+    t_comm_s: np.ndarray  # gradient all-reduce time NOT hidden under the backward pass (exposed)
     clock_scale: np.ndarray
     peak_mem_bytes: np.ndarray  # one GPU's peak allocated memory at the micro-batch used
     #: fractions of the step during which one GPU's tensor/SM compute, HBM, or any kernel (compute, HBM,
@@ -172,6 +178,40 @@ def peak_memory(w: WorkloadArrays, micro: np.ndarray, p: Mapping[str, float]) ->
     return w.static_mem + w.opt_temp + p["mem_act_scale"] * w.act_mem * micro
 
 
+def all_reduce(
+    grad_bytes: np.ndarray,
+    hw: HardwareArrays,
+    n: np.ndarray,
+    n_nodes: np.ndarray | None,
+    p: Mapping[str, float],
+) -> tuple[np.ndarray, np.ndarray]:
+    """(all buckets, last bucket) time of a bucketed ring all-reduce of the gradients over n GPUs (eq. 4.8).
+
+    The ring runs at its slowest link: NVLink or PCIe inside a node, and between nodes the network adapters
+    the job's GPUs on a node share (rings across nodes are as many as the adapters in use, at most one per
+    GPU there), each kind at its achieved fraction of the catalogue's bandwidth. Each bucket pays the per-hop
+    latency of the ring's 2(n-1) steps. Spreading the same GPUs over more nodes never raises the bandwidth.
+    """
+    m = np.ceil(n / hw.gpus_per_node) if n_nodes is None else np.asarray(n_nodes, np.float64)
+    bw = hw.link_bw * np.where(hw.nvlink > 0, p["bw_eff_nvlink"], p["bw_eff_pcie"])
+    hop: np.ndarray | float = p["l_hop_s"]
+    spread = m > 1.0
+    if np.any(spread):  # packed placements (the common case) skip the network terms
+        k = np.ceil(n / np.maximum(m, 1.0))  # GPUs on the fullest node
+        nic_bw = hw.net_bw * hw.gpus_per_node / hw.nics_per_node
+        eff_net = np.where(hw.infiniband > 0, p["bw_eff_ib"], p["bw_eff_eth"])
+        bw_out = np.minimum(k, hw.nics_per_node) * nic_bw * eff_net
+        bw = np.where(spread, np.minimum(bw, bw_out), bw)
+        hop = np.where(spread, np.maximum(p["l_hop_net_s"], p["l_hop_s"]), p["l_hop_s"])
+    bucket = p["ddp_bucket_mb"] * 1e6
+    buckets = np.maximum(np.ceil(grad_bytes / bucket), 1.0)
+    steps = 2.0 * (n - 1.0)
+    share = steps / n
+    t_all = buckets * steps * hop + share * grad_bytes / bw
+    t_last = steps * hop + share * np.minimum(grad_bytes, bucket) / bw
+    return t_all, t_last
+
+
 def evaluate(
     w: WorkloadArrays,
     hw: HardwareArrays,
@@ -179,6 +219,7 @@ def evaluate(
     batch: np.ndarray,
     power_limit_w: np.ndarray,
     p: Mapping[str, float],
+    n_nodes: np.ndarray | None = None,
 ) -> StepResult:
     """Step time (eq. 4.7) and mean power (eq. 4.14-4.15) for every row, under each row's power limit.
 
@@ -188,6 +229,8 @@ def evaluate(
     Power follows the busy fractions of tensor/SM compute and HBM over the step (EnergAIzer-style).
     All inputs broadcast: workload features of shape (J, 1) against placement/hardware arrays of shape
     (1, P) give (J, P) results, and workload-only terms are computed J times, not J*P times.
+    `n_nodes` is how many nodes the GPUs span (None: the fewest that hold them); only the part of the gradient
+    all-reduce that does not fit under the backward pass is added to the step (`all_reduce`).
     """
     n = n_gpus.astype(np.float64)
     b = batch.astype(np.float64)
@@ -234,31 +277,34 @@ def evaluate(
         np.maximum(w.opt_flops / (hw.peak_fp32 * p["beta_alu"]), w.opt_bytes / hw.hbm_bw * c_mem),
         w.opt_ops * p["t_host_op_s"],
     )
-    # eq. 4.8: ring all-reduce, NVLink/PCIe inside a node, the network across nodes
-    multi_node = n > hw.gpus_per_node
-    bw = np.where(multi_node, np.minimum(hw.link_bw, hw.net_bw), hw.link_bw) * p["bw_eff_frac"]
-    t_comm = 2.0 * (n - 1.0) * p["l_hop_s"] + 2.0 * (n - 1.0) / n * w.grad_bytes / bw
+    t_ar, t_ar_last = all_reduce(w.grad_bytes, hw, n, n_nodes, p)
     t_over = p["t_fixed_s"] + p["t_sync_s"] * np.log2(n)
 
-    def step_of(clock: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(step time, compute-busy time, memory-busy time, kernel-busy time) at an SM clock fraction."""
+    def step_of(clock: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(step time, compute-busy, memory-busy, kernel-busy, exposed communication time) at an SM clock
+        fraction."""
         t_c = t_tc / clock
         t_m = np.maximum(t_mem * np.maximum(1.0, p["mem_clock_knee"] / clock), t_alu / clock)
         t_gpu = t_c + t_m + t_kern
-        t_pass = np.maximum(t_gpu, t_host) * g_acc
-        return t_pass + t_opt + t_comm + t_over, t_c * g_acc, t_m * g_acc + t_opt, t_gpu * g_acc + t_opt
+        t_micro = np.maximum(t_gpu, t_host)
+        t_pass = t_micro * g_acc
+        # buckets all-reduce while the last micro-batch's backward runs; the last bucket waits for its end
+        hidden = p["bwd_frac"] * t_micro
+        t_comm = np.maximum(t_ar - t_ar_last - hidden, 0.0) + t_ar_last
+        busy = (t_c * g_acc, t_m * g_acc + t_opt, t_gpu * g_acc + t_opt)
+        return t_pass + t_opt + t_comm + t_over, *busy, t_comm
 
     # eq. 4.14-4.15, by busy fractions: the active floor while the GPU holds work, compute and HBM on top
     dyn = (hw.tdp_w - hw.idle_w) * p["c_p"]
 
-    def power_of(step: np.ndarray, busy_c: np.ndarray, busy_m: np.ndarray) -> np.ndarray:
+    def power_of(step: np.ndarray, busy_c: np.ndarray, busy_m: np.ndarray, t_comm: np.ndarray) -> np.ndarray:
         u_c = np.where(code > 0, p["u_comp"], p["u_simt"])  # tensor cores, or FP32 on the CUDA cores
         dynamic = p["u_idle"] * step + u_c * busy_c + p["u_mem"] * busy_m + p["u_comm"] * t_comm
         return hw.idle_w + dyn * dynamic / step
 
     ones = np.ones_like(t_tc)
-    step, busy_c, busy_m, busy_g = step_of(ones)
-    p_full = power_of(step, busy_c, busy_m)
+    step, busy_c, busy_m, busy_g, t_comm = step_of(ones)
+    p_full = power_of(step, busy_c, busy_m, t_comm)
     # power limit: the SM clock drops until the step fits under the limit. Only the part of the power above a
     # floor (HBM, leakage) scales, as clock^alpha. Compute time follows the clock; memory time does not until
     # the clock falls below a knee, so memory-bound work keeps its speed at lower limits (thesis 6.3.3).
@@ -268,7 +314,7 @@ def evaluate(
     ratio = np.where(over, (limit - floor) / np.maximum(p_full - floor, 1e-9), 1.0)
     clock = np.clip(ratio, 1e-3, 1.0) ** (1.0 / p["cap_alpha"])
     if np.any(over):
-        step, busy_c, busy_m, busy_g = step_of(clock * ones)
+        step, busy_c, busy_m, busy_g, t_comm = step_of(clock * ones)
     power = n * np.minimum(p_full, limit)
     mem = peak_memory(w, micro, p)
     power = np.where(feasible, power, np.nan)

@@ -47,6 +47,12 @@ class GpuSpec:
     link_gbs: float
     net_gbs: float
     gpus_per_node: int = 8
+    #: what links the GPUs of a node ("nvlink" or "pcie"), and the nodes ("infiniband" or "ethernet"): the
+    #: oracle applies one achieved-bandwidth factor per kind (docs/oracle-comm.md)
+    link_kind: str = "nvlink"
+    net_kind: str = "infiniband"
+    #: network adapters of a node; its GPUs share them (net_gbs x gpus_per_node is the node's bandwidth)
+    nics_per_node: int = 8
     #: GPU architecture (one of ARCHITECTURES); "" when a user catalogue does not say (shared physics only)
     architecture: str = ""
     aliases: tuple[str, ...] = ()
@@ -65,6 +71,16 @@ class GpuSpec:
 
 #: GPU architectures the oracle keeps per-architecture factors for, oldest first.
 ARCHITECTURES = ("pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell")
+
+#: GPU-to-GPU link kinds inside a node, and network kinds between nodes
+LINK_KINDS = ("nvlink", "pcie")
+NET_KINDS = ("infiniband", "ethernet")
+
+
+def default_link_kind(link_gbs: float) -> str:
+    """NVLink when the catalogue's per-GPU link bandwidth is above what a PCIe Gen5 x16 slot carries."""
+    return "nvlink" if link_gbs > 64.0 else "pcie"
+
 
 #: The GPU type a command predicts for when none is given (predict, corun, calibrate-pairs).
 DEFAULT_GPU = "h100-sxm"
@@ -125,11 +141,25 @@ def parse_catalogue(doc: Any, source: str = "catalogue") -> Catalogue:
             raise ModelError(
                 f"{source}: gpus.{key}.architecture must be one of {', '.join(ARCHITECTURES)}, got {arch!r}"
             )
+        link_kind = str(entry.get("link_kind", default_link_kind(values["link_gbs"]))).strip().lower()
+        net_kind = str(entry.get("net_kind", "infiniband")).strip().lower()
+        for name, kind, kinds in (("link_kind", link_kind, LINK_KINDS), ("net_kind", net_kind, NET_KINDS)):
+            if kind not in kinds:
+                raise ModelError(
+                    f"{source}: gpus.{key}.{name} must be one of {', '.join(kinds)}, got {kind!r}"
+                )
+        per_node = int(entry.get("gpus_per_node", 8))
+        nics = entry.get("nics_per_node", per_node)
+        if not isinstance(nics, int) or isinstance(nics, bool) or nics < 1:
+            raise ModelError(f"{source}: gpus.{key}.nics_per_node must be an integer >= 1, got {nics!r}")
         specs[str(key)] = GpuSpec(
             key=str(key),
             architecture=arch,
             name=str(entry.get("name", key)),
-            gpus_per_node=int(entry.get("gpus_per_node", 8)),
+            gpus_per_node=per_node,
+            link_kind=link_kind,
+            net_kind=net_kind,
+            nics_per_node=nics,
             aliases=tuple(str(a).lower() for a in entry.get("aliases") or ()),
             sources={str(k): str(v) for k, v in (entry.get("sources") or {}).items()},
             **values,
@@ -143,7 +173,16 @@ def load_catalogue() -> Catalogue:
     return parse_catalogue(yaml.safe_load(text), "catalogue.yaml")
 
 
-_TEXT_FIELDS = ("name", "architecture", "aliases", "gpus_per_node", "sources")
+_TEXT_FIELDS = (
+    "name",
+    "architecture",
+    "aliases",
+    "gpus_per_node",
+    "link_kind",
+    "net_kind",
+    "nics_per_node",
+    "sources",
+)
 _FIELDS = (*_NUMERIC, *_TEXT_FIELDS)
 
 
@@ -207,6 +246,17 @@ def load_user_catalogue(path: str | Path, base: Catalogue | None = None) -> Cata
             if not isinstance(raw, int) or isinstance(raw, bool) or raw < 1:
                 raise fail((*where, "gpus_per_node"), f"must be an integer >= 1, got {raw!r}")
             values["gpus_per_node"] = raw
+        if "nics_per_node" in entry:
+            raw = entry["nics_per_node"]
+            if not isinstance(raw, int) or isinstance(raw, bool) or raw < 1:
+                raise fail((*where, "nics_per_node"), f"must be an integer >= 1, got {raw!r}")
+            values["nics_per_node"] = raw
+        for name, kinds in (("link_kind", LINK_KINDS), ("net_kind", NET_KINDS)):
+            if name in entry:
+                kind = str(entry[name]).strip().lower()
+                if kind not in kinds:
+                    raise fail((*where, name), f"must be one of {', '.join(kinds)}, got {kind!r}")
+                values[name] = kind
         if "name" in entry:
             values["name"] = str(entry["name"])
         if "architecture" in entry:
@@ -227,6 +277,12 @@ def load_user_catalogue(path: str | Path, base: Catalogue | None = None) -> Cata
         known = base.resolve(key) if key in base else None
         if known is not None:
             old = specs[known]
+            if (
+                "gpus_per_node" in values
+                and "nics_per_node" not in values
+                and old.nics_per_node == old.gpus_per_node
+            ):
+                values["nics_per_node"] = values["gpus_per_node"]  # one adapter per GPU, as before
             merged_sources = {**old.sources, **{n: f"{p}" for n in values if n in _NUMERIC}}
             merged_sources.update({str(k): str(v) for k, v in sources.items()})
             spec = dataclasses.replace(old, **values, sources=merged_sources)
@@ -234,6 +290,8 @@ def load_user_catalogue(path: str | Path, base: Catalogue | None = None) -> Cata
             missing = [n for n in _NUMERIC if n not in values]
             if missing:
                 raise fail(where, f"new GPU needs {', '.join(missing)} (or name a known GPU to override it)")
+            values.setdefault("link_kind", default_link_kind(values["link_gbs"]))
+            values.setdefault("nics_per_node", values.get("gpus_per_node", 8))
             spec = GpuSpec(
                 key=key,
                 name=str(values.pop("name", key)),

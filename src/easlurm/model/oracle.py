@@ -29,29 +29,43 @@ _CHUNK_ROWS = 8192
 
 @dataclass(frozen=True)
 class Placements:
-    """Struct of arrays of equal length N: GPU count, GLOBAL batch, GPU type key, power limit (NaN = TDP)."""
+    """Struct of arrays of equal length N: GPU count, GLOBAL batch, GPU type key, power limit (NaN = TDP) and
+    the number of nodes the GPUs span (0 = the fewest nodes that hold them, at the GPU type's gpus_per_node).
+
+    Spreading a job's GPUs over more nodes moves its gradient all-reduce from NVLink/PCIe onto the network
+    (docs/oracle-comm.md); the oracle checks that no node holds more than its GPU type's gpus_per_node.
+    """
 
     n_gpus: np.ndarray
     batch: np.ndarray
     gpu: np.ndarray
     power_limit_w: np.ndarray
     _codes: tuple[tuple[str, ...], np.ndarray] | None = field(default=None, repr=False, compare=False)
+    n_nodes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def __post_init__(self) -> None:
         n_gpus = np.asarray(self.n_gpus, dtype=np.int64).reshape(-1)
         batch = np.asarray(self.batch, dtype=np.int64).reshape(-1)
         gpu = np.asarray(self.gpu, dtype=object).reshape(-1)
         limit = np.asarray(self.power_limit_w, dtype=np.float64).reshape(-1)
-        if not len(n_gpus) == len(batch) == len(gpu) == len(limit):
+        nodes = np.asarray(self.n_nodes, dtype=np.int64).reshape(-1)
+        if nodes.size == 0 or (nodes.size == 1 and len(n_gpus) != 1):
+            nodes = np.full(len(n_gpus), nodes[0] if nodes.size else 0, np.int64)
+        if not len(n_gpus) == len(batch) == len(gpu) == len(limit) == len(nodes):
             raise ModelError(
-                f"placements: arrays differ in length ({len(n_gpus)}, {len(batch)}, {len(gpu)}, {len(limit)})"
+                f"placements: arrays differ in length ({len(n_gpus)}, {len(batch)}, {len(gpu)}, {len(limit)}, "
+                f"{len(nodes)})"
             )
         if len(n_gpus) and (n_gpus.min() < 1 or batch.min() < 1):
             raise ModelError("placements: n_gpus and batch must be >= 1")
+        if len(nodes) and (nodes.min() < 0 or np.any(nodes > n_gpus)):
+            i = int(np.flatnonzero((nodes < 0) | (nodes > n_gpus))[0])
+            raise ModelError(f"placements: n_nodes {nodes[i]} outside 1..n_gpus ({n_gpus[i]}) (0 = fewest)")
         object.__setattr__(self, "n_gpus", n_gpus)
         object.__setattr__(self, "batch", batch)
         object.__setattr__(self, "gpu", gpu)
         object.__setattr__(self, "power_limit_w", limit)
+        object.__setattr__(self, "n_nodes", nodes)
 
     @classmethod
     def grid(
@@ -60,13 +74,21 @@ class Placements:
         batch: Sequence[int] | np.ndarray,
         gpu: Sequence[str] | str,
         power_limit_w: Sequence[float] | np.ndarray = (math.nan,),
+        n_nodes: Sequence[int] | np.ndarray = (0,),
     ) -> Placements:
-        """Cartesian product, GPU type outermost, then GPU count, batch, power limit."""
+        """Cartesian product, GPU type outermost, then GPU count, batch, power limit, node count; a node count
+        above the GPU count (more nodes than GPUs) is left out."""
         gpus = [gpu] if isinstance(gpu, str) else list(gpu)
-        rows = list(itertools.product(range(len(gpus)), list(n_gpus), list(batch), list(power_limit_w)))
+        rows = [
+            r
+            for r in itertools.product(
+                range(len(gpus)), list(n_gpus), list(batch), list(power_limit_w), list(n_nodes)
+            )
+            if r[4] <= r[1]
+        ]
         if not rows:
             return cls.of(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, object), np.zeros(0))
-        g, n, b, pl = zip(*rows)
+        g, n, b, pl, m = zip(*rows)
         gi = np.asarray(g, dtype=np.intp)
         return cls(
             np.asarray(n, np.int64),
@@ -74,6 +96,7 @@ class Placements:
             np.asarray(gpus, dtype=object)[gi],
             np.asarray(pl, np.float64),
             (tuple(gpus), gi),
+            np.asarray(m, np.int64),
         )
 
     @classmethod
@@ -83,8 +106,9 @@ class Placements:
         batch: Any,
         gpu: Any,
         power_limit_w: Any = math.nan,
+        n_nodes: Any = 0,
     ) -> Placements:
-        """Parallel arrays; scalars broadcast to the common length."""
+        """Parallel arrays; scalars broadcast to the common length (n_nodes 0 = the fewest nodes)."""
         gpu_arr = (
             np.asarray(gpu, dtype=object) if not isinstance(gpu, str) else np.asarray([gpu], dtype=object)
         )
@@ -93,13 +117,14 @@ class Placements:
             np.atleast_1d(np.asarray(batch)),
             np.arange(gpu_arr.size).reshape(gpu_arr.shape) if gpu_arr.ndim else np.zeros(1, np.intp),
             np.atleast_1d(np.asarray(power_limit_w, dtype=np.float64)),
+            np.atleast_1d(np.asarray(n_nodes, dtype=np.int64)),
         )
         idx = arrays[2].astype(np.intp).reshape(-1)
         flat = gpu_arr.reshape(-1)
         codes = None
         if flat.size == 1:
             codes = ((str(flat[0]),), np.zeros(idx.size, np.intp))
-        return cls(arrays[0].copy(), arrays[1].copy(), flat[idx], arrays[3].copy(), codes)
+        return cls(arrays[0].copy(), arrays[1].copy(), flat[idx], arrays[3].copy(), codes, arrays[4].copy())
 
     def __len__(self) -> int:
         return len(self.n_gpus)
@@ -120,6 +145,7 @@ class Placements:
             self.n_gpus.tobytes(),
             self.batch.tobytes(),
             self.power_limit_w.tobytes(),
+            self.n_nodes.tobytes(),
         )
 
     def take(self, index: np.ndarray) -> Placements:
@@ -130,7 +156,29 @@ class Placements:
             self.gpu[index],
             self.power_limit_w[index],
             (keys, idx[index]),
+            self.n_nodes[index],
         )
+
+
+def fewest_nodes(n_gpus: Any, gpus_per_node: Any) -> np.ndarray:
+    """The fewest nodes that hold n_gpus GPUs at gpus_per_node each (the default spread of a placement)."""
+    return np.ceil(np.asarray(n_gpus, np.float64) / np.asarray(gpus_per_node, np.float64)).astype(np.int64)
+
+
+def resolve_nodes(placements: Placements, specs: Sequence[GpuSpec], idx: np.ndarray) -> np.ndarray:
+    """Each row's node count (0 resolved to the fewest nodes) for GPU types `specs[idx]`; a node holding more
+    GPUs than its type's gpus_per_node is a ModelError naming the row's figures."""
+    per_node = np.array([s.gpus_per_node for s in specs], dtype=np.int64)[idx]
+    n, m = placements.n_gpus, placements.n_nodes
+    nodes = np.where(m > 0, m, fewest_nodes(n, per_node))
+    bad = -(-n // np.maximum(nodes, 1)) > per_node
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        s = specs[idx[i]]
+        raise ModelError(
+            f"{n[i]} GPUs on {nodes[i]} node(s) need more than {s.gpus_per_node} GPUs per {s.key} node"
+        )
+    return nodes
 
 
 @dataclass(frozen=True)
@@ -167,7 +215,7 @@ class Oracle:
         self._hw_cache: dict[tuple[str, ...], tuple[HardwareArrays, list[GpuSpec]]] = {}
         self._rows: dict[Workload, tuple[float, ...]] = {}
         self._rows_params: OracleParams | None = None
-        self._last_hw: tuple[Placements, HardwareArrays] | None = None
+        self._last_hw: tuple[Placements, HardwareArrays, np.ndarray] | None = None
         self._single: dict[Workload, WorkloadArrays] = {}
         self.hits = 0
         self.misses = 0
@@ -213,23 +261,24 @@ class Oracle:
         """Evaluate rows aligned with placements, or (outer=True) every workload row on every placement."""
         last = self._last_hw
         if last is not None and last[0] is placements:
-            hw = last[1]
+            hw, m = last[1], last[2]
         else:
             keys, idx = placements.gpu_codes()
             table, specs = self._hardware(keys)
             self._check_limits(specs, idx, placements.power_limit_w)
+            m = resolve_nodes(placements, specs, idx)
             hw = table.take(idx)
-            self._last_hw = (placements, hw)  # callers often reuse one Placements for many workloads
+            self._last_hw = (placements, hw, m)  # callers often reuse one Placements for many workloads
         n, b, pl = placements.n_gpus, placements.batch, placements.power_limit_w
         if not outer:
-            return evaluate(wa, hw, n, b, pl, self.params.values)
+            return evaluate(wa, hw, n, b, pl, self.params.values, m)
         hw = hw.reshape(1, -1)
-        n, b, pl = n.reshape(1, -1), b.reshape(1, -1), pl.reshape(1, -1)
+        n, b, pl, m = n.reshape(1, -1), b.reshape(1, -1), pl.reshape(1, -1), m.reshape(1, -1)
         n_w, n_p = len(wa.gemm), n.shape[1]
         step = max(1, _CHUNK_ROWS // max(n_p, 1))  # chunks of workloads keep temporaries in cache
         parts = []
         for lo in range(0, n_w, step):
-            part = evaluate(wa.take(slice(lo, lo + step)).reshape(-1, 1), hw, n, b, pl, self.params.values)
+            part = evaluate(wa.take(slice(lo, lo + step)).reshape(-1, 1), hw, n, b, pl, self.params.values, m)
             shape = part.step_time_s.shape
             parts.append([np.ravel(np.broadcast_to(a, shape)) for a in astuple_shallow(part)])
         if len(parts) == 1:

@@ -43,8 +43,23 @@ PARAM_SPECS: dict[str, tuple[float, float, float, str]] = {
     "t_host_op_s": (8e-5, 5e-6, 3e-4, "host time per forward operation, its backward and launches included"),
     "t_fixed_s": (2e-3, 0.0, 0.5, "fixed per-step overhead (sync, data loading)"),
     "t_sync_s": (2e-3, 0.0, 0.1, "multi-GPU synchronisation/straggler overhead per doubling of GPUs"),
-    "l_hop_s": (2e-5, 1e-7, 1e-3, "ring all-reduce per-hop latency (eq. 4.8)"),
-    "bw_eff_frac": (0.75, 0.05, 1.0, "achieved fraction of the interconnect bandwidth"),
+    # gradient all-reduce (eq. 4.8, docs/oracle-comm.md): achieved fraction of each link kind's catalogue
+    # bandwidth in a ring all-reduce. Priors: 5-7 GB/s measured over PCIe Gen3 x16 (15.75 GB/s) and 0.45 GB/s
+    # per ring between nodes on one shared 50 Gb/s Ethernet adapter; NVLink and InfiniBand from nccl-tests-like
+    # bus bandwidths of about 70 and 80 % of the link
+    "l_hop_s": (2e-5, 1e-7, 1e-3, "ring all-reduce per-hop latency inside a node (eq. 4.8)"),
+    "l_hop_net_s": (5e-5, 1e-7, 1e-2, "ring all-reduce per-hop latency when the ring crosses nodes"),
+    "bw_eff_nvlink": (0.70, 0.05, 1.0, "achieved fraction of the NVLink bandwidth in a ring all-reduce"),
+    "bw_eff_pcie": (0.40, 0.05, 1.0, "achieved fraction of the PCIe bandwidth in a ring all-reduce"),
+    "bw_eff_ib": (0.80, 0.01, 1.0, "achieved fraction of a node's InfiniBand bandwidth in a ring all-reduce"),
+    "bw_eff_eth": (0.08, 0.01, 1.0, "achieved fraction of a node's Ethernet bandwidth in a ring all-reduce"),
+    "ddp_bucket_mb": (25.0, 1.0, 1000.0, "gradient bucket size (MB) of data-parallel training (DDP default)"),
+    "bwd_frac": (
+        0.67,
+        0.0,
+        1.0,
+        "share of a micro-batch pass in the backward, under which gradient buckets all-reduce",
+    ),
     "c_p": (1.0, 0.3, 1.5, "global power calibration scalar (eq. 4.14)"),
     "u_comp": (0.80, 0.0, 1.5, "dynamic power share while tensor/SM compute is busy"),
     "u_simt": (0.80, 0.0, 1.5, "dynamic power share while FP32 compute runs on the CUDA cores"),
@@ -81,6 +96,20 @@ PARAM_SPECS: dict[str, tuple[float, float, float, str]] = {
     ),
 }
 
+#: parameters earlier versions had; a parameter file naming them still loads (the value is ignored)
+RETIRED_PARAMS = frozenset({"bw_eff_frac"})
+
+#: the communication parameters (fitted on multi-GPU rows only: `easlurm model calibrate --free comm`)
+COMM_PARAMS = (
+    "t_sync_s",
+    "bw_eff_nvlink",
+    "bw_eff_pcie",
+    "bw_eff_ib",
+    "bw_eff_eth",
+    "l_hop_s",
+    "l_hop_net_s",
+)
+
 #: the parameters of the co-location rule (fitted by `model.colocation.fit_colocation`, not by `calibrate`)
 COLOC_PARAMS = ("coloc_switch_frac", "coloc_queue", "coloc_mps_interference")
 
@@ -100,6 +129,8 @@ class OracleParams:
     def __post_init__(self) -> None:
         merged = {k: v[0] for k, v in PARAM_SPECS.items()}
         for key, value in self.values.items():
+            if key in RETIRED_PARAMS:
+                continue
             if key not in PARAM_SPECS:
                 raise ModelError(f"unknown oracle parameter {key!r} (known: {', '.join(PARAM_SPECS)})")
             merged[key] = _finite(value, key)

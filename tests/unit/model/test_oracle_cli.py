@@ -34,7 +34,7 @@ def test_predict_table_marks_the_best_edp(capsys):
     )
     assert rc == 0
     lines = out.strip().splitlines()
-    assert lines[0].split()[:3] == ["GPUType", "GPUs", "Batch"]
+    assert lines[0].split()[:4] == ["GPUType", "GPUs", "Nodes", "Batch"]
     body = lines[2:]
     assert len(body) == 4 * 2 + 4 * 3  # 700 W only applies to the H100
     assert sum(line.rstrip().endswith("*") for line in body) == 1
@@ -49,6 +49,34 @@ def test_predict_json_has_schema_and_one_best(capsys):
     assert sum(p["best_edp"] for p in doc["placements"]) == 1
     p = doc["placements"][0]
     assert p["energy_per_step_j"] == pytest.approx(p["power_w"] * p["step_time_s"])
+
+
+def test_predict_over_node_counts_leaves_out_what_cannot_hold_the_gpus(capsys):
+    rc, out, err = run(
+        capsys,
+        "predict",
+        "--model",
+        "bert-large",
+        "--gpus",
+        "8,16",
+        "--nodes",
+        "1,2,16",
+        "-P",
+        "-n",
+        "-o",
+        "GPUs,Nodes,StepTime",
+        "--gpu",
+        "a100-40gb",
+    )
+    assert rc == 0
+    rows = [line.split("|") for line in out.splitlines()]
+    assert [(r[0], r[1]) for r in rows] == [("8", "1"), ("8", "2"), ("16", "2"), ("16", "16")]
+    times = [float(r[2].rstrip("s")) for r in rows]
+    assert times[1] > times[0] and times[3] > times[2]  # spreading costs
+    assert "--nodes 16 cannot hold 8 a100-40gb GPUs" in err
+    assert "--nodes 1 cannot hold 16 a100-40gb GPUs (1 to 8 per node)" in err
+    rc, _, err = run(capsys, "predict", "--model", "bert-large", "--gpus", "16", "--nodes", "1")
+    assert rc == 2 and err.count("\n") >= 1 and "no node count can hold" in err
 
 
 def test_predict_parsable(capsys):

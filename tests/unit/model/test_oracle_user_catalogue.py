@@ -96,7 +96,7 @@ def test_predict_uses_the_flag_and_the_configuration(capsys, tmp_path, monkeypat
         capsys, "predict", "--model", "resnet50", "--gpu", "a40", "--hardware", str(EXAMPLE), "-P"
     )
     assert rc == 0, err
-    assert out.splitlines()[1].startswith("a40|1|256|")
+    assert out.splitlines()[1].startswith("a40|1|1|256|")  # GPUs, Nodes, Batch
     cfg = tmp_path / "easlurm.yaml"
     cfg.write_text(f"oracle:\n  hardware: {EXAMPLE}\n")
     rc, out, err = run(capsys, "-c", str(cfg), "predict", "--model", "resnet50", "--gpu", "mi300x", "-P")

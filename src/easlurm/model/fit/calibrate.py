@@ -17,6 +17,7 @@ from easlurm.errors import ModelError
 from easlurm.model.equations import HardwareArrays, WorkloadArrays, evaluate
 from easlurm.model.fit.dataset import Measurement, placements_of
 from easlurm.model.hardware import Catalogue, load_catalogue
+from easlurm.model.oracle import resolve_nodes
 from easlurm.model.params import PARAM_SPECS, OracleParams, bounds
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,9 @@ class _Problem:
         self.wa = WorkloadArrays.of(wls, plain).reshape(1, -1)
         pl = placements_of(self.rows)
         keys, idx = pl.gpu_codes()
-        self.hw = HardwareArrays.table([catalogue.get(k) for k in keys]).take(idx).reshape(1, -1)
+        specs = [catalogue.get(k) for k in keys]
+        self.hw = HardwareArrays.table(specs).take(idx).reshape(1, -1)
+        self.nodes = resolve_nodes(pl, specs, idx).reshape(1, -1)
         self.n = pl.n_gpus.reshape(1, -1)
         self.b = pl.batch.reshape(1, -1)
         self.pl = pl.power_limit_w.reshape(1, -1)
@@ -125,7 +128,7 @@ class _Problem:
             op = name.split(".")[1]
             s[op] = s[op] * np.where(self.masks[name], val, 1.0)
         wa = dataclasses.replace(self.wa, s_gemm=s["gemm"], s_conv=s["conv"], s_alu=s["alu"], s_mem=s["mem"])
-        res = evaluate(wa, self.hw, self.n, self.b, self.pl, values)  # type: ignore[arg-type]
+        res = evaluate(wa, self.hw, self.n, self.b, self.pl, values, self.nodes)  # type: ignore[arg-type]
         self.nfev += max(x.shape[1], 1)
         return np.atleast_2d(res.step_time_s), np.atleast_2d(res.power_w)
 
@@ -217,7 +220,23 @@ def targeted_scalars(rows: Sequence[Measurement]) -> list[str]:
     return out
 
 
-def default_free(rows: Sequence[Measurement]) -> list[str]:
+def comm_free(rows: Sequence[Measurement], catalogue: Catalogue | None = None) -> list[str]:
+    """The communication parameters multi-GPU rows inform: the achieved-bandwidth factor of each link kind
+    their rings cross (NVLink/PCIe inside a node, InfiniBand/Ethernet between nodes) and the network hop."""
+    cat = catalogue if catalogue is not None else load_catalogue()
+    out: list[str] = []
+    for m in rows:
+        if m.n_gpus <= 1:
+            continue
+        spec = cat.get(m.gpu)
+        names = [f"bw_eff_{spec.link_kind}"]
+        if (m.n_nodes or -(-m.n_gpus // spec.gpus_per_node)) > 1:
+            names += [f"bw_eff_{'ib' if spec.net_kind == 'infiniband' else 'eth'}", "l_hop_net_s"]
+        out += [n for n in names if n not in out]
+    return out
+
+
+def default_free(rows: Sequence[Measurement], catalogue: Catalogue | None = None) -> list[str]:
     """Parameters the data can inform: GEMM/conv terms only with such work, power terms only with power data.
 
     Each has a prior (its default, `PRIOR_SIGMA`): parameters the rows barely inform stay near it instead of
@@ -232,9 +251,7 @@ def default_free(rows: Sequence[Measurement]) -> list[str]:
     if any(w.flops_conv > 0.3 * w.flops_total for w in wls):
         free += ["beta_conv", "k_layout"]
     if any(m.n_gpus > 1 for m in rows):
-        free += ["t_sync_s"]
-        if any(m.n_gpus > 8 for m in rows):
-            free += ["bw_eff_frac"]
+        free += ["t_sync_s", *comm_free(rows, catalogue)]
     if any(m.avg_power_w is not None for m in rows):
         free += ["c_p", "u_comp", "u_mem", "u_idle"]
         if any(m.precision.lower() == "fp32" for m in rows):
@@ -263,7 +280,7 @@ def calibrate(
     if not rows:
         raise ModelError("calibration needs at least one measurement")
     base = base or OracleParams()
-    free = list(free) if free is not None else default_free(rows)
+    free = list(free) if free is not None else default_free(rows, catalogue)
     for name in free:
         group, _, op = name.partition(".")
         if name not in PARAM_SPECS and not (group and op in ("gemm", "conv", "alu", "mem")):

@@ -28,7 +28,12 @@ from easlurm.progress import progressbar
     default=None,
     help="Start from these parameters (default: shipped ones).",
 )
-@click.option("--free", default=None, help="Parameters to fit, comma list (default: what the data informs).")
+@click.option(
+    "--free",
+    default=None,
+    help="Parameters to fit, comma list (default: what the data informs); 'comm' names the link factors the "
+    "rows' rings cross.",
+)
 @click.option(
     "--maxiter",
     type=int_range(1, 100_000),
@@ -46,6 +51,12 @@ from easlurm.progress import progressbar
     help="k-fold cross-validation (0: none).",
 )
 @click.option("--version", "version", default=None, help="params_version to record (default: date-based).")
+@click.option(
+    "--scaling",
+    is_flag=True,
+    help="Fit multi-GPU rows' slowdown over their one-GPU row (1 -> n GPU speedup) instead of their times; "
+    "default --free comm.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Report as one JSON document.")
 @HARDWARE_OPTION
 @click.pass_context
@@ -60,6 +71,7 @@ def calibrate_cmd(
     seed: int,
     folds: int,
     version: str | None,
+    scaling: bool,
     as_json: bool,
     hardware_path: str | None,
 ) -> None:
@@ -80,6 +92,16 @@ def calibrate_cmd(
         catalogue.resolve(m.gpu)  # a GPU the catalogue lacks is one clear error before fitting
     base = load_params(base_path) if base_path else load_params()
     free_list = [f.strip() for f in free.split(",") if f.strip()] if free else None
+    if scaling:
+        from easlurm.model.fit.scaling import scaling_rows
+
+        rows = scaling_rows(rows, base, catalogue)
+        free_list = free_list or ["comm"]
+    if free_list and "comm" in free_list:
+        from easlurm.model.fit.calibrate import comm_free
+
+        at = free_list.index("comm")
+        free_list[at : at + 1] = [n for n in ["t_sync_s", *comm_free(rows, catalogue)] if n not in free_list]
     before = score(base, rows, catalogue)
     with progressbar(length=maxiter, label="calibrating", file=sys.stderr) as bar:
         res = calibrate(
@@ -109,7 +131,7 @@ def calibrate_cmd(
     today = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
     meta = {
         "date": today,
-        "data": measurements,
+        "data": measurements + (" (multi-GPU slowdowns over one GPU: --scaling)" if scaling else ""),
         "rows": len(rows),
         "free": list(res.free),
         "method": f"differential_evolution best1bin popsize={popsize} LHS mutation=(0.5,1.5) CR=0.7 + L-BFGS-B",

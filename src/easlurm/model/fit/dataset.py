@@ -25,6 +25,7 @@ COLUMNS = (
     "precision",
     "optimizer",
     "n_gpus",
+    "n_nodes",
     "gpu",
     "power_limit_w",
     "step_time_s",
@@ -55,6 +56,8 @@ class Measurement:
     peak_mem_gib: float | None = (
         None  # peak GPU memory allocated on one GPU (torch max_memory_allocated), GiB
     )
+    #: nodes the GPUs spanned (None: the fewest that hold them at the GPU type's gpus_per_node)
+    n_nodes: int | None = None
     #: data-parallel step time minus the same ranks' step time without gradient synchronisation, floored
     #: at 0: the communication the computation does not hide (None when unknown, e.g. one GPU)
     comm_exposed_s: float | None = None
@@ -127,8 +130,11 @@ def read_measurements(path: str | Path) -> list[Measurement]:
                 optimizer=(rec.get("optimizer") or "").strip() or "adamw",
                 source=(rec.get("source") or "").strip(),
                 peak_mem_gib=_opt_number(rec.get("peak_mem_gib"), "peak_mem_gib", where),
+                n_nodes=_opt_number(rec.get("n_nodes"), "n_nodes", where, True),  # type: ignore[arg-type]
                 comm_exposed_s=_opt_number(rec.get("comm_exposed_s"), "comm_exposed_s", where, zero=True),
             )
+            if m.n_nodes is not None and m.n_nodes > m.n_gpus:
+                raise TraceError(f"{where}: n_nodes must be <= n_gpus ({m.n_gpus}), got {m.n_nodes}")
             try:
                 m.workload()
             except EaslurmError as exc:
@@ -173,4 +179,5 @@ def placements_of(rows: Sequence[Measurement]) -> Placements:
         np.array([m.batch for m in rows]),
         np.array([m.gpu for m in rows], dtype=object),
         np.array([math.nan if m.power_limit_w is None else m.power_limit_w for m in rows]),
+        np.array([m.n_nodes or 0 for m in rows]),
     )

@@ -572,6 +572,7 @@ def write_results(results: Sequence[Result], path: str, source: str, header_comm
                 batch=c.batch,
                 precision=c.precision,
                 n_gpus=c.n_gpus,
+                n_nodes=c.n_nodes,
                 gpu=r.gpu,
                 step_time_s=round(r.step_time_s, 6),
                 avg_power_w=None if r.avg_power_w is None else round(r.avg_power_w, 1),

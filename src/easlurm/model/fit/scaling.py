@@ -1,0 +1,65 @@
+"""Multi-GPU rows as slowdowns over their one-GPU row, for fitting the communication terms alone."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from easlurm.errors import ModelError
+from easlurm.model.fit.dataset import Measurement, placements_of
+from easlurm.model.hardware import Catalogue
+from easlurm.model.oracle import Oracle
+from easlurm.model.params import OracleParams
+
+
+def _base_key(m: Measurement) -> tuple[Any, ...]:
+    """What a multi-GPU row and its one-GPU row share: the same work per GPU on the same GPU type."""
+    return (
+        m.model,
+        m.precision,
+        m.seq_len,
+        m.image_size,
+        m.optimizer,
+        m.gpu,
+        m.power_limit_w,
+        m.batch // m.n_gpus,
+    )
+
+
+def scaling_rows(
+    rows: Sequence[Measurement], params: OracleParams, catalogue: Catalogue | None = None
+) -> list[Measurement]:
+    """Each multi-GPU row whose one-GPU row (same model, GPU, precision, per-GPU batch) is measured, its time
+    set to the oracle's one-GPU time x the measured slowdown t_n / t_1.
+
+    Fitting only the communication parameters to these rows fits the measured scaling (1 -> n GPU speedup)
+    whatever error the oracle makes on one GPU's compute: that error cancels in the ratio."""
+    single = {_base_key(m): m for m in rows if m.n_gpus == 1}
+    multi = [m for m in rows if m.n_gpus > 1 and _base_key(m) in single]
+    if not multi:
+        raise ModelError("no multi-GPU row has a one-GPU row of the same model, GPU and per-GPU batch")
+    ones = [single[_base_key(m)] for m in multi]
+    pred = Oracle(params, catalogue).predict_rows([m.workload() for m in ones], placements_of(ones))
+    return [
+        dataclasses.replace(m, step_time_s=float(t1) * m.step_time_s / one.step_time_s, avg_power_w=None)
+        for m, one, t1 in zip(multi, ones, pred.step_time_s)
+    ]
+
+
+def speedups(
+    rows: Sequence[Measurement], params: OracleParams, catalogue: Catalogue | None = None
+) -> list[tuple[Measurement, float, float]]:
+    """(multi-GPU row, measured speedup n t_1 / t_n, predicted speedup) for rows with a one-GPU row."""
+    single = {_base_key(m): m for m in rows if m.n_gpus == 1}
+    multi = [m for m in rows if m.n_gpus > 1 and _base_key(m) in single]
+    if not multi:
+        return []
+    ones = [single[_base_key(m)] for m in multi]
+    oracle = Oracle(params, catalogue)
+    p1 = oracle.predict_rows([m.workload() for m in ones], placements_of(ones)).step_time_s
+    pn = oracle.predict_rows([m.workload() for m in multi], placements_of(multi)).step_time_s
+    return [
+        (m, m.n_gpus * one.step_time_s / m.step_time_s, m.n_gpus * float(a) / float(b))
+        for m, one, a, b in zip(multi, ones, p1, pn)
+    ]

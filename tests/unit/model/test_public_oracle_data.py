@@ -1,0 +1,84 @@
+"""Public measurement CSVs under data/oracle/public: each is what its converter makes of the committed raw
+source, every row reads as a measurement and every GPU is in the shipped catalogue."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from easlurm.model.fit.dataset import read_measurements
+from easlurm.model.hardware import load_catalogue
+
+ROOT = Path(__file__).resolve().parents[3]
+PUBLIC = ROOT / "data" / "oracle" / "public"
+#: converter script -> (raw folder, committed CSV)
+CONVERTERS = {
+    "convert-lambda-benchmarks": ("lambda", "lambda_pytorch.csv"),
+    "convert-zeus-power-traces": ("zeus", "zeus_power_limits.csv"),
+    "convert-dle-tables": ("dle", "dle_training.csv"),
+}
+#: traces the project holds out from fitting and evaluation: never converted or committed here
+HELD_OUT = ("summary_power_v100", "summary_power_a40", "pollux", "osdi21")
+
+
+@pytest.mark.parametrize("script", sorted(CONVERTERS))
+def test_converter_reproduces_the_committed_csv(script: str, tmp_path: Path) -> None:
+    raw, csv_name = CONVERTERS[script]
+    out = tmp_path / csv_name
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / script), str(PUBLIC / "raw" / raw), "-o", str(out)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert out.read_text() == (PUBLIC / csv_name).read_text()
+
+
+@pytest.mark.parametrize("csv_name", sorted(name for _, name in CONVERTERS.values()))
+def test_every_row_reads_and_every_gpu_is_in_the_catalogue(csv_name: str) -> None:
+    rows = read_measurements(PUBLIC / csv_name)
+    catalogue = load_catalogue()
+    assert {catalogue.resolve(m.gpu) for m in rows} == {m.gpu for m in rows}
+    assert all(m.step_time_s > 0 and m.batch >= m.n_gpus for m in rows)
+    assert all((PUBLIC / "raw" / raw / "PROVENANCE.md").is_file() for raw, _ in CONVERTERS.values())
+
+
+def test_lambda_batches_are_global_and_fp32_is_tf32_from_ampere_on() -> None:
+    rows = read_measurements(PUBLIC / "lambda_pytorch.csv")
+    catalogue = load_catalogue()
+    rn50 = {(m.gpu, m.n_gpus, m.precision): m for m in rows if m.model == "resnet50"}
+    assert rn50[("a100-80gb", 8, "tf32")].batch == 8 * rn50[("a100-80gb", 1, "tf32")].batch == 5120
+    assert rn50[("h100-sxm", 1, "fp16")].batch == 1280  # the 80 GB template, as the H100 PCIe row
+    for m in rows:
+        arch = catalogue.get(m.gpu).architecture
+        assert m.precision in (("fp32", "fp16") if arch in ("volta", "turing") else ("tf32", "fp16"))
+        assert m.avg_power_w is None  # the tables' watt column is nominal power, not a measurement
+
+
+def test_zeus_rows_carry_limit_and_power_and_no_held_out_trace_is_here() -> None:
+    rows = read_measurements(PUBLIC / "zeus_power_limits.csv")
+    assert {m.gpu for m in rows} == {"p100", "rtx6000"}
+    assert all(m.power_limit_w is not None and m.avg_power_w is not None for m in rows)
+    catalogue = load_catalogue()
+    for m in rows:
+        spec = catalogue.get(m.gpu)
+        assert spec.min_power_limit_w <= m.power_limit_w <= spec.tdp_w  # type: ignore[operator]
+        assert m.avg_power_w <= m.power_limit_w * 1.02  # type: ignore[operator]
+    rn50 = {m.power_limit_w: m.step_time_s for m in rows if m.gpu == "rtx6000" and m.model == "resnet50"}
+    assert rn50[100.0] > rn50[260.0]  # a lower cap slows the step
+    names = [p.name.lower() for p in (ROOT / "data").rglob("*")]
+    assert not [n for n in names if any(h in n for h in HELD_OUT)]
+
+
+def test_dle_rows_complement_the_published_resnet_file_and_skip_out_of_memory_cells() -> None:
+    rows = read_measurements(PUBLIC / "dle_training.csv")
+    published = read_measurements(ROOT / "data" / "oracle" / "published_resnet50_dle.csv")
+    key = [(m.model, m.gpu, m.n_gpus, m.precision, m.batch) for m in rows]
+    assert not set(key) & {(m.model, m.gpu, m.n_gpus, m.precision, m.batch) for m in published}
+    assert len(key) == len(set(key))
+    bert = [m for m in rows if m.model == "bert-large"]
+    assert {m.gpu for m in bert} == {"v100-16gb", "v100", "v100-sxm3"} and {m.seq_len for m in bert} == {384}
+    assert not [m for m in bert if m.precision == "fp32" and m.batch == 10 * m.n_gpus]  # N/A: out of memory
