@@ -66,6 +66,7 @@ def test_two_ranks_on_two_nodes_measure_steps_comm_and_power(slurm_box: Any, tmp
     from easlurm.model.fit.dataset import read_measurements
 
     (row,) = read_measurements(out)
-    assert (row.model, row.batch, row.n_gpus, row.gpu) == ("shufflenet-small", 4, 2, "h100-sxm")
+    assert (row.model, row.batch, row.n_gpus, row.n_nodes) == ("shufflenet-small", 4, 2, 2)
+    assert row.gpu == "h100-sxm"
     assert row.step_time_s > 0 and row.comm_exposed_s is not None and row.comm_exposed_s >= 0
     assert row.avg_power_w == pytest.approx(2 * GPU_W, rel=0.05), row.avg_power_w

@@ -158,7 +158,7 @@ def test_a_parallel_tasks_csv_keeps_its_runs_exposed_communication(tmp_path: Pat
     path = tmp_path / "task-0.csv"
     write_results([Result(cfg, runs, "h100-sxm")], str(path), "test")
     (row,) = read_measurements(path)
-    assert (row.n_gpus, row.comm_exposed_s) == (4, pytest.approx(0.015))
+    assert (row.n_gpus, row.n_nodes, row.comm_exposed_s) == (4, 2, pytest.approx(0.015))
     back = read_task_csv(path, cfg)
     assert [r.comm_exposed_s for r in back.runs] == [0.01, 0.02] and back.comm_exposed_s == pytest.approx(
         0.015

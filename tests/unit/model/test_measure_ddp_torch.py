@@ -30,7 +30,7 @@ def test_two_cpu_ranks_write_rows_with_the_exposed_communication(
     res = capsys.readouterr()
     assert rc == 0, res.err
     (row,) = read_measurements(out)
-    assert (row.model, row.batch, row.n_gpus, row.gpu) == ("shufflenet-small", 4, 2, "cpu")
+    assert (row.model, row.batch, row.n_gpus, row.n_nodes, row.gpu) == ("shufflenet-small", 4, 2, 1, "cpu")
     assert row.step_time_s > 0 and row.comm_exposed_s is not None and row.comm_exposed_s >= 0
     assert row.avg_power_w is None  # no NVML on a CPU: unknown, not 0 W
     with out.open() as fh:
