@@ -21,6 +21,9 @@ from easlurm.model.measure.steps import MeasureConfig, Result, Run, Timing
 
 log = logging.getLogger(__name__)
 
+#: The module a data-parallel job script runs on its first node for MASTER_ADDR and MASTER_PORT.
+RENDEZVOUS = "easlurm.model.measure.rendezvous"
+
 
 def task_args(cfg: MeasureConfig) -> list[str]:
     """The `easlurm model measure` arguments of one configuration."""
@@ -49,6 +52,7 @@ def groups(configs: Sequence[MeasureConfig]) -> dict[tuple[int, int], list[int]]
 
 
 def script_name(n_gpus: int, n_nodes: int) -> str:
+    """The sbatch file of one array in the work folder (the one-GPU array keeps its old name)."""
     return "measure.sbatch" if (n_gpus, n_nodes) == (1, 1) else f"measure-{n_gpus}gpus-{n_nodes}nodes.sbatch"
 
 
@@ -116,9 +120,6 @@ def array_script(
     srun.append("--kill-on-bad-exit=1")  # a rank that fails must not leave the others in a collective
     lines.append(f'{shlex.join([*srun, *cmd, "--ddp-task"])} "${{ARGS[@]}}" -O "{out}"')
     return "\n".join(lines) + "\n"
-
-
-RENDEZVOUS = "easlurm.model.measure.rendezvous"
 
 
 def _array_spec(indices: Sequence[int]) -> str:
