@@ -198,6 +198,16 @@ CASES: dict[str, Case] = {
         "--folds", "model", "calibrate", M, "--folds", "-1", "--out", "{tmp}/p.yaml"
     ),
     "negative-sweeps-measure": C("--sweeps", "model", "measure", "--model", "resnet50", "--sweeps", "0"),
+    "huge-gpus-measure": C("--gpus", "model", "measure", "--model", "resnet50", "--gpus", HUGE),
+    "zero-gpus-measure": C("--gpus", "model", "measure", "--model", "resnet50", "--gpus", "0,2"),
+    "uneven-gpus-nodes-measure": C(
+        "--gpus", "model", "measure", "--model", "resnet50", "--gpus", "3", "--nodes", "2", "--slurm"
+    ),
+    "uneven-batch-gpus-measure": C(
+        "--batch", "model", "measure", "--model", "resnet50", "--batch", "6", "--gpus", "4"
+    ),
+    "nodes-without-slurm-measure": C("--nodes", "model", "measure", "--model", "resnet50", "--nodes", "2"),
+    "huge-nodes-measure": C("--nodes", "model", "measure", "--model", "resnet50", "--nodes", HUGE, "--slurm"),
     "negative-seeds-replay": C("--seeds", "sim", "replay", T, "--seeds", "0", "--out", OUT),
     "unknown-model-joblist-run": C("{joblist}", "sim", "run", "--policy", "zeus", "--job-list", "{joblist}"),
     "cfg-budget-run": C(
