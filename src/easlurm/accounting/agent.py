@@ -136,6 +136,10 @@ def _finite(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
+def _opt_int(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
 def node_record_from_profile(
     result: Any, node_id: int, step_start: float | None, step_end: float | None
 ) -> NodeRecord:
@@ -153,6 +157,9 @@ def node_record_from_profile(
             error=d.error,
             in_total=bool(getattr(d, "in_total", True)),
             duration_s=_finite(getattr(d, "duration_s", None)),
+            mean_util_pct=_finite(getattr(d, "mean_util_pct", None)),
+            peak_memory_bytes=_opt_int(getattr(d, "peak_memory_bytes", None)),
+            memory_total_bytes=_opt_int(getattr(d, "memory_total_bytes", None)),
         )
         for d in result.devices
     ]

@@ -189,6 +189,11 @@ class DeviceRecord:
     whole_gpu_energy_j: float | None = None
     #: the highest sampled power over the window, W (None in records written before it was kept)
     peak_power_w: float | None = None
+    #: a GPU's mean utilisation (%) and peak memory in use of its total (bytes), where NVML reports them
+    #: (None: not measured, or a record written before they were kept). A shared GPU's are the whole GPU's.
+    mean_util_pct: float | None = None
+    peak_memory_bytes: int | None = None
+    memory_total_bytes: int | None = None
 
     def apportion(self, share: float, method: str) -> None:
         """Keep `share` (0..1) of this GPU's energy and power; the rest belongs to the other jobs."""
@@ -477,6 +482,13 @@ def _per_kind(node: NodeRecord) -> NodeRecord:
         if not chosen:
             continue
         energy = sum_known(d.energy_j for d in chosen)
+        utils = [d.mean_util_pct for d in chosen if d.mean_util_pct is not None]
+        # the fullest device's memory: a job's limit is per GPU, not their sum
+        fullest = max(
+            (d for d in chosen if d.peak_memory_bytes is not None),
+            key=lambda d: d.peak_memory_bytes or 0,
+            default=None,
+        )
         devices.append(
             DeviceRecord(
                 name=kind,
@@ -488,6 +500,9 @@ def _per_kind(node: NodeRecord) -> NodeRecord:
                 source="+".join(sorted({d.source for d in chosen})),
                 error="; ".join(d.error for d in chosen if d.error) or None,
                 apportioned="+".join(sorted({d.apportioned for d in chosen if d.apportioned})) or None,
+                mean_util_pct=sum(utils) / len(utils) if utils else None,
+                peak_memory_bytes=None if fullest is None else fullest.peak_memory_bytes,
+                memory_total_bytes=None if fullest is None else fullest.memory_total_bytes,
             )
         )
     return dataclasses.replace(node, devices=devices, no_sensor=list(node.no_sensor))

@@ -197,6 +197,8 @@ class Prediction:
     compute_busy: np.ndarray | None = None
     hbm_busy: np.ndarray | None = None
     gpu_busy: np.ndarray | None = None
+    #: gradient all-reduce time per step not hidden under the backward pass (s; 0 on one GPU)
+    comm_exposed_s: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.step_time_s)
@@ -305,6 +307,7 @@ class Oracle:
             compute_busy=res.compute_busy,
             hbm_busy=res.hbm_busy,
             gpu_busy=res.gpu_busy,
+            comm_exposed_s=np.where(res.feasible, res.t_comm_s, np.nan),
         )
 
     def predict(self, workload: Workload, placements: Placements) -> Prediction:

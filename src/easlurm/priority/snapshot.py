@@ -42,6 +42,8 @@ class RunningJob:
     power_w: float
     start_s: float
     urgent: bool = False
+    #: nodes its GPUs span (Slurm's node count; `node` is the first); the policies start jobs on one node
+    n_nodes: int = 1
     deadline_s: float | None = None
     power_limit_w: float | None = None
     expected_end_s: float | None = None

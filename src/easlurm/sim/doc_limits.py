@@ -12,8 +12,8 @@ from easlurm.sim.doc_figures import DocFigures, Runs, campaign_source, ci, num, 
 
 PLAN = "campaigns/powerlimits.yaml"
 EXP = "B-limits"
-#: the campaign's energy-per-job metric and the factor from its unit to MJ
-PER_JOB, TO_MJ = "energy_per_job_kwh", 3.6
+#: the campaign's energy-per-job metric (J) and the factor to MJ
+PER_JOB, TO_MJ = "energy_per_job_j", 1e-6
 ALIBABA = "tests/fixtures/traces/public/alibaba_gpu_v2023_openb_pod_list_gpuspec10_head64.csv"
 UBCCR = "tests/fixtures/traces/public/ubccr_sacct_dump2101_head11.psv"
 CONVERTER = "scripts/convert-alibaba-gpu-trace"

@@ -14,14 +14,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-#: the run metrics that hold energy, and how many J one unit of them is
-ENERGY_KEY, IDLE_KEY, BUSY_KEY, PER_JOB_KEY = (
-    "energy_kwh",
-    "idle_energy_kwh",
-    "busy_energy_kwh",
-    "energy_per_job_kwh",
-)
-J_PER_UNIT = 3.6e6
+#: the run metrics that hold energy (J)
+ENERGY_KEY, IDLE_KEY, BUSY_KEY, PER_JOB_KEY = "energy_j", "idle_energy_j", "busy_energy_j", "energy_per_job_j"
 
 
 def _num(value: Any) -> float | None:
@@ -50,7 +44,7 @@ def align(runs: Iterable[dict[str, Any]], idle_total_w: float) -> float | None:
         jobs = _num(m.get("completed_jobs")) or 0.0
         m["window_s"] = window
         busy = _num(m.get(BUSY_KEY))
-        m["busy_energy_per_job_j"] = busy * J_PER_UNIT / jobs if busy is not None and jobs else None
+        m["busy_energy_per_job_j"] = busy / jobs if busy is not None and jobs else None
         idle, total = _num(m.get(IDLE_KEY)), _num(m.get(ENERGY_KEY))
         if end is None or idle is None or total is None:
             m["window_idle_added_j"] = None
@@ -58,12 +52,12 @@ def align(runs: Iterable[dict[str, Any]], idle_total_w: float) -> float | None:
             continue
         added_j = idle_total_w * (window - end)
         m["window_idle_added_j"] = added_j
-        m[IDLE_KEY] = idle + added_j / J_PER_UNIT
-        m[ENERGY_KEY] = total + added_j / J_PER_UNIT
+        m[IDLE_KEY] = idle + added_j
+        m[ENERGY_KEY] = total + added_j
         m[PER_JOB_KEY] = m[ENERGY_KEY] / jobs if jobs else None
-        m["idle_energy_per_job_j"] = m[IDLE_KEY] * J_PER_UNIT / jobs if jobs else None
+        m["idle_energy_per_job_j"] = m[IDLE_KEY] / jobs if jobs else None
         if window > 0:
-            m["mean_power_w"] = m[ENERGY_KEY] * J_PER_UNIT / window
+            m["mean_power_w"] = m[ENERGY_KEY] / window
     return window
 
 

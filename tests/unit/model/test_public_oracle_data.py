@@ -42,7 +42,7 @@ def test_every_row_reads_and_every_gpu_is_in_the_catalogue(csv_name: str) -> Non
     rows = read_measurements(PUBLIC / csv_name)
     catalogue = load_catalogue()
     assert {catalogue.resolve(m.gpu) for m in rows} == {m.gpu for m in rows}
-    assert all(m.step_time_s > 0 and m.batch >= m.n_gpus for m in rows)
+    assert all(m.step_time_s > 0 and m.batch >= m.n_gpus and m.n_nodes == 1 for m in rows)  # one machine each
     assert all((PUBLIC / "raw" / raw / "PROVENANCE.md").is_file() for raw, _ in CONVERTERS.values())
 
 
@@ -54,7 +54,9 @@ def test_lambda_batches_are_global_and_fp32_is_tf32_from_ampere_on() -> None:
     assert rn50[("h100-sxm", 1, "fp16")].batch == 1280  # the 80 GB template, as the H100 PCIe row
     for m in rows:
         arch = catalogue.get(m.gpu).architecture
-        assert m.precision in (("fp32", "fp16") if arch in ("volta", "turing") else ("tf32", "fp16"))
+        assert m.precision in (
+            ("fp32", "fp16") if arch in ("pascal", "volta", "turing") else ("tf32", "fp16")
+        )
         assert m.avg_power_w is None  # the tables' watt column is nominal power, not a measurement
 
 
@@ -82,3 +84,22 @@ def test_dle_rows_complement_the_published_resnet_file_and_skip_out_of_memory_ce
     bert = [m for m in rows if m.model == "bert-large"]
     assert {m.gpu for m in bert} == {"v100-16gb", "v100", "v100-sxm3"} and {m.seq_len for m in bert} == {384}
     assert not [m for m in bert if m.precision == "fp32" and m.batch == 10 * m.n_gpus]  # N/A: out of memory
+
+
+def test_readme_counts_rows_per_gpu_and_model() -> None:
+    """The row counts quoted in data/README.md are those of the committed CSVs."""
+    files = ["lambda_pytorch.csv", "dle_training.csv", "zeus_power_limits.csv"]
+    rows = {f: read_measurements(PUBLIC / f) for f in files}
+    catalogue = load_catalogue()
+    readme = (ROOT / "data" / "README.md").read_text()
+    lines = []
+    for gpu in {m.gpu for r in rows.values() for m in r}:
+        counts = [sum(m.gpu == gpu for m in rows[f]) for f in files]
+        cells = [gpu, catalogue.get(gpu).architecture, *map(str, counts), str(sum(counts))]
+        lines.append("| " + " | ".join(cells) + " |")
+    for model in {m.model for r in rows.values() for m in r}:
+        counts = [sum(m.model == model for m in rows[f]) for f in files]
+        lines.append("| " + " | ".join([model, *map(str, counts), str(sum(counts))]) + " |")
+    totals = [len(rows[f]) for f in files]
+    lines.append("| " + " | ".join(["all", *map(str, totals), str(sum(totals))]) + " |")
+    assert [line for line in lines if line not in readme] == []

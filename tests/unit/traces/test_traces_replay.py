@@ -186,8 +186,8 @@ def test_calibration_recovers_the_measured_scale(tmp_path: Path) -> None:
     assert "jobs" not in res.run("zeus")  # per-job rows stay out of report records
     uncal = replay(p, ClusterSpec.default(), [], simulate_fn=fake, calibrate=False)
     # the measured scale raises the recorded power, up to each GPU's TDP (the cap binds for jobs near it)
-    cal_kwh = res.baseline["metrics"]["busy_energy_kwh"]
-    uncal_kwh = uncal.baseline["metrics"]["busy_energy_kwh"]
+    cal_kwh = res.baseline["metrics"]["busy_energy_j"]
+    uncal_kwh = uncal.baseline["metrics"]["busy_energy_j"]
     assert 1.05 * uncal_kwh < cal_kwh <= 1.3 * uncal_kwh * (1 + 1e-9)
 
 
@@ -217,10 +217,10 @@ def test_replay_of_an_uncontended_trace_matches_the_record(tmp_path: Path) -> No
         run = res.run(name)["metrics"]
         assert run["completed_jobs"] == base["completed_jobs"] == 6
         assert run["mean_jct_s"] == pytest.approx(base["mean_jct_s"], abs=5.0)
-        assert run["busy_energy_kwh"] == pytest.approx(base["busy_energy_kwh"], rel=0.02)
+        assert run["busy_energy_j"] == pytest.approx(base["busy_energy_j"], rel=0.02)
     capped = res.run("zeus")["metrics"]
     assert base["mean_jct_s"] < capped["mean_jct_s"] <= 1.05 * base["mean_jct_s"] + 5.0
-    assert capped["busy_energy_kwh"] < 0.98 * base["busy_energy_kwh"]
+    assert capped["busy_energy_j"] < 0.98 * base["busy_energy_j"]
 
 
 def test_cli_replay_writes_report_and_counts_skipped(tmp_path: Path) -> None:

@@ -12,8 +12,6 @@ from easlurm.sim.cluster import ClusterSpec
 from easlurm.sim.replay import replay, write_replay_report
 from easlurm.sim.replay_window import align, savings
 
-J_PER_KWH = 3.6e6
-
 
 def cluster() -> ClusterSpec:
     return ClusterSpec.from_dict({"name": "one-a100", "nodes": [{"gpu_type": "a100", "gpus": 8, "count": 1}]})
@@ -21,25 +19,21 @@ def cluster() -> ClusterSpec:
 
 def test_align_charges_idle_power_up_to_the_latest_end_and_leaves_busy_energy_alone() -> None:
     early = {
-        "metrics": {"makespan_s": 100.0, "energy_kwh": 2.0, "idle_energy_kwh": 0.5, "busy_energy_kwh": 1.5}
+        "metrics": {"makespan_s": 100.0, "energy_j": 2e6, "idle_energy_j": 0.5e6, "busy_energy_j": 1.5e6}
     }
-    late = {
-        "metrics": {"simulated_s": 400.0, "energy_kwh": 3.0, "idle_energy_kwh": 1.0, "busy_energy_kwh": 2.0}
-    }
-    blank = {
-        "metrics": {"makespan_s": 900.0, "energy_kwh": None, "idle_energy_kwh": None, "busy_energy_kwh": 1.0}
-    }
+    late = {"metrics": {"simulated_s": 400.0, "energy_j": 3e6, "idle_energy_j": 1e6, "busy_energy_j": 2e6}}
+    blank = {"metrics": {"makespan_s": 900.0, "energy_j": None, "idle_energy_j": None, "busy_energy_j": 1e6}}
     for run in (early, late, blank):
         run["metrics"]["completed_jobs"] = 2.0
     assert align([early, late, blank], idle_total_w=1000.0) == 900.0
-    added = 1000.0 * 800.0 / J_PER_KWH
-    assert early["metrics"]["idle_energy_kwh"] == pytest.approx(0.5 + added)
-    assert early["metrics"]["energy_kwh"] == pytest.approx(2.0 + added)
-    assert early["metrics"]["energy_per_job_kwh"] == pytest.approx((2.0 + added) / 2)
-    assert early["metrics"]["busy_energy_kwh"] == 1.5
-    assert early["metrics"]["busy_energy_per_job_j"] == pytest.approx(1.5 * J_PER_KWH / 2)
+    added = 1000.0 * 800.0
+    assert early["metrics"]["idle_energy_j"] == pytest.approx(0.5e6 + added)
+    assert early["metrics"]["energy_j"] == pytest.approx(2e6 + added)
+    assert early["metrics"]["energy_per_job_j"] == pytest.approx((2e6 + added) / 2)
+    assert early["metrics"]["busy_energy_j"] == 1.5e6
+    assert early["metrics"]["busy_energy_per_job_j"] == pytest.approx(1.5e6 / 2)
     assert late["metrics"]["window_idle_added_j"] == pytest.approx(1000.0 * 500.0)
-    assert blank["metrics"]["energy_kwh"] is None and blank["metrics"]["idle_energy_per_job_j"] is None
+    assert blank["metrics"]["energy_j"] is None and blank["metrics"]["idle_energy_per_job_j"] is None
 
 
 def test_savings_split_busy_into_limits_and_placement_and_add_idle() -> None:
@@ -77,7 +71,7 @@ def test_a_recorded_wait_with_free_gpus_is_flagged_and_is_no_saving(tmp_path: Pa
     assert base["unexplained_wait_jobs"] == 1.0 and base["unexplained_wait_s"] == pytest.approx(150840.0)
     assert res.baseline["unexplained_waits"] == [{"job_id": "waited", "wait_s": 150840.0}]
     assert res.window_s == pytest.approx(150840.0 + 3600.0)
-    assert pollux["energy_per_job_kwh"] == pytest.approx(base["energy_per_job_kwh"], rel=1e-3)
+    assert pollux["energy_per_job_j"] == pytest.approx(base["energy_per_job_j"], rel=1e-3)
     assert pollux["busy_energy_per_job_j"] == pytest.approx(base["busy_energy_per_job_j"], rel=1e-3)
     md = write_replay_report(res, tmp_path / "out", html_too=False).read_text()
     assert "**1 recorded jobs waited with GPUs free**" in md and "waited (41.9 h)" in md

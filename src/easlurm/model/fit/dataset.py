@@ -31,6 +31,7 @@ COLUMNS = (
     "step_time_s",
     "avg_power_w",
     "peak_mem_gib",
+    "comm_exposed_s",
     "source",
 )
 
@@ -57,6 +58,9 @@ class Measurement:
     )
     #: nodes the GPUs spanned (None: the fewest that hold them at the GPU type's gpus_per_node)
     n_nodes: int | None = None
+    #: data-parallel step time minus the same ranks' step time without gradient synchronisation, floored
+    #: at 0: the communication the computation does not hide (None when unknown, e.g. one GPU)
+    comm_exposed_s: float | None = None
 
     def workload(self) -> Workload:
         return get_workload(
@@ -72,15 +76,18 @@ class Measurement:
         return model_family(self.model)
 
 
-def _opt_number(raw: str | None, field: str, where: str, integer: bool = False) -> float | int | None:
+def _opt_number(
+    raw: str | None, field: str, where: str, integer: bool = False, zero: bool = False
+) -> float | int | None:
+    """An optional positive number (or >= 0 with `zero`); None when the cell is empty or absent."""
     if raw is None or raw.strip() == "":
         return None
     try:
         value = float(raw)
     except ValueError:
         raise TraceError(f"{where}: {field} must be a number, got {raw!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise TraceError(f"{where}: {field} must be > 0, got {raw!r}")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        raise TraceError(f"{where}: {field} must be {'>= 0' if zero else '> 0'}, got {raw!r}")
     if integer:
         if value != int(value):
             raise TraceError(f"{where}: {field} must be an integer, got {raw!r}")
@@ -124,6 +131,7 @@ def read_measurements(path: str | Path) -> list[Measurement]:
                 source=(rec.get("source") or "").strip(),
                 peak_mem_gib=_opt_number(rec.get("peak_mem_gib"), "peak_mem_gib", where),
                 n_nodes=_opt_number(rec.get("n_nodes"), "n_nodes", where, True),  # type: ignore[arg-type]
+                comm_exposed_s=_opt_number(rec.get("comm_exposed_s"), "comm_exposed_s", where, zero=True),
             )
             if m.n_nodes is not None and m.n_nodes > m.n_gpus:
                 raise TraceError(f"{where}: n_nodes must be <= n_gpus ({m.n_gpus}), got {m.n_nodes}")
