@@ -101,7 +101,10 @@ def scenario_b(runs: Runs) -> dict[str, str]:
         "each job is at most 5 % slower by the oracle, but on a busy cluster a slower job also holds its "
         "GPUs longer and the queue behind it waits, so the JCT cost can exceed the bound; against Pollux "
         "Zeus's placements (minimum EDP, malleable) more than make up for it here. Hades chooses limits as "
-        f"Zeus does ({_ratio(runs, 'hades', 'pollux', PER_JOB):.3f} of Pollux's energy per job); Themis, "
+        f"Zeus does ({_ratio(runs, 'hades', 'pollux', PER_JOB):.3f} of Pollux's energy per job, "
+        f"{_ratio(runs, 'hades', 'themis', PER_JOB):.3f} of Themis's, p = "
+        f"{p_text(runs.p_paired(EXP, 'hades', 'themis', PER_JOB))}, at "
+        f"{_ratio(runs, 'hades', 'themis', 'mean_jct_s'):.3f} of Themis's mean JCT); Themis, "
         f"an exclusive baseline at the default limit, {_ratio(runs, 'themis', 'pollux', PER_JOB):.3f}. "
         + (
             "zeus-share is Zeus here: no node of this cluster shares its GPUs."
