@@ -107,3 +107,22 @@ def test_limits_are_what_an_energy_policy_saves_on_rigid_jobs(tmp_path: Path) ->
     assert got["zeus"]["placement_j"] == pytest.approx(0.0, abs=1e-3 * got["zeus"]["busy_j"])
     zeus, base = res.run("zeus")["metrics"], res.baseline["metrics"]
     assert zeus["mean_jct_s"] <= 1.05 * base["mean_jct_s"]  # within the default slowdown bound
+
+
+def test_cli_compare_limits_reports_both_rows_and_where_the_energy_goes(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from easlurm.cli import cli
+
+    trace = tmp_path / "rigid.csv"
+    trace.write_text(
+        "job_id,submit,start,duration,gpus,gpu_type,model\n"
+        + "".join(f"j{i},{600 * i},{600 * i},3600,2,a100,resnet50\n" for i in range(3))
+    )
+    out = tmp_path / "rep"
+    args = ["sim", "replay", str(trace), "--policies", "pollux,zeus", "--compare-limits"]
+    done = CliRunner().invoke(cli, [*args, "--max-slowdown", "0.1", "--no-html", "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    md = (out / "report.md").read_text()
+    assert "| zeus+nolimit |" in md and "## Where the energy goes" in md
+    assert "pollux+nolimit" not in md  # the baselines never choose a limit: nothing to compare
