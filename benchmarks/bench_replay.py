@@ -24,6 +24,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from easlurm.units import format_energy
+
 HEADER = (
     "JobID|JobIDRaw|JobName|User|Account|Partition|QOS|State|ExitCode|Submit|Eligible|Start|End|"
     "Elapsed|ElapsedRaw|Timelimit|NNodes|NCPUS|ReqTRES|AllocTRES|NodeList|Constraints|SubmitLine|AdminComment"
@@ -99,7 +101,7 @@ def run_one(trace: str, policy: str, n_nodes: int) -> dict[str, float]:
         "jobs_per_s": jobs / (run.get("replay_wall_s") or wall),
         "peak_rss_mb": peak_mb,
         "completed": run.get("completed_jobs", res.baseline["metrics"].get("completed_jobs")),
-        "energy_kwh": run.get("energy_kwh", res.baseline["metrics"].get("energy_kwh")),
+        "energy_j": run.get("energy_j", res.baseline["metrics"].get("energy_j")),
         "mean_jct_s": run.get("mean_jct_s", res.baseline["metrics"].get("mean_jct_s")),
         "record_fit": res.baseline.get("fit"),
     }
@@ -135,8 +137,8 @@ def main() -> None:
     print(f"reader only: {n} jobs ({stats.rows} rows) in {read_s:.1f} s = {n / read_s:,.0f} jobs/s")
     print(f"cluster: {args.gpus} GPUs ({n_nodes // 2}x8 A100-40GB + {n_nodes - n_nodes // 2}x8 H100-SXM)")
     print(
-        f"{'policy':<12} {'jobs':>7} {'jobs/s':>9} {'sim s':>8} {'peak RSS MB':>12} {'done':>7} {'kWh':>9} "
-        f"{'mean JCT h':>10} {'total s':>7} {'<2min,2GB':>5}"
+        f"{'policy':<12} {'jobs':>7} {'jobs/s':>9} {'sim s':>8} {'peak RSS MB':>12} {'done':>7} {'energy':>10} "
+        f"{'mean JCT s':>10} {'total s':>7} {'<2min,2GB':>5}"
     )
     for policy in [p.strip() for p in args.policies.split(",") if p.strip()]:
         cmd = [sys.executable, __file__, "--gpus", str(args.gpus), "--one", str(trace), policy]
@@ -152,13 +154,13 @@ def main() -> None:
         ok = "ok" if r["wall_s"] < 120 and r["peak_rss_mb"] < 2048 else "OVER"
         fit = r.get("record_fit")
         if policy == "recorded" and fit and not fit["fits"]:
-            # the synthetic starts ignore capacity: the record's cluster figures are blank (kWh 0 here)
+            # the synthetic starts ignore capacity: the record's cluster figures are blank (energy blank here)
             print(
                 f"  record uses up to {fit['peak_gpus']} GPUs at once on {fit['cluster_gpus']}: does not fit"
             )
         print(
             f"{policy:<12} {r['jobs']:>7} {r['jobs_per_s']:>9,.0f} {r['sim_wall_s']:>8.1f} {r['peak_rss_mb']:>12,.0f} "
-            f"{r['completed'] or 0:>7.0f} {r['energy_kwh'] or 0:>9,.0f} {(r['mean_jct_s'] or 0) / 3600:>10.2f} "
+            f"{r['completed'] or 0:>7.0f} {format_energy(r['energy_j']):>10} {r['mean_jct_s'] or 0:>10.0f} "
             f"{r['wall_s']:>7.1f} {ok:>5}"
         )
 

@@ -12,6 +12,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 from easlurm.sim.runner import SimSpec, run_simulation
+from easlurm.units import format_energy
 
 POLICIES = (
     "pollux",
@@ -38,7 +39,7 @@ def one_run() -> None:
         m = res.metrics
         print(
             f"{policy:18s} wall {wall:6.3f} s  events {m['events']:7.0f}  events/s {m['events'] / wall:9.0f}  "
-            f"decisions {m['decisions']:5.0f}  jobs {m['completed_jobs']:4.0f}  {m['energy_kwh']:6.1f} kWh"
+            f"decisions {m['decisions']:5.0f}  jobs {m['completed_jobs']:4.0f}  {format_energy(m['energy_j']):>10}"
         )
 
 

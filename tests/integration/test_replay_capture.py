@@ -161,4 +161,4 @@ def test_replay_matches_what_the_cluster_did(captured: dict[str, Any], fmt: str)
         # on the idle replica every job starts within the 1 s step: never later than the box started it
         # (whose own scheduling delay grows on a loaded machine), never faster than it ran
         assert recorded_run - 1.5 <= run["mean_jct_s"] <= recorded_jct + 1.5
-        assert run["busy_energy_kwh"] == pytest.approx(base["busy_energy_kwh"], rel=0.10)
+        assert run["busy_energy_j"] == pytest.approx(base["busy_energy_j"], rel=0.10)

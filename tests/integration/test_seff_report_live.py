@@ -145,9 +145,23 @@ def test_seff_and_report_on_real_jobs(slurm_box: Any, tmp_path: Path) -> None:
         assert c["total_energy_j"] == pytest.approx(run_total_j(spool, j, 0), rel=1e-9)
         assert c["shards"] == 1 and any("shared GPU" in n for n in c["notes"])
         assert all(d["apportioned"] for s in c["steps"] for d in s["devices"] if d["kind"] == "gpu")
-        assert (
-            c["whatif"] == [] and "names no GPU type" in c["whatif_note"]
-        )  # a shard's AllocTRES names no type
+        # a shard's AllocTRES names no GPU type: the card takes its node's GRES type
+        assert c["gpu_type"] == "h100" and c["gpu_limit_w"] == 700, c["notes"]
+        assert "GPU type h100: from the GRES of node h100-2 (shards name no type)" in c["notes"]
+    # the sharing what-if (alone on a whole GPU against shared) is the co-location model's
+    res = run_easlurm(box, "model", "corun", "resnet50:64", "resnet50:64", "--gpu", "h100-sxm", "--json")
+    assert res.returncode == 0, res.stderr
+    (pair, _) = json.loads(res.stdout)["jobs"]
+    for c in cards:
+        alone = {w["label"]: w for w in c["whatif"]}["alone on a whole GPU"]
+        assert alone["time_change"] == pytest.approx(pair["speed"] - 1, rel=1e-6)
+        assert alone["energy_change"] == pytest.approx(
+            pair["power_alone_w"] * pair["speed"] / pair["power_shared_w"] - 1, rel=1e-6
+        )
+        assert {w["label"] for w in c["whatif"]} >= {"alone on 1 x a100-40gb"}
+    res = run_easlurm(box, "seff", share_a)
+    assert res.returncode == 0 and "alone on a whole GPU: " in res.stdout, res.stderr
+    print(f"\n$ easlurm seff {share_a}\n{res.stdout}")
 
     # unprofiled: a clear line, exit 0
     res = run_easlurm(box, "seff", plain)
@@ -176,6 +190,11 @@ def test_seff_and_report_on_real_jobs(slurm_box: Any, tmp_path: Path) -> None:
     assert total["co2_g"] == pytest.approx(expected / 3.6e6 * 300)
     assert {g["key"] for g in doc["groups"]} == {"a100", "h100"}
     assert sum(g["energy_j"] for g in doc["groups"]) == pytest.approx(total["energy_j"])
+    # by GPU type: the shard jobs count under their node's type (their AllocTRES names none)
+    res = run_easlurm(box, "report", "-S", "now-1hour", "-j", ids, "--by", "gpu-type", "--json")
+    assert res.returncode == 0, res.stderr
+    by_type = {g["key"]: g for g in json.loads(res.stdout)["groups"]}
+    assert set(by_type) == {"a100", "h100", "none"} and by_type["h100"]["jobs"] == 2
     plot = tmp_path / "report.png"
     res = run_easlurm(
         box, "report", "-S", "now-1hour", "-j", ids, "--by", "gpu-type", "--markdown", "--plot", str(plot)
@@ -183,3 +202,44 @@ def test_seff_and_report_on_real_jobs(slurm_box: Any, tmp_path: Path) -> None:
     assert res.returncode == 0 and "| TOTAL |" in res.stdout, res.stderr
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     print(f"\n$ easlurm report --by gpu-type --markdown\n{res.stdout}")
+
+
+def test_seff_shows_gpu_utilisation_and_memory_where_measured(slurm_box: Any) -> None:
+    """The agents read NVML's utilisation and memory with the energy samples: a job on all eight GPUs of
+    a node shows the fake driver's figures on the even GPUs, and "not measured" on the odd ones, whose
+    utilisation the driver does not support (NOT_SUPPORTED): no crash, and their energy is measured."""
+    box = slurm_box
+    extra = (
+        "env=EASLURM_FAKE_NVML_UTIL=75",
+        "env=EASLURM_FAKE_NVML_NO_UTIL=1,3,5,7",
+        "env=EASLURM_FAKE_NVML_MEMORY_USED_MB=20000",
+        "env=EASLURM_FAKE_NVML_MEMORY_GB=80",
+    )
+    with plugin_with_fake_sensors(box, *extra) as spool:
+        job = str(
+            box.sbatch(
+                "-J", "seff-it-util", "-p", "h100", "-N1", "--gres=gpu:h100:8", "-o", "/dev/null",
+                "--energy-profile=gpu", "--wrap", "sleep 4",
+            )
+        )  # fmt: skip
+        assert box.wait_job(job, timeout_s=120) == "COMPLETED"
+        wait_for(lambda: "batch" in {r.key for r in records(spool, job)}, 90, f"records of {job}")
+        time.sleep(3)  # the last AdminComment update
+    card = seff(box, job)
+    (batch,) = [s for s in card["steps"] if s["step"] == "batch"]
+    gpus = [d for d in batch["devices"] if d["kind"] == "gpu"]
+    assert len(gpus) == 8
+    for d in gpus:
+        index = int(d["device"].removeprefix("gpu"))
+        assert d["energy_j"] is not None and d["energy_j"] > 0, d
+        assert d["mean_util_pct"] == (None if index % 2 else 75.0), d
+        assert (d["peak_memory_bytes"], d["memory_total_bytes"]) == (20000 * 2**20, 80 * 10**9), d
+    odd = ", ".join(f"{d['device']}@{d['host']}" for d in gpus if int(d["device"][3:]) % 2)
+    assert f"GPU utilisation: not measured on {odd}" in card["notes"]
+    res = run_easlurm(box, "seff", job, "--devices")
+    assert res.returncode == 0, res.stderr
+    rows = [ln.split() for ln in res.stdout.splitlines() if ln.startswith("batch")]
+    assert {(r[2], r[7], r[8]) for r in rows} == {
+        (d["device"], "-" if int(d["device"][3:]) % 2 else "75%", "20.97GB/80.00GB") for d in gpus
+    }
+    print(f"\n$ easlurm seff {job} --devices\n{res.stdout}")

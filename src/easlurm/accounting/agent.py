@@ -136,6 +136,10 @@ def _finite(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
+def _opt_int(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
 def node_record_from_profile(
     result: Any, node_id: int, step_start: float | None, step_end: float | None
 ) -> NodeRecord:
@@ -153,6 +157,9 @@ def node_record_from_profile(
             error=d.error,
             in_total=bool(getattr(d, "in_total", True)),
             duration_s=_finite(getattr(d, "duration_s", None)),
+            mean_util_pct=_finite(getattr(d, "mean_util_pct", None)),
+            peak_memory_bytes=_opt_int(getattr(d, "peak_memory_bytes", None)),
+            memory_total_bytes=_opt_int(getattr(d, "memory_total_bytes", None)),
         )
         for d in result.devices
     ]
@@ -307,11 +314,12 @@ class NodeAgent:
                     self._apportion(rec)
                 rec.error = self.error
                 rec.host = self.ctx.node_name or rec.host
+                self._record_cap(rec)
                 return rec
             except Exception as exc:
                 log.error("step %d.%s: profiler failed: %s", self.ctx.job_id, self.ctx.step, exc)
                 self.error = f"profiler failed: {exc}"
-        return NodeRecord(
+        rec = NodeRecord(
             node_id=self.ctx.node_id,
             host=self.ctx.node_name or socket.gethostname(),
             start_time=self.ctx.step_start_time,
@@ -320,6 +328,16 @@ class NodeAgent:
             step_end_time=end,
             error=self.error or "no measurement",
         )
+        self._record_cap(rec)
+        return rec
+
+    def _record_cap(self, rec: NodeRecord) -> None:
+        """The power limit the step ran at on this node, and why a requested one is not in force."""
+        outcome = self.power_cap.outcome if self.power_cap is not None else None
+        if outcome is not None:
+            rec.power_limit_requested_w = outcome.requested_w
+            rec.power_limit_w = outcome.applied_w
+            rec.limit_error = outcome.error
 
     def finish(self) -> StepRecord | None:
         """After the stop: write this node's record; node 0 gathers, writes the step record and

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from easlurm.accounting.sacct_cli import job_total, run_numbers, split_job_id
-from easlurm.accounting.seff import GpuLimits, device_lines, idle_gpus, tres_gpus
+from easlurm.accounting.seff import GpuLimits, device_lines, hosts_of, idle_gpus, shard_gpu_type, tres_gpus
 from easlurm.accounting.step_record import StepRecord
 from easlurm.errors import ConfigError
 
@@ -95,17 +95,14 @@ class GroupTotals:
     co2_g: float | None = None
 
     @property
-    def energy_kwh(self) -> float:
-        return self.energy_j / J_PER_KWH
-
-    @property
     def mean_power_w(self) -> float | None:
         """Energy over the profiled runs' elapsed time: the group's mean draw while its jobs ran."""
         return self.energy_j / self.profiled_s if self.profiled_s > 0 else None
 
     @property
-    def kwh_per_gpu_hour(self) -> float | None:
-        return self.energy_kwh / self.profiled_gpu_hours if self.profiled_gpu_hours > 0 else None
+    def energy_per_gpu_hour_j(self) -> float | None:
+        """Energy per GPU-hour of the profiled runs (J; the tables show it in kWh per GPU-hour)."""
+        return self.energy_j / self.profiled_gpu_hours if self.profiled_gpu_hours > 0 else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -114,11 +111,10 @@ class GroupTotals:
             "runs": self.runs,
             "profiled_runs": self.profiled_runs,
             "energy_j": self.energy_j,
-            "energy_kwh": self.energy_kwh,
             "gpu_hours": self.gpu_hours,
             "profiled_gpu_hours": self.profiled_gpu_hours,
             "mean_power_w": self.mean_power_w,
-            "kwh_per_gpu_hour": self.kwh_per_gpu_hour,
+            "energy_per_gpu_hour_j": self.energy_per_gpu_hour_j,
             "requeue_energy_j": self.requeue_energy_j,
             "idle_gpu_energy_j": self.idle_gpu_energy_j,
             "co2_g": self.co2_g,
@@ -196,8 +192,10 @@ def job_runs(
     sacct_rows: Sequence[Mapping[str, str]],
     records: Mapping[str, Sequence[StepRecord]],
     limits_of: Mapping[str, GpuLimits] | None = None,
+    node_gpu_types: Mapping[str, str | None] | None = None,
 ) -> list[RunEnergy]:
-    """One RunEnergy per job row (each run of a requeued job is its own)."""
+    """One RunEnergy per job row (each run of a requeued job is its own). A shard job, whose AllocTRES
+    names no GPU type, takes its nodes' (`node_gpu_types`, as the card does), else counts as "shard"."""
     rows = [dict(r) for r in sacct_rows]
     runs = run_numbers(rows)
     last: dict[str, int] = {}
@@ -211,6 +209,9 @@ def job_runs(
         n_gpus, gtype, shards = tres_gpus(row.get("AllocTRES", ""))
         elapsed = float(row["ElapsedRaw"]) if (row.get("ElapsedRaw") or "").isdigit() else 0.0
         total = job_total([s for s in records.get(job, ()) if s.run == run])
+        if gtype is None and shards and node_gpu_types:
+            hosts = [*hosts_of(row.get("NodeList", "")), *(n.host for n in (total.nodes if total else ()))]
+            gtype = shard_gpu_type(hosts, node_gpu_types)[0]
         energy = None if total is None else total.total_energy_j
         gpu_hours = n_gpus * elapsed / 3600.0
         idle_j = None
@@ -287,10 +288,10 @@ COLUMNS = (
     ("Jobs", "jobs", None),
     ("Runs", "runs", None),
     ("Profiled", "profiled_runs", None),
-    ("Energy_kWh", "energy_kwh", ".4g"),
+    ("Energy_kWh", "energy_j", ".4g"),
     ("GPU_h", "gpu_hours", ".3f"),
     ("MeanPower_W", "mean_power_w", ".1f"),
-    ("kWh_per_GPU_h", "kwh_per_gpu_hour", ".4g"),
+    ("kWh_per_GPU_h", "energy_per_gpu_hour_j", ".4g"),
     ("Requeue_kWh", "requeue_energy_j", ".4g"),
     ("IdleGPU_kWh", "idle_gpu_energy_j", ".4g"),
     ("CO2_kg", "co2_g", ".4g"),
@@ -308,8 +309,8 @@ def table_rows(
         cells = []
         for _name, key, digits in cols:
             v = d[key]
-            if key in ("requeue_energy_j", "idle_gpu_energy_j"):
-                v = v / J_PER_KWH
+            if key in ("energy_j", "energy_per_gpu_hour_j", "requeue_energy_j", "idle_gpu_energy_j"):
+                v = None if v is None else v / J_PER_KWH
             elif key == "co2_g" and v is not None:
                 v = v / 1000.0
             cells.append("-" if v is None else format(v, digits) if digits is not None else str(v))

@@ -84,10 +84,10 @@ def report_cmd(
     )
     from easlurm.accounting.sacct_cli import build_rows, selection_argv
     from easlurm.accounting.seff import tres_gpus
-    from easlurm.accounting.seff_cli import gpu_limits
+    from easlurm.accounting.seff_cli import gpu_limits, node_gpu_types
     from easlurm.cli import load_ctx_config
     from easlurm.model.build import apply_oracle_config
-    from easlurm.slurm.client import CliSlurmClient
+    from easlurm.slurm.sched_client import CliSchedClient
     from easlurm.table import render_table
 
     if sum((as_markdown, as_csv, as_json)) > 1:
@@ -110,7 +110,7 @@ def report_cmd(
             intensity, source = GridIntensity.constant(float(g_per_kwh)), f"{float(g_per_kwh):g} g/kWh"
         except (TypeError, ValueError):
             raise ConfigError(f"grid intensity: {g_per_kwh!r} is not a number of g/kWh") from None
-    client = CliSlurmClient(debug=debug, echo=lambda msg: click.echo(msg, err=True))
+    client = CliSchedClient(debug=debug, echo=lambda msg: click.echo(msg, err=True))
     selection = selection_argv(
         {
             "starttime": starttime,
@@ -126,8 +126,11 @@ def report_cmd(
     rows = client.sacct(selection, list(SACCT_FIELDS))
     spool_dir = None if no_spool else Path(spool or cfg.get("spank.spool"))
     _, records = build_rows(rows, None, spool_dir, duplicates=True)
-    types = sorted({tres_gpus(r.get("AllocTRES", ""))[1] or "" for r in rows})
-    runs = job_runs(rows, records, gpu_limits(apply_oracle_config(cfg), types))
+    gres = [tres_gpus(r.get("AllocTRES", "")) for r in rows]
+    # shards name no GPU type in AllocTRES: their nodes' GRES does (asked only then)
+    by_node = node_gpu_types(client) if any(s and not t for _, t, s in gres) else {}
+    types = sorted({t or "" for _, t, _ in gres} | {t for t in by_node.values() if t})
+    runs = job_runs(rows, records, gpu_limits(apply_oracle_config(cfg), types), by_node)
     group_by = GroupBy(by)
     groups, total = aggregate(runs, group_by, intensity)
     title = f"easlurm energy report by {by}, {starttime} to {endtime}"

@@ -16,6 +16,7 @@ from easlurm.accounting.step_record import ProfileSpec, StepRecord, parse_spec
 from easlurm.energy.result import sum_known
 from easlurm.errors import ConfigError
 from easlurm.slurm.gres import gpus_of_gres
+from easlurm.slurm.hostlist import expand_hostlist
 from easlurm.units import parse_duration_s
 
 SCHEMA_VERSION = 1
@@ -69,9 +70,10 @@ class DeviceLine:
     in_total: bool
     apportioned: str | None = None
     share: float | None = None
-    #: measured GPU utilisation and memory, where the record holds them (records carry neither today)
-    utilisation: float | None = None
-    memory_bytes: float | None = None
+    #: a GPU's mean utilisation (%) and peak memory in use of its total (bytes), where NVML measured them
+    mean_util_pct: float | None = None
+    peak_memory_bytes: int | None = None
+    memory_total_bytes: int | None = None
 
 
 @dataclass
@@ -205,6 +207,9 @@ def device_lines(rec: StepRecord, limits: GpuLimits | None) -> list[DeviceLine]:
                     in_total=d.in_total,
                     apportioned=d.apportioned,
                     share=d.share,
+                    mean_util_pct=d.mean_util_pct,
+                    peak_memory_bytes=d.peak_memory_bytes,
+                    memory_total_bytes=d.memory_total_bytes,
                 )
             )
     return out
@@ -236,11 +241,14 @@ def build_card(
     records: Sequence[StepRecord],
     limits_of: Mapping[str, GpuLimits] | None = None,
     run: int | None = None,
+    node_gpu_types: Mapping[str, str | None] | None = None,
 ) -> JobCard:
     """The card of one job from its sacct rows (`--duplicates` order: every run) and its step records.
 
     `limits_of` maps a Slurm GPU type ("a100") to its power limit and idle draw; `run` picks a run
-    (default: the last). Raises ConfigError when the rows hold no job or the run does not exist."""
+    (default: the last). `node_gpu_types` maps node names to the GPU type of their GRES: a shard job's
+    AllocTRES names no type, so its nodes' is used. Raises ConfigError when the rows hold no job or the
+    run does not exist."""
     runs = run_numbers([dict(r) for r in sacct_rows])
     jobs = [
         (row, r) for row, r in zip(sacct_rows, runs, strict=True) if split_job_id(row["JobIDRaw"])[1] is None
@@ -253,8 +261,12 @@ def build_card(
         raise ConfigError(f"job {split_job_id(jobs[0][0]['JobIDRaw'])[0]}: no run {shown} (runs 0..{last})")
     row = next(row for row, r in jobs if r == shown)
     n_gpus, gtype, shards = tres_gpus(row.get("AllocTRES", ""))
-    limits = (limits_of or {}).get(gtype or "")
     steps = sorted((s for s in records if s.run == shown), key=lambda s: _step_order(s.step))
+    type_note = None
+    if gtype is None and shards:
+        hosts = [*hosts_of(row.get("NodeList", "")), *(n.host for s in steps for n in s.nodes)]
+        gtype, type_note = shard_gpu_type(hosts, node_gpu_types or {})
+    limits = (limits_of or {}).get(gtype or "")
     card = JobCard(
         job_id=split_job_id(row["JobIDRaw"])[0],
         name=row.get("JobName", ""),
@@ -274,6 +286,8 @@ def build_card(
         steps=[_step_line(s, limits) for s in steps],
         limits=limits,
     )
+    if type_note:
+        card.notes.append(type_note)
     for r in range(shown):
         earlier = job_total([s for s in records if s.run == r])
         card.earlier_runs_j.append(None if earlier is None else earlier.total_energy_j)
@@ -292,8 +306,48 @@ def build_card(
     if any(s.partial for s in steps):
         card.notes.append("partial: a node's record is missing; its energy is not in the totals")
     if any(d.apportioned for s in card.steps for d in s.devices):
-        card.notes.append("shared GPU: this job's share of the GPU's energy (split by utilisation or time)")
+        card.notes.append(
+            "shared GPU: this job's share of the GPU's energy (split by utilisation or time); "
+            "its utilisation and memory are the whole GPU's"
+        )
+    card.notes.extend(unmeasured_activity(card.steps))
     return card
+
+
+def unmeasured_activity(steps: Sequence[StepLine]) -> list[str]:
+    """Where a GPU's utilisation or memory is unknown: the driver does not report it (NVML
+    NOT_SUPPORTED, a GPU without NVML) or the record predates them. Said, never shown as 0."""
+    gpus = [d for s in steps for d in s.devices if d.kind == "gpu" and not d.modelled]
+    no_util = sorted({f"{d.device}@{d.host}" for d in gpus if d.mean_util_pct is None})
+    no_mem = sorted({f"{d.device}@{d.host}" for d in gpus if d.peak_memory_bytes is None})
+    if no_util and no_util == no_mem:
+        return [f"GPU utilisation and memory: not measured on {', '.join(no_util)}"]
+    out = [f"GPU utilisation: not measured on {', '.join(no_util)}"] if no_util else []
+    return out + ([f"GPU memory: not measured on {', '.join(no_mem)}"] if no_mem else [])
+
+
+def hosts_of(nodelist: str) -> list[str]:
+    """The node names of a NodeList ("h100-[1-2]"); [] for none or an unreadable one."""
+    if not nodelist or nodelist in ("None assigned", "(null)"):
+        return []
+    try:
+        return expand_hostlist(nodelist)
+    except (ValueError, ConfigError):
+        return []
+
+
+def shard_gpu_type(hosts: Sequence[str], node_gpu_types: Mapping[str, str | None]) -> tuple[str | None, str]:
+    """The GPU type of a shard job from its nodes' GRES (one type, or unknown), and a note saying where
+    it came from (the node's configuration today, not a record of the job)."""
+    named = sorted({h for h in hosts if node_gpu_types.get(h)})
+    types = sorted({str(node_gpu_types[h]) for h in named})
+    if len(types) == 1:
+        return types[
+            0
+        ], f"GPU type {types[0]}: from the GRES of node {', '.join(named)} (shards name no type)"
+    if types:
+        return None, f"GPU type unknown: the job's nodes have several ({', '.join(types)})"
+    return None, "GPU type unknown: neither the job's AllocTRES (shards) nor its nodes' GRES name one"
 
 
 def idle_gpus(devices: Sequence[DeviceLine], limits: GpuLimits | None) -> list[DeviceLine]:
@@ -330,8 +384,9 @@ def card_document(
             "in_total": d.in_total,
             "apportioned": d.apportioned,
             "share": d.share,
-            "utilisation": d.utilisation,
-            "memory_bytes": d.memory_bytes,
+            "mean_util_pct": d.mean_util_pct,
+            "peak_memory_bytes": d.peak_memory_bytes,
+            "memory_total_bytes": d.memory_total_bytes,
         }
 
     return {

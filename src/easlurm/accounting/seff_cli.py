@@ -41,6 +41,16 @@ def cluster_gpu_types(client: Any) -> list[str]:
     )
 
 
+def node_gpu_types(client: Any) -> dict[str, str | None]:
+    """{node: the GPU type of its GRES} from the Slurm client's node list (`sinfo --json` on 22.05,
+    `scontrol --json show nodes` later); {} when Slurm cannot tell."""
+    try:
+        return {n.name: n.gpu_type for n in client.nodes()}
+    except EaslurmError as exc:
+        log.info("nodes: %s", exc)
+        return {}
+
+
 def _e(v: float | None) -> str:
     from easlurm.units import format_energy
 
@@ -53,15 +63,27 @@ def _p(v: float | None) -> str:
     return format_power(v) or "-"
 
 
+def _memory(d: Any) -> str:
+    """A GPU's peak memory in use of its total ("31.20GB/80.00GB"), "-" where not measured."""
+    from easlurm.units import format_si
+
+    if d is None or d.peak_memory_bytes is None:
+        return "-"
+    total = "" if d.memory_total_bytes is None else f"/{format_si(d.memory_total_bytes, 'B')}"
+    return f"{format_si(d.peak_memory_bytes, 'B')}{total}"
+
+
 def render_card(card: Any, whatifs: Sequence[Any], whatif_note: str | None, per_device: bool = False) -> str:
     """The card as text: a header, totals, one row per step, node and device kind (per device with
-    `per_device`; power columns are per device: mean of means, highest peak), then the what-ifs."""
+    `per_device`; power columns are per device: mean of means, highest peak; Util is the mean GPU
+    utilisation, PeakMem the fullest GPU's peak memory of its total), then the what-ifs."""
     from easlurm.energy.result import sum_known
     from easlurm.table import render_table
 
     gpus = f"{card.n_gpus} x {card.gpu_type or 'gpu'}" if card.n_gpus else "none"
     if card.shards:
-        gpus += f" ({card.shards} shards)"
+        shared = f"{card.shards} shard{'s' if card.shards > 1 else ''} of one {card.gpu_type or 'GPU'}"
+        gpus = shared if not card.n_gpus else f"{gpus} ({card.shards} shards)"
     elapsed = "-" if card.elapsed_s is None else f"{card.elapsed_s:.0f}s"
     lines = [
         f"Job {card.job_id} ({card.name})  user {card.user}  account {card.account}  partition {card.partition}",
@@ -121,7 +143,12 @@ def render_card(card: Any, whatifs: Sequence[Any], whatif_note: str | None, per_
                 flags.append(f"shared:{100 * (d.share or 0):.0f}%")
             means = [x.mean_power_w for x in devs if x.mean_power_w is not None]
             peaks = [x.peak_power_w for x in devs if x.peak_power_w is not None]
-            utils = [x.utilisation for x in devs if x.utilisation is not None]
+            utils = [x.mean_util_pct for x in devs if x.mean_util_pct is not None]
+            fullest = max(
+                (x for x in devs if x.peak_memory_bytes is not None),
+                key=lambda x: x.peak_memory_bytes or 0,
+                default=None,
+            )
             rows.append(
                 {
                     "Step": s.step,
@@ -131,12 +158,13 @@ def render_card(card: Any, whatifs: Sequence[Any], whatif_note: str | None, per_
                     "MeanPower": _p(sum(means) / len(means) if means else None),
                     "PeakPower": _p(max(peaks) if peaks else None),
                     "Limit": _p(d.limit_w),
-                    "Util": f"{100 * sum(utils) / len(utils):.0f}%" if utils else "-",
+                    "Util": f"{sum(utils) / len(utils):.0f}%" if utils else "-",
+                    "PeakMem": _memory(fullest),
                     "Flags": ",".join(flags) or "measured",
                 }
             )
     lines.append("")
-    cols = ["Step", "Node", "Device", "Energy", "MeanPower", "PeakPower", "Limit", "Util", "Flags"]
+    cols = ["Step", "Node", "Device", "Energy", "MeanPower", "PeakPower", "Limit", "Util", "PeakMem", "Flags"]
     lines.append(render_table(cols, rows))
     if whatifs or whatif_note:
         lines.append("")
@@ -166,18 +194,20 @@ def compute_whatifs(
     cfg = load_ctx_config(ctx)
     catalogue = apply_oracle_config(cfg)
     if card.shards and not card.gpu_type:
-        return [], "no what-if: a shard job's accounting record (AllocTRES) names no GPU type"
+        return [], "no what-if: the GPU type of a shard job's node is unknown"
     if not card.gpu_type or card.gpu_type not in catalogue:
         return [], f"no what-if: GPU type {card.gpu_type or '(none)'} is not in the oracle's catalogue"
     oracle = build_oracle(cfg.get("oracle.params"), cfg.get("oracle.hardware"))
     key = catalogue.resolve(card.gpu_type)
     n = max(1, card.n_gpus)
     others = [catalogue.resolve(t) for t in cluster_types if t in catalogue]
+    # shards: the GPU was shared (time-sliced) with another job, as like this one as the oracle can assume
+    sharing = "time-slice" if card.shards and not card.n_gpus else None
     try:
         out = what_ifs(
             oracle,
             spec,
-            Placement(key, n, spec.batch[0]),
+            Placement(key, n, spec.batch[0], sharing=sharing),
             others,
             elapsed_s=card.elapsed_s,
             gpu_energy_j=card.gpu_energy_j,
@@ -226,11 +256,11 @@ def seff_cmd(
     from easlurm.accounting.seff import SACCT_FIELDS, build_card, card_document
     from easlurm.cli import load_ctx_config
     from easlurm.model.build import apply_oracle_config
-    from easlurm.slurm.client import CliSlurmClient
+    from easlurm.slurm.sched_client import CliSchedClient
 
     if not job_id.isdigit():
         raise ConfigError(f"seff: JOBID must be a job number, got {job_id[:40]!r}")
-    client = CliSlurmClient(debug=debug, echo=lambda msg: click.echo(msg, err=True))
+    client = CliSchedClient(debug=debug, echo=lambda msg: click.echo(msg, err=True))
     rows = client.sacct(["--jobs", job_id, "--duplicates"], list(SACCT_FIELDS))
     rows = [r for r in rows if r["JobIDRaw"].split(".")[0] == job_id]
     if not rows:
@@ -240,8 +270,13 @@ def seff_cmd(
     _, records = build_rows(rows, None, spool_dir, duplicates=True)
     from easlurm.accounting.seff import tres_gpus
 
-    types = {tres_gpus(r.get("AllocTRES", ""))[1] or "" for r in rows}
-    card = build_card(rows, records.get(job_id, []), gpu_limits(apply_oracle_config(cfg), sorted(types)), run)
+    gres = [tres_gpus(r.get("AllocTRES", "")) for r in rows]
+    types = {t or "" for _, t, _ in gres}
+    # shards name no GPU type in AllocTRES: ask Slurm for the nodes' GRES (only then)
+    by_node = node_gpu_types(client) if any(s and not t for _, t, s in gres) else {}
+    types |= {t for t in by_node.values() if t}
+    limits = gpu_limits(apply_oracle_config(cfg), sorted(types))
+    card = build_card(rows, records.get(job_id, []), limits, run, node_gpu_types=by_node)
     whatifs: list[Any] = []
     note = None
     if card.has_records and not no_whatif:

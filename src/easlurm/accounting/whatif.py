@@ -105,8 +105,17 @@ def alternatives(
     oracle: Any, base: Placement, cluster_gpus: Sequence[str], max_gpus: int | None = None
 ) -> list[tuple[str, Placement]]:
     """The placements to compare with the job's own: half and twice the GPUs, power limits, each other
-    GPU type of the cluster, and sharing the GPU (one-GPU jobs)."""
+    GPU type of the cluster, and sharing the GPU (one-GPU jobs). A job that shared its GPU (gres/shard)
+    is compared with running alone on a whole GPU of its type and of each other type."""
     out: list[tuple[str, Placement]] = []
+    if base.sharing is not None:
+        out.append(("alone on a whole GPU", Placement(base.gpu, 1, base.batch)))
+        out.extend(
+            (f"alone on 1 x {other}", Placement(other, 1, base.batch))
+            for other in dict.fromkeys(cluster_gpus)
+            if other != base.gpu
+        )
+        return out
     if base.n_gpus > 1 and base.n_gpus % 2 == 0:
         half = base.n_gpus // 2
         out.append((f"on {half} GPU{'s' if half > 1 else ''}", Placement(base.gpu, half, base.batch)))

@@ -235,7 +235,13 @@ def run_profiled(
 )
 @click.option("--list-sensors", is_flag=True, help="Show which sensors were found and why others were not.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of the table.")
-@click.option("-P", "--parsable", is_flag=True, help="Pipe-delimited table without padding.")
+@click.option(
+    "-P",
+    "--parsable2",
+    "parsable",
+    is_flag=True,
+    help="Pipe-delimited, no padding, none after the last field (sacct -P).",
+)
 @click.option("-o", "--format", "fmt", default=None, help=f"Columns (from {','.join(COLUMNS)}).")
 @click.option("--no-sample-log", is_flag=True, help="Do not write power_samples.csv.")
 @click.option(

@@ -11,6 +11,7 @@ from types import ModuleType
 from typing import Any
 
 from easlurm.energy.gpus import GpuRef
+from easlurm.energy.nvml_activity import ActivityReader, GpuActivity
 from easlurm.energy.nvml_samples import PowerSampleBuffer
 from easlurm.energy.result import DeviceKind
 from easlurm.energy.sensor import Mode, Sensor, SensorStatus
@@ -126,12 +127,14 @@ class NvmlGpuSensor(Sensor):
         self._last_w: float | None = None
         self.buffer: PowerSampleBuffer | None = None
         self._started = False
+        self._activity: ActivityReader | None = None
 
     def open(self) -> None:
         nvml = self.lib.acquire()
         self._nvml = nvml
         try:
             self._handle = nvml.nvmlDeviceGetHandleByUUID(self.uuid)
+            self._activity = ActivityReader(nvml, self._handle, self.name)
             self._base_mj = float(nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))
             self._anchor_t = self._est_t = time.monotonic()
             self._est_j = 0.0
@@ -188,6 +191,8 @@ class NvmlGpuSensor(Sensor):
         nvml = self._nvml
         if nvml is None:
             raise SensorError(f"{self.name}: sensor not open")
+        if self._activity is not None:
+            self._activity.maybe_read(time.monotonic())
         try:
             if self.mode is Mode.ENERGY:
                 return self._read_energy_j(nvml)
@@ -211,6 +216,8 @@ class NvmlGpuSensor(Sensor):
         if nvml is None or buffer is None:
             raise SensorError(f"{self.name}: sensor not open")
         now = time.monotonic()
+        if self._activity is not None:
+            self._activity.maybe_read(now)
         energy = self.mode is Mode.ENERGY
         if not self._started:
             # The run starts now: power held since the buffer's last sample (a few ms).
@@ -289,6 +296,9 @@ class NvmlGpuSensor(Sensor):
         self._est_j += 0.5 * (last + w) * max(now - self._est_t, 0.0)
         self._est_t, self._last_w = now, w
         return self._est_j
+
+    def activity(self) -> GpuActivity | None:
+        return None if self._activity is None else self._activity.result()
 
     def close(self) -> None:
         if self._nvml is not None:

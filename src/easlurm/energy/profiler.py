@@ -186,6 +186,7 @@ class EnergyProfiler:
         for sp in self._samplers:
             s, integ = sp.sensor, sp.integrator
             ok = integ.samples > 0 and (integ.samples > 1 or sp.error is None)
+            act = s.activity()
             devices.append(
                 DeviceEnergy(
                     name=s.name,
@@ -199,6 +200,9 @@ class EnergyProfiler:
                     error=sp.error,
                     in_total=s.in_total,
                     duration_s=integ.duration_s,
+                    mean_util_pct=None if act is None else act.mean_util_pct,
+                    peak_memory_bytes=None if act is None else act.peak_memory_bytes,
+                    memory_total_bytes=None if act is None else act.memory_total_bytes,
                 )
             )
         for s, why in self._discovery.failed:

@@ -38,6 +38,11 @@ class DeviceEnergy:
     #: False for RAPL sub-domains (core, uncore, psys) that another domain already contains.
     in_total: bool = True
     duration_s: float | None = None
+    #: A GPU's mean utilisation (%, NVML's busy share of time) and peak memory in use (bytes) of its
+    #: total; None where the device does not report them.
+    mean_util_pct: float | None = None
+    peak_memory_bytes: int | None = None
+    memory_total_bytes: int | None = None
 
     @property
     def edp(self) -> float | None:
@@ -187,6 +192,9 @@ class ProfileResult:
             "edp_j_s",
             "samples",
             "error",
+            "mean_util_pct",
+            "peak_memory_bytes",
+            "memory_total_bytes",
         ]
         writer = csv.writer(buf, lineterminator="\n")
         writer.writerow(cols)

@@ -7,6 +7,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from enum import StrEnum
 
+from easlurm.energy.nvml_activity import GpuActivity
 from easlurm.energy.result import DeviceKind
 from easlurm.errors import SensorError
 
@@ -62,6 +63,10 @@ class Sensor(ABC):
 
     def want_exact(self) -> None:  # noqa: B027 - only sensors that estimate between readings act
         """The next read() closes the measurement: take it from the exact counter, not an estimate."""
+
+    def activity(self) -> GpuActivity | None:
+        """A GPU's utilisation and memory over the window, where the device reports them; else None."""
+        return None
 
     def describe(self) -> str:
         return f"{self.source} {self.mode.value}"

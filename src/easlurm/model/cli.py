@@ -146,7 +146,13 @@ def _placements(
 @click.option("--params", "params_path", default=None, help="Oracle parameter YAML (default: oracle.params).")
 @HARDWARE_OPTION
 @click.option("-o", "--format", "fmt", default=None, help="Columns, comma list: " + ",".join(PREDICT_COLUMNS))
-@click.option("-P", "--parsable", is_flag=True, help="Pipe-delimited, no padding.")
+@click.option(
+    "-P",
+    "--parsable2",
+    "parsable",
+    is_flag=True,
+    help="Pipe-delimited, no padding, none after the last field (sacct -P).",
+)
 @click.option("-n", "--noheader", is_flag=True, help="No header line.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document.")
 @click.pass_context

@@ -22,7 +22,7 @@ MODEL_NAMES: tuple[str, ...] = (
     "tinyllama-1.1b",
     "llama3-8b",
     "shufflenet-small",
-    "shufflenet-v2",
+    "shufflenet-v2-cifar",
 )
 
 _ALIASES = {
@@ -41,8 +41,8 @@ _ALIASES = {
     "llama-3-8b": "llama3-8b",
     "llama3": "llama3-8b",
     "shufflenet": "shufflenet-small",
-    "shufflenet-v2-1.0": "shufflenet-v2",
-    "shufflenetv2": "shufflenet-v2",
+    "shufflenetv2-cifar": "shufflenet-v2-cifar",
+    "shufflenet-cifar": "shufflenet-v2-cifar",
 }
 
 
@@ -276,19 +276,23 @@ def _llama(
     b.loss(seq, vocab, fp32_logits=True)
 
 
-def _shufflenet_small(b: WorkloadBuilder, image: int, classes: int = 1000) -> None:
-    """ShuffleNet-V2 0.5x-like: depthwise-separable blocks with channel split and shuffle."""
-    _shufflenet_v2(b, image, (48, 96, 192), classes)
+#: ShuffleNet-V2 stage widths (torchvision's 0.5x and 1.0x)
+SHUFFLENET_WIDTHS = {"0.5x": (48, 96, 192), "1.0x": (116, 232, 464)}
+#: images at most this wide get the CIFAR stem (3x3 stride-1 convolution, no max-pool), as CIFAR training
+#: code does: an ImageNet stem would shrink a 32x32 image to 8x8 before the first stage
+SMALL_IMAGE = 64
 
 
-def _shufflenet_v2(
-    b: WorkloadBuilder, image: int, widths: tuple[int, int, int] = (116, 232, 464), classes: int = 1000
-) -> None:
-    """ShuffleNet-V2 (1.0x widths by default): stages of 4/8/4 units, channel split, shuffle, 1024-wide head."""
-    h = _conv_bn(b, 3, 24, 3, image, 2)
-    hp = _out(h, 3, 2, 1)
-    b.pool(24 * h * h, 24 * hp * hp)
-    h, c_in = hp, 24
+def _shufflenet(b: WorkloadBuilder, image: int, widths: tuple[int, int, int], classes: int) -> None:
+    """ShuffleNet-V2: depthwise-separable blocks with channel split and shuffle, stages of 4/8/4 units."""
+    if image <= SMALL_IMAGE:
+        h = _conv_bn(b, 3, 24, 3, image, 1)
+    else:
+        h = _conv_bn(b, 3, 24, 3, image, 2)
+        hp = _out(h, 3, 2, 1)
+        b.pool(24 * h * h, 24 * hp * hp)
+        h = hp
+    c_in = 24
     for c_out, repeats in zip(widths, (4, 8, 4)):
         half = c_out // 2
         # down-sampling block: two branches, each ending at c_out/2 channels
@@ -316,8 +320,19 @@ def _shufflenet_v2(
 _MODELS: dict[str, tuple[str, str, int, Callable[[WorkloadBuilder, int], None]]] = {
     "resnet50": ("cnn", "vision", 224, _resnet50),
     "vgg16": ("cnn", "vision", 224, _vgg16),
-    "shufflenet-small": ("cnn", "vision", 224, _shufflenet_small),
-    "shufflenet-v2": ("cnn", "vision", 224, _shufflenet_v2),
+    "shufflenet-small": (
+        "cnn",
+        "vision",
+        224,
+        lambda b, s: _shufflenet(b, s, SHUFFLENET_WIDTHS["0.5x"], 1000),
+    ),
+    # CIFAR-100 ShuffleNet-V2 1.0x (the network of the Zeus power-limit sweeps)
+    "shufflenet-v2-cifar": (
+        "cnn",
+        "vision",
+        32,
+        lambda b, s: _shufflenet(b, s, SHUFFLENET_WIDTHS["1.0x"], 100),
+    ),
     "vit-b16": ("vit", "vision", 224, lambda b, s: _vit(b, s, 768, 12, 12, 3072)),
     "vit-l16": ("vit", "vision", 224, lambda b, s: _vit(b, s, 1024, 24, 16, 4096)),
     "bert-base": ("bert", "text", 128, lambda b, s: _bert(b, s, 768, 12, 12, 3072)),

@@ -200,13 +200,14 @@ def pending_job(
         deadline_s=job.submit_s + spec.deadline_s if spec.deadline_s is not None else None,
         preemptions=job.restarts,
         shareable=share,
+        default_power_limit=spec.nolimit,
     )
 
 
 def build_snapshot(
     inputs: SnapshotInputs,
     facts: Callable[[str], GpuFacts | None],
-    predict_power_w: Callable[[str, ProfileSpec, str, int, int], float | None] | None = None,
+    predict_power_w: Callable[[str, ProfileSpec, str, int, int, int], float | None] | None = None,
     power_budget_w: float | None = None,
 ) -> ClusterSnapshot:
     """Declared, startable pending jobs become PendingJobs; every running GPU job is load (measured power,
@@ -259,7 +260,8 @@ def build_snapshot(
         declared = spec if schedulable(spec) else None
         predicted = None
         if declared is not None and predict_power_w is not None:
-            predicted = predict_power_w(job.job_id, declared, gtype, n_gpus, declared.batch[0])
+            nodes_used = max(job.node_count, 1)  # a job Slurm spread over nodes is predicted with that spread
+            predicted = predict_power_w(job.job_id, declared, gtype, n_gpus, declared.batch[0], nodes_used)
         measured = inputs.measured_power_w.get(job.job_id)
         power = predicted if measured is None else measured
         if power is None or not math.isfinite(power):
@@ -272,6 +274,7 @@ def build_snapshot(
                 node=node,
                 gpu_type=gtype,
                 n_gpus=n_gpus,
+                n_nodes=max(job.node_count, 1),
                 batch=declared.batch[0] if declared is not None else 0,
                 power_w=float(power),
                 # beside a measurement only: the pair tells how far off the predictions are
@@ -304,15 +307,18 @@ def build_snapshot(
     )
 
 
-def oracle_power(oracle: Any) -> Callable[[str, ProfileSpec, str, int, int], float | None]:
-    """Predicted power (W, all GPUs) of a declared job on a placement, None when the oracle cannot tell."""
+def oracle_power(oracle: Any) -> Callable[[str, ProfileSpec, str, int, int, int], float | None]:
+    """Predicted power (W, all GPUs) of a declared job on a placement (GPUs on `n_nodes` nodes; 0 = the
+    fewest), None when the oracle cannot tell."""
     from easlurm.model.oracle import Placements
     from easlurm.model.zoo import get_workload
 
-    def predict(job_id: str, spec: ProfileSpec, gpu_type: str, n_gpus: int, batch: int) -> float | None:
+    def predict(
+        job_id: str, spec: ProfileSpec, gpu_type: str, n_gpus: int, batch: int, n_nodes: int = 0
+    ) -> float | None:
         try:
             wl = get_workload(str(spec.model))
-            pred = oracle.predict(wl, Placements.of([n_gpus], [batch], [gpu_type], [math.nan]))
+            pred = oracle.predict(wl, Placements.of([n_gpus], [batch], [gpu_type], [math.nan], [n_nodes]))
             return float(pred.power_w[0])
         except (EaslurmError, ValueError, KeyError) as exc:
             log.debug("job %s: no power prediction: %s", job_id, exc)

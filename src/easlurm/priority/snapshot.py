@@ -42,6 +42,8 @@ class RunningJob:
     power_w: float
     start_s: float
     urgent: bool = False
+    #: nodes its GPUs span (Slurm's node count; `node` is the first); the policies start jobs on one node
+    n_nodes: int = 1
     deadline_s: float | None = None
     power_limit_w: float | None = None
     expected_end_s: float | None = None
@@ -93,6 +95,8 @@ class JobRequest:
     image_size: int | None = None
     #: the job declared it may share a GPU with another declared job (SPEC `share`)
     shareable: bool = False
+    #: the job asked to run at its GPUs' default power limit (SPEC `nolimit`): no policy caps it
+    default_power_limit: bool = False
 
     def __post_init__(self) -> None:
         if self.total_steps <= 0:

@@ -93,6 +93,17 @@ def read_record(path: Path) -> dict[str, Any] | None:
     return doc
 
 
+#: Run records written before energies were kept in J name them `*energy*_kwh`: read as `*_j`, so a
+#: campaign resumed on old runs, or reported again, has one key and one unit per quantity.
+_J_PER_KWH = 3.6e6
+
+
+def _metric_in_si(key: str, value: Any) -> tuple[str, Any]:
+    if "energy" in key and key.endswith("_kwh"):
+        return key[: -len("_kwh")] + "_j", None if value is None else value * _J_PER_KWH
+    return key, value
+
+
 def row_of(record: Mapping[str, Any]) -> dict[str, Any]:
     """The flat results row of a record: the run's coordinates, then its scalar metrics."""
     spec = record["spec"]
@@ -109,6 +120,9 @@ def row_of(record: Mapping[str, Any]) -> dict[str, Any]:
         "hours": spec["hours"],
     }
     for key, value in (record["result"].get("metrics") or {}).items():
+        if isinstance(value, bool):
+            continue
+        key, value = _metric_in_si(key, value)
         if key in row:
             continue
         if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):

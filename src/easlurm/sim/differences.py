@@ -6,17 +6,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from easlurm.sim.stats import MetricSummary
-from easlurm.units import format_duration, format_number
+from easlurm.units import format_duration, format_energy, format_number
 
 #: With one seed there is no CI: a gap between policies larger than this share of the larger value
 #: is named (as the gap of one run each), a smaller one is read as no difference.
 ONE_SEED_GAP = 0.01
 #: A job that waited longer than this was queued (as the replay counts queued_jobs).
 QUEUED_AFTER_S = 60.0
-
-
-def _kwh(v: float) -> str:
-    return f"{format_number(v)} kWh"
 
 
 def _pct(v: float) -> str:
@@ -29,7 +25,7 @@ def _per_h(v: float) -> str:
 
 #: (metric, what a person calls it, how its value reads): the outcomes the sentence compares, in order.
 COMPARED: tuple[tuple[str, str, Callable[[float], str]], ...] = (
-    ("energy_kwh", "energy", _kwh),
+    ("energy_j", "energy", format_energy),
     ("mean_jct_s", "mean JCT", format_duration),
     ("throughput_jobs_per_h", "throughput", _per_h),
     ("deadline_miss_rate", "deadline misses", _pct),
@@ -79,20 +75,22 @@ def _value(cell: Sequence[MetricSummary], label: str, metric: str) -> float | No
 def _energy_driver(cell: Sequence[MetricSummary], g: Gap) -> str:
     """What the runs record behind an energy gap: idle or busy energy, and energy per job."""
     lo, hi = str(g.low.group[-1]), str(g.high.group[-1])
-    d_idle = _diff(cell, "idle_energy_kwh", hi, lo)
-    d_busy = _diff(cell, "busy_energy_kwh", hi, lo)
+    d_idle = _diff(cell, "idle_energy_j", hi, lo)
+    d_busy = _diff(cell, "busy_energy_j", hi, lo)
     done = (_value(cell, hi, "completed_jobs"), _value(cell, lo, "completed_jobs"))
-    per_job = (_value(cell, hi, "energy_per_job_kwh"), _value(cell, lo, "energy_per_job_kwh"))
+    per_job = (_value(cell, hi, "energy_per_job_j"), _value(cell, lo, "energy_per_job_j"))
     parts = []
     if d_idle is not None and d_busy is not None:
         if abs(d_idle) >= abs(d_busy):
             parts.append(
-                f"mostly idle energy ({_kwh(d_idle)} of the {_kwh(g.size)} gap: GPUs powered but unused)"
+                f"mostly idle energy ({format_energy(d_idle)} of the {format_energy(g.size)} gap: GPUs powered but unused)"
             )
         else:
-            parts.append(f"mostly busy energy ({_kwh(d_busy)} of the {_kwh(g.size)} gap)")
+            parts.append(f"mostly busy energy ({format_energy(d_busy)} of the {format_energy(g.size)} gap)")
     if None not in per_job:
-        parts.append(f"energy per job {_kwh(per_job[0] or 0.0)} against {_kwh(per_job[1] or 0.0)}")
+        parts.append(
+            f"energy per job {format_energy(per_job[0] or 0.0)} against {format_energy(per_job[1] or 0.0)}"
+        )
     if None not in done and done[0] != done[1]:
         parts.append(f"with {format_number(done[0])} against {format_number(done[1])} jobs completed")
     if d_idle is None or d_busy is None:
@@ -156,7 +154,7 @@ def sentence(where: str, cell: Sequence[MetricSummary]) -> str | None:
             f"{name} from {form(g.low.mean)} under {g.low.group[-1]} to {form(g.high.mean)} "
             f"under {g.high.group[-1]}"
         )
-        driver = {"energy_kwh": _energy_driver, "mean_jct_s": _jct_driver}.get(g.metric)
+        driver = {"energy_j": _energy_driver, "mean_jct_s": _jct_driver}.get(g.metric)
         why = driver(cell, g) if driver else ""
         clauses.append(text + (f" ({why})" if why else ""))
     return f"{where}: the policies differ ({how}) in " + "; ".join(clauses) + "."

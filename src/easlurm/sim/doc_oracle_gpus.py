@@ -118,7 +118,14 @@ def gpu_figures(ev: GpuEvaluation) -> dict[str, str]:
             f"model): {unpredicted}."
         ),
         "oracle-gpus/limits": table(
-            ["GPU type", "jobs swept", "mean excess", "max excess", "best limit chosen", "energy-ratio error"],
+            [
+                "GPU type",
+                "jobs swept",
+                "mean excess",
+                "max excess",
+                "best limit chosen",
+                "energy-ratio error",
+            ],
             limit_rows,
         ),
     }

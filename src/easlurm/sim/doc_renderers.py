@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from easlurm.sim.doc_comm import FIGURES as COMM_FIGURES
 from easlurm.sim.doc_figures import (
     DocFigures,
     Runs,
@@ -13,8 +14,10 @@ from easlurm.sim.doc_figures import (
     signed_pct,
     table,
 )
+from easlurm.sim.doc_limits import FIGURES as LIMITS_FIGURES
 from easlurm.sim.doc_oracle import FIGURES as ORACLE_FIGURES
 from easlurm.sim.doc_oracle_gpus import FIGURES as ORACLE_GPU_FIGURES
+from easlurm.units import format_energy
 
 BUDGET_EXP = "budget-4500W"
 
@@ -58,11 +61,11 @@ def power_budget(runs: Runs) -> dict[str, str]:
             [
                 label,
                 ci(s("throughput_jobs_per_h")),
-                ci(s("energy_kwh")),
-                ci(s("energy_per_job_kwh")),
+                ci(s("energy_j"), 1e-6),
+                ci(s("energy_per_job_j"), 1e-6),
                 ci(s("mean_power_w")),
                 ci(s("max_power_w")),
-                ci(s("time_over_budget_s"), 1 / 60),
+                ci(s("time_over_budget_s")),
                 num(runs.mean(e, label, "preemptions")),
                 ci(s("util_a100_40gb"), 100),
                 ci(s("util_h100_sxm"), 100),
@@ -72,11 +75,11 @@ def power_budget(runs: Runs) -> dict[str, str]:
     header = [
         "policy",
         "throughput (jobs/h)",
-        "energy (kWh)",
-        "energy/job (kWh)",
+        "energy (MJ)",
+        "energy/job (MJ)",
         "mean power (W)",
         "max power (W)",
-        "over budget (min)",
+        "over budget (s)",
         "preemptions",
         "A100 util (%)",
         "H100 util (%)",
@@ -107,7 +110,7 @@ def _budget_findings(runs: Runs, budget: float, hours: float, n: int) -> str:
         runs.total(e, "charon", "completed_jobs"),
         runs.total(e, "charon-thesis", "completed_jobs"),
     )
-    epj = (runs.mean(e, "charon", "energy_per_job_kwh"), runs.mean(e, "charon-thesis", "energy_per_job_kwh"))
+    epj = (runs.mean(e, "charon", "energy_per_job_j"), runs.mean(e, "charon-thesis", "energy_per_job_j"))
     text += (
         f". It completes {done_c:.0f} jobs over the {n} seeds against {done_t:.0f} for the thesis's Charon "
         f"({signed_pct(done_c, done_t)}), at {signed_pct(*epj)} energy per completed job. "
@@ -126,7 +129,7 @@ def _budget_findings(runs: Runs, budget: float, hours: float, n: int) -> str:
     text += (
         f"Charon-PL, which budgets every start at its power limit, {held} and completes "
         f"{pct_change(done_pl, done_c):.0f} % more jobs than `charon` with "
-        f"{-pct_change(runs.mean(e, 'charon-pl', 'energy_per_job_kwh'), epj[0]):.0f} % less energy per "
+        f"{-pct_change(runs.mean(e, 'charon-pl', 'energy_per_job_j'), epj[0]):.0f} % less energy per "
         "job: it also picks limits for their energy-delay product, not only to fit the budget."
     )
     return text
@@ -185,8 +188,8 @@ def colocation(runs: Runs) -> dict[str, str]:
                     name,
                     label,
                     ci(s("throughput_jobs_per_h")),
-                    ci(s("energy_per_job_kwh")),
-                    ci(s("mean_jct_s"), 1 / 3600),
+                    ci(s("energy_per_job_j"), 1e-6),
+                    ci(s("mean_jct_s")),
                     ci(s("deadline_miss_rate"), 100),
                     num(runs.mean(e, label, "max_power_w")),
                     f"{shared:.0f} of {submitted:.0f}" if shared else "0",
@@ -196,8 +199,8 @@ def colocation(runs: Runs) -> dict[str, str]:
         "scenario (sharing)",
         "policy",
         "throughput (jobs/h)",
-        "energy/job (kWh)",
-        "mean JCT (h)",
+        "energy/job (MJ)",
+        "mean JCT (s)",
         "deadline miss (%)",
         "max power (W)",
         "jobs shared",
@@ -213,7 +216,7 @@ def _coloc_findings(runs: Runs) -> str:
     sm, lg = "small-jobs", "large-jobs"
     m = lambda e, lab, k: runs.mean(e, lab, k)  # noqa: E731
     tput = pct_change(m(sm, "zeus-share", "throughput_jobs_per_h"), m(sm, "zeus", "throughput_jobs_per_h"))
-    epj = -pct_change(m(sm, "zeus-share", "energy_per_job_kwh"), m(sm, "zeus", "energy_per_job_kwh"))
+    epj = -pct_change(m(sm, "zeus-share", "energy_per_job_j"), m(sm, "zeus", "energy_per_job_j"))
     jct = -pct_change(m(sm, "zeus-share", "mean_jct_s"), m(sm, "zeus", "mean_jct_s"))
     p95 = (m(sm, "zeus", "p95_jct_s") / 3600, m(sm, "zeus-share", "p95_jct_s") / 3600)
     miss = (m(sm, "zeus", "deadline_miss_rate"), m(sm, "zeus-share", "deadline_miss_rate"))
@@ -224,7 +227,7 @@ def _coloc_findings(runs: Runs) -> str:
     text = (
         f"On small jobs zeus-share completes {tput:.1f} % more jobs per hour "
         f"(p = {p(sm, 'zeus', 'zeus-share', 'throughput_jobs_per_h')}) with {epj:.1f} % less energy per "
-        f"completed job (p = {p(sm, 'zeus', 'zeus-share', 'energy_per_job_kwh')}), cuts the mean JCT by "
+        f"completed job (p = {p(sm, 'zeus', 'zeus-share', 'energy_per_job_j')}), cuts the mean JCT by "
         f"{jct:.0f} % and the p95 JCT from {num(p95[0])} h to {num(p95[1])} h, and misses "
         f"{'no' if miss[1] == 0 else f'{100 * miss[1]:.0f} % of the'} deadline"
         f"{'' if miss[1] == 0 else 's'} (Zeus: {100 * miss[0]:.0f} %, its queue grows all day). "
@@ -234,7 +237,7 @@ def _coloc_findings(runs: Runs) -> str:
         if same_large
         else "On large jobs it co-locates some pairs (it no longer equals Zeus in every seed); "
     )
-    keys = ("throughput_jobs_per_h", "energy_per_job_kwh", "deadline_miss_rate")
+    keys = ("throughput_jobs_per_h", "energy_per_job_j", "deadline_miss_rate")
     ps = [runs.p_paired(lg, "zeus", "share-always", k) for k in keys]
     text += (
         "co-locating them anyway (`share-always`) loses "
@@ -256,9 +259,7 @@ def _coloc_findings(runs: Runs) -> str:
 def _coloc_where(runs: Runs) -> str:
     e = "small-jobs"
     m = lambda lab, k: runs.mean(e, lab, k)  # noqa: E731
-    busy_wh = {
-        lab: 1000 * m(lab, "busy_energy_kwh") / m(lab, "completed_jobs") for lab in ("zeus", "zeus-share")
-    }
+    busy_j = {lab: m(lab, "busy_energy_j") / m(lab, "completed_jobs") for lab in ("zeus", "zeus-share")}
     from easlurm.sim.scenarios import get_scenario
 
     spec = next(r["spec"] for r in runs.records if r["experiment"] == e)
@@ -270,11 +271,12 @@ def _coloc_where(runs: Runs) -> str:
         "spend part of their run shared "
         f"({m('zeus-share', 'shared_job_h'):.0f} job-hours), so the queue drains: that is the throughput, "
         "JCT and deadline gain. The energy gain is the pair's energy per unit of work on the shared part "
-        f"of the runs: busy energy per completed job falls from {busy_wh['zeus']:.1f} Wh to "
-        f"{busy_wh['zeus-share']:.1f} Wh ({signed_pct(busy_wh['zeus-share'], busy_wh['zeus'])}); zeus-share "
-        f"then idles more once its queue is empty ({m('zeus-share', 'idle_energy_kwh'):.2f} kWh against "
-        f"{m('zeus', 'idle_energy_kwh'):.2f} kWh over {runs.records[0]['spec']['hours']:g} h), which leaves "
-        f"{signed_pct(m('zeus-share', 'energy_per_job_kwh'), m('zeus', 'energy_per_job_kwh'))} in total "
+        f"of the runs: busy energy per completed job falls from {format_energy(busy_j['zeus'])} to "
+        f"{format_energy(busy_j['zeus-share'])} ({signed_pct(busy_j['zeus-share'], busy_j['zeus'])}); "
+        f"zeus-share then idles more once its queue is empty ({format_energy(m('zeus-share', 'idle_energy_j'))} "
+        f"against {format_energy(m('zeus', 'idle_energy_j'))} over {runs.records[0]['spec']['hours']:g} h), "
+        "which leaves "
+        f"{signed_pct(m('zeus-share', 'energy_per_job_j'), m('zeus', 'energy_per_job_j'))} in total "
         f"energy per job. The price is a higher peak: {m('zeus-share', 'max_power_w'):.0f} W against "
         f"{m('zeus', 'max_power_w'):.0f} W."
     )
@@ -296,4 +298,6 @@ DOCS: dict[str, DocFigures] = {
     ),
     "evaluate": ORACLE_FIGURES,
     "oracle-gpus": ORACLE_GPU_FIGURES,
+    "oracle-comm": COMM_FIGURES,
+    "power-limits": LIMITS_FIGURES,
 }

@@ -11,7 +11,6 @@ import numpy as np
 from easlurm.sim.engine.ledger import PowerLedger
 from easlurm.sim.engine.records import JobRecord
 
-J_PER_KWH = 3.6e6
 NAN = math.nan
 
 
@@ -92,10 +91,10 @@ def compute(
         "submitted_jobs": float(len(records)),
         "completed_jobs": float(len(done)),
         "throughput_jobs_per_h": len(done) / hours if hours == hours else NAN,
-        "energy_kwh": energy_j / J_PER_KWH,
-        "busy_energy_kwh": ledger.busy_j / J_PER_KWH,
-        "idle_energy_kwh": ledger.idle_j / J_PER_KWH,
-        "energy_per_job_kwh": energy_j / J_PER_KWH / len(done) if done else NAN,
+        "energy_j": energy_j,
+        "busy_energy_j": ledger.busy_j,
+        "idle_energy_j": ledger.idle_j,
+        "energy_per_job_j": energy_j / len(done) if done else NAN,
         "mean_jct_s": float(jct.mean()) if len(jct) else NAN,
         "p95_jct_s": float(np.percentile(jct, 95)) if len(jct) else NAN,
         "urgent_jobs": float(len(judged)),
@@ -106,7 +105,7 @@ def compute(
         "power_budget_w": NAN if power_budget_w is None else float(power_budget_w),
         "time_over_budget_s": ledger.time_above_s(power_budget_w) if power_budget_w is not None else NAN,
         "preemptions": float(sum(r.preemptions for r in records)),
-        "preempted_energy_kwh": sum(r.wasted_energy_j for r in records) / J_PER_KWH,
+        "preempted_energy_j": sum(r.wasted_energy_j for r in records),
         "colocated_jobs": float(sum(1 for r in records if r.shared_s > 0)),
         "shared_job_h": sum(r.shared_s for r in records) / 3600.0,
     }

@@ -75,15 +75,16 @@ def same_point_labels(
 def plot_pareto(
     throughput: Sequence[MetricSummary], energy: Sequence[MetricSummary], out: Path, title: str
 ) -> Path | None:
-    """Throughput (jobs/h) against energy (kWh) per policy, 95% CI bars, the Pareto front dashed."""
+    """Throughput (jobs/h) against energy (MJ; the summaries are in J) per policy, 95% CI bars, the Pareto
+    front dashed."""
     pairs = [(t, e) for t, e in zip(throughput, energy) if t.mean is not None and e.mean is not None]
     if not pairs:
         return None
     fig = _figure()
     ax = fig.add_subplot()
-    points = [(float(t.mean or 0.0), float(e.mean or 0.0)) for t, e in pairs]
+    points = [(float(t.mean or 0.0), float(e.mean or 0.0) * 1e-6) for t, e in pairs]
     for (t, e), (x, y) in zip(pairs, points):
-        xerr, yerr = np.array([_err(t)]).T, np.array([_err(e)]).T
+        xerr, yerr = np.array([_err(t)]).T, np.array([_err(e)]).T * 1e-6
         ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o", capsize=3, label=str(t.group[-1]))
     for (x, y), names in same_point_labels(points, [str(t.group[-1]) for t, _ in pairs]).items():
         ax.annotate(", ".join(names), (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
@@ -93,7 +94,7 @@ def plot_pareto(
             [points[i][0] for i in front], [points[i][1] for i in front], "k--", lw=1, label="Pareto front"
         )
     ax.set_xlabel("throughput (jobs/h)")
-    ax.set_ylabel("energy (kWh)")
+    ax.set_ylabel("energy (MJ)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

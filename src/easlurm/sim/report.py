@@ -26,16 +26,17 @@ from easlurm.sim.stats import (
     pairwise_mann_whitney,
     summarize,
 )
-from easlurm.units import format_number
+from easlurm.units import format_energy, format_number
 
 log = logging.getLogger(__name__)
 
-#: (metric, column header, scale) of the main table; a metric absent from every run is left out.
+#: (metric, column header, scale) of the main table; a metric absent from every run is left out. Energies
+#: (keys ending in `_j`) are shown in J with an SI prefix, as every command shows them.
 MAIN_COLUMNS = (
     ("throughput_jobs_per_h", "Throughput (jobs/h)", 1.0),
-    ("energy_kwh", "Energy (kWh)", 1.0),
-    ("idle_energy_kwh", "Idle energy (kWh)", 1.0),
-    ("energy_per_job_kwh", "Energy/job (kWh)", 1.0),
+    ("energy_j", "Energy", 1.0),
+    ("idle_energy_j", "Idle energy", 1.0),
+    ("energy_per_job_j", "Energy/job", 1.0),
     ("mean_jct_s", "Mean JCT (s)", 1.0),
     ("p95_jct_s", "p95 JCT (s)", 1.0),
     ("deadline_miss_rate", "Deadline miss (%)", 100.0),
@@ -44,7 +45,7 @@ MAIN_COLUMNS = (
     ("max_power_w", "Max power (W)", 1.0),
     ("time_over_budget_s", "Over budget (s)", 1.0),
     ("preemptions", "Preemptions", 1.0),
-    ("preempted_energy_kwh", "Preempted (kWh)", 1.0),
+    ("preempted_energy_j", "Preempted energy", 1.0),
     ("colocated_jobs", "Jobs shared", 1.0),
     ("shared_job_h", "Shared (job-h)", 1.0),
 )
@@ -57,8 +58,8 @@ SHOWN_WHEN_NONZERO = frozenset({"colocated_jobs", "shared_job_h"})
 #: Metrics tested pairwise in the report (all metrics are tested in tests.csv).
 TESTED = (
     "throughput_jobs_per_h",
-    "energy_kwh",
-    "energy_per_job_kwh",
+    "energy_j",
+    "energy_per_job_j",
     "mean_jct_s",
     "deadline_miss_rate",
     "jain_index",
@@ -142,19 +143,23 @@ class _Doc:
         return "\n".join(out)
 
 
-def fmt(value: float | None, scale: float = 1.0) -> str:
-    """Three significant digits, no exponent (2,200 not 2.2e+03); missing stays blank."""
+def fmt(value: float | None, scale: float = 1.0, metric: str = "") -> str:
+    """Three significant digits, no exponent (2,200 not 2.2e+03); an energy (`metric` ending in `_j`) in J
+    with an SI prefix; missing stays blank."""
     if value is None or not np.isfinite(value):
         return ""
+    if metric.endswith("_j"):
+        return format_energy(float(value) * scale)
     return format_number(float(value) * scale)
 
 
 def fmt_ci(s: MetricSummary | None, scale: float = 1.0) -> str:
     if s is None or s.mean is None:
         return ""
+    m = s.metric
     if s.ci_low is None or s.ci_high is None:
-        return fmt(s.mean, scale)
-    return f"{fmt(s.mean, scale)} [{fmt(s.ci_low, scale)}, {fmt(s.ci_high, scale)}]"
+        return fmt(s.mean, scale, m)
+    return f"{fmt(s.mean, scale, m)} [{fmt(s.ci_low, scale, m)}, {fmt(s.ci_high, scale, m)}]"
 
 
 def build_report(
@@ -286,7 +291,20 @@ def _reference_value(ref: Mapping[str, Any], summaries: Sequence[MetricSummary])
     if base is None or not base.mean:
         return None, ""
     ratio = s.mean / base.mean
-    return ratio, f"{ratio:.3g} ({fmt(s.mean)} / {fmt(base.mean)})"
+    return ratio, f"{ratio:.3g} ({fmt(s.mean, metric=metric)} / {fmt(base.mean, metric=metric)})"
+
+
+def _thesis_text(ref: Mapping[str, Any], thesis: Any) -> str:
+    """The reference figure as written, an absolute energy (J in the plan) with its SI prefix."""
+    if thesis is None:
+        return ""
+    if (
+        isinstance(thesis, int | float)
+        and "relative_to" not in ref
+        and str(ref.get("metric", "")).endswith("_j")
+    ):
+        return format_energy(float(thesis))
+    return str(thesis)
 
 
 def _reference_section(
@@ -308,7 +326,7 @@ def _reference_section(
         table.append(
             [
                 str(ref.get("claim", "")),
-                "" if thesis is None else str(thesis),
+                _thesis_text(ref, thesis),
                 text or "(not run)",
                 delta,
                 str(ref.get("why", "")).strip(),
@@ -370,7 +388,7 @@ def _experiment_section(
             for metric, ylabel, scale in (
                 ("mean_jct_s", "mean JCT (s)", 1.0),
                 ("throughput_jobs_per_h", "throughput (jobs/h)", 1.0),
-                ("energy_kwh", "energy (kWh)", 1.0),
+                ("energy_j", "energy (MJ)", 1e-6),
             ):
                 series: dict[str, list[MetricSummary]] = {}
                 for s in mine:
@@ -395,7 +413,7 @@ def _experiment_section(
             add(
                 plots.plot_pareto(
                     pick.get("throughput_jobs_per_h", []),
-                    pick.get("energy_kwh", []),
+                    pick.get("energy_j", []),
                     plots_dir / f"{slug}_{cell_name}_pareto.png",
                     f"{title}: throughput vs energy",
                 ),

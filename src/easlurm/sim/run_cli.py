@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 import click
 
 from easlurm.cli import FiniteFloat, int_range, load_ctx_config
 from easlurm.model.cli import HARDWARE_OPTION
+from easlurm.units import format_energy
 
-#: rows of the human summary: (label, metric key, formatter)
-_SUMMARY: tuple[tuple[str, str, str], ...] = (
+#: rows of the human summary: (label, metric key, format string or function); energies in J with an SI
+#: prefix, as every command prints them
+_SUMMARY: tuple[tuple[str, str, str | Callable[[float], str]], ...] = (
     ("Completed jobs", "completed_jobs", "{:.0f}"),
     ("Throughput (jobs/h)", "throughput_jobs_per_h", "{:.2f}"),
-    ("Energy (kWh)", "energy_kwh", "{:.2f}"),
-    ("  busy (kWh)", "busy_energy_kwh", "{:.2f}"),
-    ("  idle (kWh)", "idle_energy_kwh", "{:.2f}"),
+    ("Energy", "energy_j", format_energy),
+    ("  busy", "busy_energy_j", format_energy),
+    ("  idle", "idle_energy_j", format_energy),
+    ("Energy per job", "energy_per_job_j", format_energy),
     ("Mean JCT (s)", "mean_jct_s", "{:.0f}"),
     ("P95 JCT (s)", "p95_jct_s", "{:.0f}"),
     ("Deadline miss rate", "deadline_miss_rate", "{:.3f}"),
@@ -26,7 +30,7 @@ _SUMMARY: tuple[tuple[str, str, str], ...] = (
     ("Power budget (W)", "power_budget_w", "{:.0f}"),
     ("Time over budget (s)", "time_over_budget_s", "{:.0f}"),
     ("Preemptions", "preemptions", "{:.0f}"),
-    ("Preempted energy (kWh)", "preempted_energy_kwh", "{:.3f}"),
+    ("Preempted energy", "preempted_energy_j", format_energy),
     ("Events", "events", "{:.0f}"),
     ("Wall time (s)", "wall_s", "{:.3f}"),
 )
@@ -43,17 +47,16 @@ def _param(value: str) -> tuple[str, Any]:
 
 
 def policy_params_from_config(policy: str, sched: dict[str, Any]) -> dict[str, Any]:
-    """The `sched` settings a policy takes: aging weight for all, cooldown for AuraChronos."""
-    params: dict[str, Any] = {"aging_weight": sched["aging_weight"]}
+    """The `sched` settings a policy takes: aging weight and the power limits' slowdown bound for all
+    (only the energy policies choose limits), cooldown for AuraChronos."""
+    params: dict[str, Any] = {"aging_weight": sched["aging_weight"], "max_slowdown": sched["max_slowdown"]}
     if policy == "aurachronos":
         params["preempt_cooldown_s"] = sched["preempt_cooldown_s"]
     return params
 
 
 @click.command("run")
-@click.option(
-    "--policy", "-p", required=True, help="Policy name (pollux, zeus, hades, aurachronos, charon, ...)."
-)
+@click.option("--policy", required=True, help="Policy name (pollux, zeus, hades, aurachronos, charon, ...).")
 @click.option(
     "--scenario",
     default="B",
@@ -169,7 +172,8 @@ def run_cmd(
     click.echo(f"policy {spec.policy}  {source}  seed {spec.seed}  {spec.hours:g} h")
     for label, key, fmt in _SUMMARY:
         value = m.get(key, math.nan)
-        click.echo(f"{label:<24} {'' if value != value else fmt.format(value)}")
+        text = "" if value != value else fmt(value) if callable(fmt) else fmt.format(value)
+        click.echo(f"{label:<24} {text}")
     for key in sorted(k for k in m if k.startswith("util_")):
         click.echo(f"{'Utilisation ' + key[5:]:<24} {m[key]:.3f}")
     shares = "  ".join(f"{u}={s:.2f}" for u, s in result.user_gpu_share.items())

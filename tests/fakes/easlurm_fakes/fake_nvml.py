@@ -27,6 +27,15 @@ registry directory that fake workloads (easlurm_fakes.gpu_load) write, shared by
                                        once it ended, "end_s" (unix s)}; without it no GPU has processes
   EASLURM_FAKE_NVML_NO_PROC_UTIL=1     nvmlDeviceGetProcessUtilization unsupported (NOT_SUPPORTED)
 Utilisation samples are taken every 100 ms of unix time (the same instants for every process).
+Device utilisation (nvmlDeviceGetUtilizationRates, %) and memory (nvmlDeviceGetMemoryInfo, bytes):
+  EASLURM_FAKE_NVML_UTIL=80            one utilisation for all GPUs, or a comma list per GPU; without it,
+                                       the summed sm_util of the GPU's running registry processes (max 100)
+  EASLURM_FAKE_NVML_NO_UTIL=0,2|all    GPUs whose utilisation raises NOT_SUPPORTED (as some GPUs and
+                                       every MIG-mode GPU do)
+  EASLURM_FAKE_NVML_MEMORY_GB=80       total memory (decimal GB, default 80)
+  EASLURM_FAKE_NVML_MEMORY_USED_MB=512 memory in use, one for all or a comma list per GPU; without it,
+                                       512 MiB per running registry process (as usedGpuMemory says)
+  EASLURM_FAKE_NVML_NO_MEMINFO=0,2|all GPUs whose memory information raises NOT_SUPPORTED
 Power limits (mW in the API, as NVML), which outlive the process like a driver's setting when
 EASLURM_FAKE_NVML_LIMITS_FILE names a JSON file ({index: mW}); in memory otherwise:
   EASLURM_FAKE_NVML_LIMIT_RANGE_W=100:700  min:max limit (default 100:700; the default limit is the max)
@@ -160,6 +169,11 @@ def _ints(text: str) -> set[int]:
     return {int(x) for x in text.split(",") if x.strip()}
 
 
+def _indices(text: str, count: int) -> set[int]:
+    """GPU indices of a `0,2|all` setting."""
+    return {i for i in range(count) if text == "all" or i in _ints(text.replace("all", ""))}
+
+
 @dataclass
 class _Gpu:
     index: int
@@ -227,6 +241,12 @@ class _State:
         self.no_limit = {
             i for i in range(count) if no_limit == "all" or i in _ints(no_limit.replace("all", ""))
         }
+        self.util = [float(x) for x in env.get("EASLURM_FAKE_NVML_UTIL", "").split(",") if x.strip()]
+        self.no_util = _indices(env.get("EASLURM_FAKE_NVML_NO_UTIL", ""), count)
+        self.memory_total_b = round(float(env.get("EASLURM_FAKE_NVML_MEMORY_GB", "80")) * 1e9)
+        used = env.get("EASLURM_FAKE_NVML_MEMORY_USED_MB", "")
+        self.memory_used_b = [round(float(x) * 2**20) for x in used.split(",") if x.strip()]
+        self.no_meminfo = _indices(env.get("EASLURM_FAKE_NVML_NO_MEMINFO", ""), count)
 
     def limits(self) -> dict[int, int]:
         if self.limits_file is None:
@@ -478,6 +498,60 @@ def _file_lock(path: str | None) -> Iterator[None]:
     with open(f"{path}.lock", "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         yield
+
+
+# -------------------------------------------------------------------------------- utilisation, memory
+
+
+class c_nvmlUtilization_t(ctypes.Structure):
+    """As pynvml: percent of the last sample period (1/6 s to 1 s) the GPU (kernels) and its memory
+    (reads and writes) were busy."""
+
+    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
+
+
+class c_nvmlMemory_t(ctypes.Structure):
+    """As pynvml: device memory in bytes."""
+
+    _fields_ = [("total", ctypes.c_ulong), ("free", ctypes.c_ulong), ("used", ctypes.c_ulong)]
+
+
+def _activity_gpu(handle: Any, unsupported: set[int]) -> tuple[_State, _Gpu]:
+    """The GPU behind a utilisation or memory call: MIG instances and listed GPUs are NOT_SUPPORTED, a
+    lost GPU is lost (reads are not counted: UNKNOWN_EVERY paces the energy and power reads only)."""
+    st = _st()
+    if not isinstance(handle, _Gpu) or handle.index in unsupported:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    if handle.lost_after_s is not None and time.monotonic() - st.t0 >= handle.lost_after_s:
+        raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+    return st, handle
+
+
+def _per_gpu(values: list[Any], index: int) -> Any:
+    return values[index] if index < len(values) else values[-1]
+
+
+def nvmlDeviceGetUtilizationRates(handle: _Gpu) -> c_nvmlUtilization_t:
+    _burn("util")
+    st, gpu = _activity_gpu(handle, _st().no_util)
+    if st.util:
+        pct = _per_gpu(st.util, gpu.index)
+    else:
+        pct = sum(p.sm_util for p in _procs(gpu) if _running(p))
+    pct = max(0, min(100, round(pct)))
+    return c_nvmlUtilization_t(pct, pct // 2)
+
+
+def nvmlDeviceGetMemoryInfo(handle: _Gpu, version: int | None = None) -> c_nvmlMemory_t:
+    if version:
+        raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)  # the v2 struct is not faked: callers use v1
+    st, gpu = _activity_gpu(handle, _st().no_meminfo)
+    if st.memory_used_b:
+        used = _per_gpu(st.memory_used_b, gpu.index)
+    else:
+        used = 512 * 1024 * 1024 * sum(1 for p in _procs(gpu) if _running(p))
+    used = min(used, st.memory_total_b)
+    return c_nvmlMemory_t(st.memory_total_b, st.memory_total_b - used, used)
 
 
 # ---------------------------------------------------------------------------------------- processes

@@ -178,7 +178,7 @@ def test_report_sums_runs_requeues_idle_gpus_and_co2() -> None:
     assert by["bob"].runs == 3 and by["bob"].profiled_runs == 2 and len(by["bob"].jobs) == 2
     assert by["bob"].gpu_hours == pytest.approx((5 + 10 + 2 * 10) / 3600)
     assert by["bob"].co2_g == pytest.approx((1000 * 100 + 2000 * 400) / 3.6e6)
-    assert by["alice"].kwh_per_gpu_hour == pytest.approx(by["alice"].energy_kwh / (2 * 10 / 3600))
+    assert by["alice"].energy_per_gpu_hour_j == pytest.approx(by["alice"].energy_j / (2 * 10 / 3600))
     header, cells = table_rows(groups, total, co2=True)
     assert header[-1] == "CO2_kg" and cells[-1][0] == "TOTAL"
     assert render_csv(groups, total).splitlines()[0].startswith("key,jobs,runs")
@@ -201,3 +201,69 @@ def test_bad_input_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert "JOBID must be a job number" in capsys.readouterr().err
     assert main(["report", "--co2", "100", "--co2-csv", __file__]) == 2
     assert "exclusive" in capsys.readouterr().err
+
+
+def test_a_shard_job_is_compared_with_running_alone(oracle: Oracle) -> None:
+    """A job that shared its GPU (gres/shard, time-sliced with a job like it) against a whole GPU of its
+    type and of the cluster's other type: the co-location model's figures, as `easlurm model corun`."""
+    from easlurm.model.colocation import GpuFacts, Sharing, corun, predict_solo
+
+    shared = Placement("h100-sxm", 1, 64, sharing="time-slice")
+    lines = {
+        w.label: w for w in what_ifs(oracle, parse_spec("model=resnet50,batch=64"), shared, ["a100-40gb"])
+    }
+    assert list(lines) == ["alone on a whole GPU", "alone on 1 x a100-40gb"]
+    solo = predict_solo(oracle, get_workload("resnet50"), 64, "h100-sxm")
+    assert solo is not None
+    facts = GpuFacts.of(oracle.catalogue.get("h100-sxm"), oracle.params)
+    run = corun(solo, solo, facts, Sharing.TIME_SLICE, oracle.params)
+    alone = lines["alone on a whole GPU"]
+    assert alone.time_change == pytest.approx(run.speed[0] - 1, rel=1e-6) and alone.time_change < 0
+    t_shared = solo.step_time_s / run.speed[0]
+    own_e = run.job_power_w(0) * t_shared
+    assert alone.energy_change == pytest.approx(alone.energy_per_step_j / own_e - 1, rel=1e-9)
+    assert alone.energy_per_step_j == pytest.approx(solo.power_w * solo.step_time_s, rel=1e-6)
+    assert alone.placement.sharing is None and "% time" in alone.line()
+
+
+def test_a_shard_jobs_gpu_type_comes_from_its_nodes_gres() -> None:
+    shared = gpu("gpu0", 300, 10)
+    shared.apportion(0.5, "utilisation")
+    rec = StepRecord(11, "batch", 1, [node(0, "h100-2", 10, shared)], "gpu,share,model=resnet50,batch=64")
+    rows = [row("11", tres="cpu=1,gres/shard=1", NodeList="h100-2", NNodes="1"), row("11.batch")]
+    limits = {"h100": GpuLimits("h100-sxm", 700.0, 70.0)}
+    card = build_card(
+        rows, [rec], limits, node_gpu_types={"h100-1": "h100", "h100-2": "h100", "a100-1": "a100"}
+    )
+    assert card.gpu_type == "h100" and card.limits is not None and card.limits.limit_w == 700.0
+    assert "GPU type h100: from the GRES of node h100-2 (shards name no type)" in card.notes
+    assert card.idle_gpus == []  # a shared GPU is never idle
+    unknown = build_card(rows, [rec], limits, node_gpu_types={"h100-1": "h100"})
+    assert unknown.gpu_type is None and any("GPU type unknown" in n for n in unknown.notes)
+    mixed = build_card(
+        [row("11", tres="cpu=1,gres/shard=1", NodeList="n[1-2]"), row("11.batch")],
+        [],
+        limits,
+        node_gpu_types={"n1": "h100", "n2": "a100"},
+    )
+    assert (
+        mixed.gpu_type is None
+        and "GPU type unknown: the job's nodes have several (a100, h100)" in mixed.notes
+    )
+
+
+def test_report_counts_shard_jobs_under_their_nodes_gpu_type() -> None:
+    shared = gpu("gpu0", 300, 10)
+    shared.apportion(0.5, "utilisation")
+    rec = StepRecord(12, "batch", 1, [node(0, "h100-2", 10, shared)], "gpu,share")
+    rows = [row("12", tres="cpu=1,gres/shard=1", NodeList="h100-2"), row("12.batch")]
+    (typed,) = job_runs(rows, {"12": [rec]}, node_gpu_types={"h100-2": "h100"})
+    (untyped,) = job_runs(rows, {"12": [rec]})
+    assert (typed.gpu_type, untyped.gpu_type) == ("h100", "shard")
+    assert typed.gpu_hours == pytest.approx(0.5 * 10 / 3600)  # its share of the GPU
+    groups, _ = aggregate([typed], GroupBy.GPU_TYPE, None)
+    assert [g.key for g in groups] == ["h100"]
+    doc = groups[0].to_dict()
+    assert "energy_kwh" not in doc and doc["energy_per_gpu_hour_j"] == pytest.approx(
+        0.5 * 3000 / (0.5 * 10 / 3600)
+    )

@@ -50,7 +50,7 @@ CASES: dict[str, Case] = {
         for cmd in (
             ("config",),
             ("profile", "--", "true"),
-            ("sim", "run", "-p", "zeus"),
+            ("sim", "run", "--policy", "zeus"),
             ("sim", "replay", T, "--out", OUT),
             ("sim", "campaign", P, "--out", OUT, "--dry-run"),
             ("sim", "report", "{tmp}"),
@@ -76,9 +76,9 @@ CASES: dict[str, Case] = {
         "{bin}", "sim", "replay", "{bin}", "--format", "sacct-json", "--out", OUT
     ),
     "cluster-undecodable-replay": C("{bin}", "sim", "replay", T, "--cluster", "{bin}", "--out", OUT),
-    "cluster-undecodable-run": C("{bin}", "sim", "run", "-p", "zeus", "--cluster", "{bin}"),
-    "joblist-undecodable-run": C("{bin}", "sim", "run", "-p", "zeus", "--job-list", "{bin}"),
-    "hardware-undecodable-run": C("{bin}", "sim", "run", "-p", "zeus", "--hardware", "{bin}"),
+    "cluster-undecodable-run": C("{bin}", "sim", "run", "--policy", "zeus", "--cluster", "{bin}"),
+    "joblist-undecodable-run": C("{bin}", "sim", "run", "--policy", "zeus", "--job-list", "{bin}"),
+    "hardware-undecodable-run": C("{bin}", "sim", "run", "--policy", "zeus", "--hardware", "{bin}"),
     "hardware-undecodable-list": C("{bin}", "model", "list", "--hardware", "{bin}"),
     "hardware-undecodable-predict": C("{bin}", "predict", "--model", "resnet50", "--hardware", "{bin}"),
     "hardware-undecodable-schedd": C("{bin}", "schedd", "--once", "--dry-run", "--hardware", "{bin}"),
@@ -138,7 +138,7 @@ CASES: dict[str, Case] = {
     "huge-gpus-predict": C("--gpus", "predict", "--model", "resnet50", "--gpus", HUGE),
     "huge-seq-len-predict": C("--seq-len", "predict", "--model", "bert-base", "--seq-len", HUGE),
     "huge-image-size-predict": C("--image-size", "predict", "--model", "resnet50", "--image-size", HUGE),
-    "huge-seed-run": C("--seed", "sim", "run", "-p", "zeus", "--seed", HUGE),
+    "huge-seed-run": C("--seed", "sim", "run", "--policy", "zeus", "--seed", HUGE),
     "huge-seed-replay": C("--seed", "sim", "replay", T, "--seed", HUGE, "--out", OUT),
     "huge-seeds-replay": C("--seeds", "sim", "replay", T, "--seeds", HUGE, "--out", OUT),
     "huge-max-jobs-replay": C("--max-jobs", "sim", "replay", T, "--max-jobs", HUGE, "--out", OUT),
@@ -161,8 +161,8 @@ CASES: dict[str, Case] = {
         "--only-index", "sim", "campaign", P, "--only-index", f"0-{HUGE}", "--out", OUT
     ),
     "huge-job-id-republish": C("--jobs", "accounting", "republish", "--jobs", HUGE, "--spool", "{tmp}"),
-    "huge-hours-run": C("--hours", "sim", "run", "-p", "zeus", "--hours", "1e300"),
-    "huge-load-run": C("--load", "sim", "run", "-p", "zeus", "--load", "1e300"),
+    "huge-hours-run": C("--hours", "sim", "run", "--policy", "zeus", "--hours", "1e300"),
+    "huge-load-run": C("--load", "sim", "run", "--policy", "zeus", "--load", "1e300"),
     "huge-seeds-plan-campaign": C(
         "seeds", "sim", "campaign", "{plan}", "--out", OUT, config="seeds: " + HUGE
     ),
@@ -170,23 +170,23 @@ CASES: dict[str, Case] = {
         "steps",
         "sim",
         "run",
-        "-p",
+        "--policy",
         "zeus",
         "--job-list",
         "{cfg}",
         config=("jobs:\n  - {model: resnet50, batch: 32, steps: " + HUGE + "}\n"),
     ),
     # --- values that must be refused, as flags and as configuration keys
-    "negative-noise-run": C("--noise-sigma", "sim", "run", "-p", "zeus", "--noise-sigma", "-1"),
+    "negative-noise-run": C("--noise-sigma", "sim", "run", "--policy", "zeus", "--noise-sigma", "-1"),
     "negative-noise-replay": C("--noise-sigma", "sim", "replay", T, "--noise-sigma", "-1", "--out", OUT),
     "negative-max-jobs-replay": C("--max-jobs", "sim", "replay", T, "--max-jobs", "-3", "--out", OUT),
     "negative-procs-per-gpu-replay": C(
         "--procs-per-gpu", "sim", "replay", T, "--procs-per-gpu", "0", "--out", OUT
     ),
-    "negative-hours-run": C("--hours", "sim", "run", "-p", "zeus", "--hours", "-2"),
-    "negative-load-run": C("--load", "sim", "run", "-p", "zeus", "--load", "-2"),
-    "nan-noise-run": C("--noise-sigma", "sim", "run", "-p", "zeus", "--noise-sigma", "nan"),
-    "negative-budget-run": C("--power-budget", "sim", "run", "-p", "zeus", "--power-budget", "-5W"),
+    "negative-hours-run": C("--hours", "sim", "run", "--policy", "zeus", "--hours", "-2"),
+    "negative-load-run": C("--load", "sim", "run", "--policy", "zeus", "--load", "-2"),
+    "nan-noise-run": C("--noise-sigma", "sim", "run", "--policy", "zeus", "--noise-sigma", "nan"),
+    "negative-budget-run": C("--power-budget", "sim", "run", "--policy", "zeus", "--power-budget", "-5W"),
     "interval-huge-profile": C("--interval", "profile", "--interval", "1e9", "--", "true"),
     "interval-zero-profile": C("--interval", "profile", "--interval", "0", "--", "true"),
     "interval-zero-schedd": C("--interval", "schedd", "--once", "--dry-run", "--interval", "0"),
@@ -198,15 +198,48 @@ CASES: dict[str, Case] = {
         "--folds", "model", "calibrate", M, "--folds", "-1", "--out", "{tmp}/p.yaml"
     ),
     "negative-sweeps-measure": C("--sweeps", "model", "measure", "--model", "resnet50", "--sweeps", "0"),
+    "huge-gpus-measure": C("--gpus", "model", "measure", "--model", "resnet50", "--gpus", HUGE),
+    "zero-gpus-measure": C("--gpus", "model", "measure", "--model", "resnet50", "--gpus", "0,2"),
+    "uneven-gpus-nodes-measure": C(
+        "--gpus", "model", "measure", "--model", "resnet50", "--gpus", "3", "--nodes", "2", "--slurm"
+    ),
+    "uneven-batch-gpus-measure": C(
+        "--batch", "model", "measure", "--model", "resnet50", "--batch", "6", "--gpus", "4"
+    ),
+    "nodes-without-slurm-measure": C("--nodes", "model", "measure", "--model", "resnet50", "--nodes", "2"),
+    "huge-nodes-measure": C("--nodes", "model", "measure", "--model", "resnet50", "--nodes", HUGE, "--slurm"),
     "negative-seeds-replay": C("--seeds", "sim", "replay", T, "--seeds", "0", "--out", OUT),
-    "unknown-model-joblist-run": C("{joblist}", "sim", "run", "-p", "zeus", "--job-list", "{joblist}"),
+    "negative-max-slowdown-replay": C(
+        "--max-slowdown", "sim", "replay", T, "--max-slowdown", "-0.1", "--out", OUT
+    ),
+    "cfg-max-slowdown-replay": C(
+        "sched.max_slowdown",
+        "-c",
+        "{cfg}",
+        "sim",
+        "replay",
+        T,
+        "--out",
+        OUT,
+        config="sched:\n  max_slowdown: -1\n",
+    ),
+    "cfg-max-slowdown-schedd": C(
+        "sched.max_slowdown",
+        "-c",
+        "{cfg}",
+        "schedd",
+        "--once",
+        "--dry-run",
+        config="sched:\n  max_slowdown: 11\n",
+    ),
+    "unknown-model-joblist-run": C("{joblist}", "sim", "run", "--policy", "zeus", "--job-list", "{joblist}"),
     "cfg-budget-run": C(
         "sched.power_budget_w",
         "-c",
         "{cfg}",
         "sim",
         "run",
-        "-p",
+        "--policy",
         "zeus",
         config="sched:\n  power_budget_w: -5\n",
     ),
@@ -220,12 +253,14 @@ CASES: dict[str, Case] = {
         config="sched:\n  power_budget_w: -5\n",
     ),
     "cfg-noise-run": C(
-        "sim.noise_sigma", "-c", "{cfg}", "sim", "run", "-p", "zeus", config="sim:\n  noise_sigma: -1\n"
+        "sim.noise_sigma", "-c", "{cfg}", "sim", "run", "--policy", "zeus", config="sim:\n  noise_sigma: -1\n"
     ),
     "cfg-noise-replay": C(
         "sim.noise_sigma", "-c", "{cfg}", "sim", "replay", T, "--out", OUT, config="sim:\n  noise_sigma: -1\n"
     ),
-    "cfg-hours-run": C("sim.hours", "-c", "{cfg}", "sim", "run", "-p", "zeus", config="sim:\n  hours: 0\n"),
+    "cfg-hours-run": C(
+        "sim.hours", "-c", "{cfg}", "sim", "run", "--policy", "zeus", config="sim:\n  hours: 0\n"
+    ),
     "cfg-interval-profile": C(
         "profiler.interval_s",
         "-c",
@@ -268,12 +303,12 @@ CASES: dict[str, Case] = {
         "{cfg}",
         "sim",
         "run",
-        "-p",
+        "--policy",
         "zeus",
         config="sim:\n  checkpoint_interval_s: -5\n",
     ),
     "zero-checkpoint-run": C(
-        "--checkpoint-interval", "sim", "run", "-p", "zeus", "--checkpoint-interval", "0"
+        "--checkpoint-interval", "sim", "run", "--policy", "zeus", "--checkpoint-interval", "0"
     ),
     "plan-noise-campaign": C(
         "noise_sigma", "sim", "campaign", "{plan}", "--out", OUT, config="noise_sigma: -1"

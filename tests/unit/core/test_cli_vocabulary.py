@@ -30,22 +30,30 @@ def options() -> Iterator[tuple[str, click.Option]]:
                 yield path, param
 
 
-#: `easlurm sacct` takes Slurm's sacct flags with sacct's meanings: -p is sacct's --parsable (a delimiter
-#: after every field, where `sim run -p` is --policy) and -P its --parsable2 (none after the last field:
-#: what -P/--parsable prints in every other command).
-SACCT_OWN = frozenset({"-p", "-P"})
-
-
 def test_a_short_flag_means_one_long_option_everywhere() -> None:
     meaning: dict[str, dict[str, str]] = {}
     for path, opt in options():
-        shorts = [o for o in opt.opts if len(o) == 2 and not (path == "sacct" and o in SACCT_OWN)]
+        shorts = [o for o in opt.opts if len(o) == 2]
         longs = [o for o in opt.opts if o.startswith("--")]
         for short in shorts:
             meaning.setdefault(short, {})[path] = longs[0]
     clashes = {s: by for s, by in meaning.items() if len(set(by.values())) > 1}
     assert not clashes, clashes
     assert set(meaning["-o"].values()) == {"--format"} and set(meaning["-O"].values()) == {"--out"}
+
+
+def test_parsable_flags_say_what_sacct_says() -> None:
+    """-P is sacct's --parsable2 (no delimiter after the last field) in every command that prints a table;
+    -p and --parsable (a delimiter after every field) belong to `easlurm sacct` alone, as in sacct."""
+    by_short: dict[str, set[tuple[str, str]]] = {"-p": set(), "-P": set(), "--parsable": set()}
+    for path, opt in options():
+        longs = [o for o in opt.opts if o.startswith("--")]
+        for flag in by_short:
+            if flag in opt.opts:
+                by_short[flag].add((path, longs[0]))
+    assert by_short["-p"] == {("sacct", "--parsable")} and by_short["--parsable"] == by_short["-p"]
+    assert {long for _, long in by_short["-P"]} == {"--parsable2"}
+    assert {"sacct", "predict", "profile"} <= {path.split()[-1] for path, _ in by_short["-P"]}
 
 
 def test_the_same_thing_has_the_same_name() -> None:

@@ -59,7 +59,7 @@ def test_build_snapshot_from_recorded_queue() -> None:
     snap = build_snapshot(
         SnapshotInputs(now_s=1_795_329_000.0, jobs=jobs, nodes=nodes, specs=specs),
         FACTS.get,
-        predict_power_w=lambda jid, spec, t, n, b: 300.0 * n,
+        predict_power_w=lambda jid, spec, t, n, b, nodes: 300.0 * n,
         power_budget_w=5000.0,
     )
     assert [n.name for n in snap.nodes] == ["a100-1", "a100-2", "h100-1", "h100-2"]  # cpu-1 has no GPU
@@ -122,7 +122,7 @@ def test_running_job_carries_its_prediction_beside_its_measured_power() -> None:
             measured_power_w={"6": 1234.0},
         ),
         FACTS.get,
-        predict_power_w=lambda jid, spec, t, n, b: 250.0 * n,
+        predict_power_w=lambda jid, spec, t, n, b, nodes: 250.0 * n,
     )
     r = {x.job_id: x for x in snap.running}
     assert (r["6"].power_w, r["6"].predicted_power_w) == (1234.0, 1000.0)
@@ -144,3 +144,44 @@ def test_budget_keeps_headroom_for_uncontrolled_jobs_slurm_can_start() -> None:
     snap = build_snapshot(inputs, FACTS.get, power_budget_w=3000.0)
     assert snap.power_budget_w == 3000.0 - 2 * (700.0 - 70.0)
     assert build_snapshot(inputs, FACTS.get).power_budget_w is None
+
+
+def test_a_running_job_spread_over_nodes_is_predicted_with_its_spread() -> None:
+    """Slurm started a declared job on 2 nodes x 4 GPUs: the snapshot keeps its node count and the oracle
+    predicts it spread (the network all-reduce), not packed on one node."""
+    from easlurm.model.oracle import Oracle
+    from easlurm.priority.slurm_snapshot import oracle_power
+
+    spread = job(
+        "30",
+        "RUNNING",
+        nodes="a100-[1-2]",
+        node_count=2,
+        gpus_per_node=4,
+        gpu_type="a100",
+        start_s=900.0,
+        comment="energy-profile=model=bert-large,steps=100,batch=32",
+    )
+    seen: list[tuple[int, int]] = []
+
+    def predict(jid: str, spec: object, t: str, n: int, b: int, nodes: int) -> float:
+        seen.append((n, nodes))
+        return 100.0 * n
+
+    snap = build_snapshot(
+        SnapshotInputs(
+            now_s=1000.0,
+            jobs=[spread],
+            nodes=[node("a100-1", "a100", used=4), node("a100-2", "a100", used=4)],
+            specs={"30": parse_spec("model=bert-large,steps=100,batch=32")},
+        ),
+        FACTS.get,
+        predict_power_w=predict,
+    )
+    assert seen == [(8, 2)]
+    assert snap.running[0].n_gpus == 8 and snap.running[0].n_nodes == 2
+    oracle = Oracle()
+    power = oracle_power(oracle)
+    spec = parse_spec("model=bert-large,steps=100,batch=32")
+    packed, two = power("30", spec, "a100", 8, 32, 1), power("30", spec, "a100", 8, 32, 2)
+    assert packed is not None and two is not None and two != packed

@@ -9,8 +9,8 @@ import numpy as np
 
 from easlurm.sim.spec import SimSpec
 
-#: Mean energy per policy (kWh): the fake makes "zeus" cheaper than "pollux" by construction.
-ENERGY_KWH = {"pollux": 57.0, "zeus": 51.0, "themis": 55.0}
+#: Mean energy per policy (J): the fake makes "zeus" cheaper than "pollux" by construction.
+ENERGY_J = {"pollux": 205e6, "zeus": 184e6, "themis": 198e6}
 
 
 def fake_runner(spec: SimSpec) -> dict[str, Any]:
@@ -25,7 +25,7 @@ def fake_runner(spec: SimSpec) -> dict[str, Any]:
     shares = rng.dirichlet(np.ones(5))
     metrics = {
         "throughput_jobs_per_h": 10.0 + load / 18.0 + rng.normal(0.0, 0.3),
-        "energy_kwh": ENERGY_KWH.get(spec.policy, 60.0) + rng.normal(0.0, 1.0),
+        "energy_j": ENERGY_J.get(spec.policy, 216e6) + rng.normal(0.0, 3.6e6),
         "mean_jct_s": 3600.0 * load / 18.0 + rng.normal(0.0, 60.0),
         "deadline_miss_rate": float(rng.uniform(0.0, 0.2)),
         "jain_index": float(rng.uniform(0.8, 1.0)),

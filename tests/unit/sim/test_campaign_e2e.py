@@ -25,9 +25,9 @@ def test_tiny_campaign_with_the_simulator(tmp_path: Path) -> None:
     assert len(serial.rows) == 4
     assert _without_wall(serial.rows) == _without_wall(parallel.rows)
     for row in serial.rows:
-        assert row["energy_kwh"] is not None and row["energy_kwh"] > 0
+        assert row["energy_j"] is not None and row["energy_j"] > 0
         assert row["completed_jobs"] is not None and row["completed_jobs"] >= 0
-    seeds = {r["seed"]: r["energy_kwh"] for r in serial.rows if r["label"] == "zeus"}
+    seeds = {r["seed"]: r["energy_j"] for r in serial.rows if r["label"] == "zeus"}
     assert seeds[0] != seeds[1]  # the seed changes the workload
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from campaign_fakes import failing_runner, fake_runner
 
 from easlurm.sim.campaign import parse_plan
-from easlurm.sim.campaign_run import load_rows, record_path, run_campaign
+from easlurm.sim.campaign_run import load_rows, record_path, row_of, run_campaign
 
 PLAN = {
     "name": "exec",
@@ -78,7 +78,18 @@ def test_results_csv_one_row_per_run_and_missing_stays_blank(tmp_path: Path) -> 
     assert len(rows) == 12
     assert {r["run_id"] for r in rows} == {r.run_id for r in plan.runs()}
     assert all(r["util_a100-40gb"] == "" for r in rows)  # NaN in, blank out (never 0)
-    assert all(float(r["energy_kwh"]) > 0 for r in rows)
+    assert all(float(r["energy_j"]) > 0 for r in rows)
     rec = json.loads(record_path(tmp_path, plan.runs()[0]).read_text())
     assert rec["spec"]["policy"] == "pollux" and len(rec["result"]["power_w"]) == 40
     assert load_rows(tmp_path)[0]["run_id"] == plan.runs()[0].run_id
+
+
+def test_run_records_from_before_joules_read_in_joules() -> None:
+    """A run record written when energies were kWh (`energy_kwh` ...) reads as `energy_j` in J, so a
+    campaign resumed on old runs has one key and one unit per quantity."""
+    spec = {"scenario": "B", "policy": "zeus", "seed": 0, "load_jobs_per_h": None, "power_budget_w": None}
+    metrics = {"energy_kwh": 2.0, "energy_per_job_kwh": None, "mean_jct_s": 60.0, "max_power_w": 500.0}
+    record = {"index": 0, "run_id": "r", "experiment": "E", "label": "zeus", "spec": {**spec, "hours": 1.0}}
+    row = row_of({**record, "result": {"metrics": metrics}})
+    assert row["energy_j"] == 7.2e6 and row["energy_per_job_j"] is None
+    assert not any(k.endswith("_kwh") for k in row) and row["mean_jct_s"] == 60.0

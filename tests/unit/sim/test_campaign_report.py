@@ -12,6 +12,7 @@ from easlurm.sim.campaign import parse_plan
 from easlurm.sim.campaign_run import load_rows, run_campaign
 from easlurm.sim.plots import pareto_front
 from easlurm.sim.report import build_report
+from easlurm.units import format_energy
 
 pytest.importorskip("matplotlib", reason="needs the [plots] extra: pip install 'easlurm[plots]'")
 
@@ -38,7 +39,7 @@ PLAN = {
                 "experiment": "B",
                 "label": "zeus",
                 "relative_to": "pollux",
-                "metric": "energy_kwh",
+                "metric": "energy_j",
                 "thesis": 0.895,
                 "why": "fake runner",
             },
@@ -46,8 +47,8 @@ PLAN = {
                 "claim": "Pollux energy",
                 "experiment": "B",
                 "label": "pollux",
-                "metric": "energy_kwh",
-                "thesis": 57,
+                "metric": "energy_j",
+                "thesis": 205.2e6,
             },
         ],
     },
@@ -114,12 +115,15 @@ def test_every_policy_shows_its_utilisation_per_gpu_type(results: Path) -> None:
 def test_reference_ratio_is_computed_from_the_runs(results: Path) -> None:
     build_report(results, report_cfg=PLAN["report"])
     rows = [r for r in load_rows(results) if r["experiment"] == "B"]
-    mean = lambda lab: sum(r["energy_kwh"] for r in rows if r["label"] == lab) / 4  # noqa: E731
+    mean = lambda lab: sum(r["energy_j"] for r in rows if r["label"] == lab) / 4  # noqa: E731
     ratio = mean("zeus") / mean("pollux")
     md = (results / "report.md").read_text()
     line = next(ln for ln in md.splitlines() if ln.startswith("| Zeus energy / Pollux energy"))
     assert f"{ratio:.3g}" in line
     assert f"{100 * (ratio / 0.895 - 1):+.0f}%" in line
+    # an absolute energy reads in J with an SI prefix, the reference figure and ours alike
+    cells = next(ln for ln in md.splitlines() if ln.startswith("| Pollux energy |")).split(" | ")
+    assert cells[1] == "205.20MJ" and cells[2].startswith(format_energy(mean("pollux"))), cells
 
 
 def test_pareto_front_keeps_only_undominated_points() -> None:

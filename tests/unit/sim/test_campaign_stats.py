@@ -8,7 +8,7 @@ import pytest
 from easlurm.sim.stats import bootstrap_ci, mean_of, pairwise_mann_whitney, summarize
 
 
-def _rows(values: dict[str, list[float | None]], metric: str = "energy_kwh") -> list[dict]:
+def _rows(values: dict[str, list[float | None]], metric: str = "energy_j") -> list[dict]:
     return [
         {"experiment": "e", "scenario": "B", "load_jobs_per_h": None, "label": lab, "seed": i, metric: v}
         for lab, vs in values.items()
@@ -41,9 +41,9 @@ def test_bootstrap_coverage_is_near_95_percent() -> None:
 
 def test_summaries_skip_missing_values() -> None:
     rows = _rows({"zeus": [1.0, None, 3.0], "pollux": [None, None]})
-    s = summarize(rows, ["energy_kwh"])
-    zeus = mean_of(s, "energy_kwh", label="zeus")
-    pollux = mean_of(s, "energy_kwh", label="pollux")
+    s = summarize(rows, ["energy_j"])
+    zeus = mean_of(s, "energy_j", label="zeus")
+    pollux = mean_of(s, "energy_j", label="pollux")
     assert zeus is not None and zeus.n == 2 and zeus.mean == pytest.approx(2.0)
     assert pollux is not None and pollux.n == 0 and pollux.mean is None
 
@@ -59,7 +59,7 @@ def test_mann_whitney_separates_distinct_policies_only() -> None:
             "flat2": [4.0] * 10,
         }
     )
-    tests = {(t.label_a, t.label_b): t for t in pairwise_mann_whitney(rows, ["energy_kwh"])}
+    tests = {(t.label_a, t.label_b): t for t in pairwise_mann_whitney(rows, ["energy_j"])}
     assert len(tests) == 10
     assert tests[("pollux", "zeus")].p_value < 0.001
     assert tests[("zeus", "twin")].p_value > 0.01
@@ -70,7 +70,7 @@ def test_mann_whitney_separates_distinct_policies_only() -> None:
 def test_tests_stay_within_a_cell() -> None:
     rows = _rows({"a": [1.0, 2.0], "b": [3.0, 4.0]})
     other = [dict(r, scenario="C", label="c") for r in rows]
-    pairs = {(t.cell[1], t.label_a, t.label_b) for t in pairwise_mann_whitney(rows + other, ["energy_kwh"])}
+    pairs = {(t.cell[1], t.label_a, t.label_b) for t in pairwise_mann_whitney(rows + other, ["energy_j"])}
     assert pairs == {("B", "a", "b")}
 
 
@@ -79,10 +79,10 @@ def test_paired_test_sees_a_small_shift_that_the_unpaired_one_misses() -> None:
     rng = np.random.default_rng(5)
     base = rng.normal(50, 5, 10)
     rows = _rows({"pollux": list(base), "zeus": list(base * 0.99 + rng.normal(0, 0.01, 10))})
-    (t,) = pairwise_mann_whitney(rows, ["energy_kwh"])
+    (t,) = pairwise_mann_whitney(rows, ["energy_j"])
     assert t.p_value > 0.3
     assert t.p_paired is not None and t.p_paired < 0.01
     assert t.median_diff is not None and t.median_diff > 0
     unpaired = [dict(r, seed=r["seed"] + (100 if r["label"] == "zeus" else 0)) for r in rows]
-    (u,) = pairwise_mann_whitney(unpaired, ["energy_kwh"])
+    (u,) = pairwise_mann_whitney(unpaired, ["energy_j"])
     assert u.p_paired is None and u.p_value == t.p_value

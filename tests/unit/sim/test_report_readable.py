@@ -15,10 +15,10 @@ from easlurm.units import format_duration, format_number
 
 BASE = {
     "throughput_jobs_per_h": 10.0,
-    "energy_kwh": 50.0,
-    "busy_energy_kwh": 40.0,
-    "idle_energy_kwh": 10.0,
-    "energy_per_job_kwh": 5.0,
+    "energy_j": 50.0,
+    "busy_energy_j": 40.0,
+    "idle_energy_j": 10.0,
+    "energy_per_job_j": 5.0,
     "completed_jobs": 10.0,
     "mean_jct_s": 3600.0,
     "jain_index": 0.9,
@@ -89,10 +89,10 @@ def test_no_load_column_where_the_plan_set_no_load(tmp_path: Path) -> None:
 
 def test_one_seed_per_cell_gives_no_test_table(tmp_path: Path) -> None:
     """A Mann-Whitney test of one value against one is no test: a sentence says so, not rows of `1 / -`."""
-    md = _render(tmp_path, _seeds({"a": {}, "b": {"energy_kwh": 60.0}}, 1))
+    md = _render(tmp_path, _seeds({"a": {}, "b": {"energy_j": 60.0}}, 1))
     assert "one seed: no test" in md
     assert "| Policy A |" not in md and "1 / -" not in md
-    md = _render(tmp_path, _seeds({"a": {}, "b": {"energy_kwh": 60.0}}, 3))
+    md = _render(tmp_path, _seeds({"a": {}, "b": {"energy_j": 60.0}}, 3))
     assert "| Policy A |" in md and "one seed: no test" not in md
 
 
@@ -111,7 +111,7 @@ def test_jain_index_of_one_user_is_unknown_not_perfect(tmp_path: Path) -> None:
 
 def test_a_sentence_names_the_metric_that_differs_and_its_driver(tmp_path: Path) -> None:
     """Energy apart beyond the CIs, the gap made of idle energy: the sentence names both."""
-    heavy = {"energy_kwh": 58.0, "idle_energy_kwh": 17.0, "busy_energy_kwh": 41.0, "energy_per_job_kwh": 5.8}
+    heavy = {"energy_j": 58.0, "idle_energy_j": 17.0, "busy_energy_j": 41.0, "energy_per_job_j": 5.8}
     md = _render(tmp_path, _seeds({"lean": {}, "heavy": heavy}, 4))
     line = next(x for x in md.splitlines() if "the policies differ" in x)
     assert line.startswith("E / S: ")
@@ -145,7 +145,7 @@ def test_an_empty_table_is_a_sentence(tmp_path: Path) -> None:
 
 def test_a_label_with_one_run_is_left_out_of_the_tests(tmp_path: Path) -> None:
     """A replay's recorded row is one run against several seeds: its pairs are not tested, and said so."""
-    records = _seeds({"a": {}, "b": {"energy_kwh": 60.0}}, 3)
+    records = _seeds({"a": {}, "b": {"energy_j": 60.0}}, 3)
     records.append(_record(len(records), "recorded", 0))
     md = _render(tmp_path, records)
     assert "Not tested, one run only: recorded." in md

@@ -81,12 +81,12 @@ def test_energy_is_the_integral_of_the_power_series(policy: str) -> None:
     res = run_simulation(SimSpec(policy=policy, scenario="C", seed=5, hours=4.0))
     end = res.metrics["simulated_s"]
     assert end == 4 * 3600.0
-    integral_kwh = step_integral_j(res.power_times_s, res.power_w, end) / 3.6e6
-    assert res.metrics["energy_kwh"] == pytest.approx(integral_kwh, rel=1e-9)
-    busy_kwh = sum(j["energy_j"] for j in res.jobs) / 3.6e6
-    assert res.metrics["busy_energy_kwh"] == pytest.approx(busy_kwh, rel=1e-9)
-    assert res.metrics["energy_kwh"] == pytest.approx(
-        res.metrics["busy_energy_kwh"] + res.metrics["idle_energy_kwh"]
+    integral_j = step_integral_j(res.power_times_s, res.power_w, end)
+    assert res.metrics["energy_j"] == pytest.approx(integral_j, rel=1e-9)
+    busy_j = sum(j["energy_j"] for j in res.jobs)
+    assert res.metrics["busy_energy_j"] == pytest.approx(busy_j, rel=1e-9)
+    assert res.metrics["energy_j"] == pytest.approx(
+        res.metrics["busy_energy_j"] + res.metrics["idle_energy_j"]
     )
     idle_floor_w = 8 * 55.0 + 8 * 70.0
     assert res.power_w.min() >= idle_floor_w - 1e-6
@@ -189,7 +189,7 @@ def test_checkpoints_reduce_the_work_lost_to_preemption() -> None:
             checkpoint_interval_s=ckpt,
         )
         assert res.metrics["preemptions"] > 0
-        lost[ckpt] = res.metrics["preempted_energy_kwh"]
+        lost[ckpt] = res.metrics["preempted_energy_j"]
     assert 0 <= lost[120.0] < lost[None]
 
 

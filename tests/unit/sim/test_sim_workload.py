@@ -100,7 +100,7 @@ def test_sim_run_command_prints_metrics_and_json() -> None:
         [
             "sim",
             "run",
-            "-p",
+            "--policy",
             "charon",
             "--scenario",
             "charon-budget",

@@ -29,7 +29,7 @@ class _FakeSim:
         got = list(jobs)
         self.calls.append({"policy": policy, "jobs": got, **kw})
         rows = [{"submit_s": j.submit_s, "start_s": j.submit_s} for j in got]
-        return {"metrics": {"completed_jobs": float(len(got)), "energy_kwh": 1.0}, "jobs": rows}
+        return {"metrics": {"completed_jobs": float(len(got)), "energy_j": 1.0}, "jobs": rows}
 
 
 def _oracle() -> Any:
@@ -52,13 +52,13 @@ def test_a_trace_larger_than_the_cluster_is_said_not_to_fit(tmp_path: Path) -> N
         FIX / "sacct_oversized.psv", cluster, ["zeus"], simulate_fn=_FakeSim(), power_budget_w=5000.0
     )
     m = res.baseline["metrics"]
-    assert m["idle_energy_kwh"] is None or m["idle_energy_kwh"] >= 0
+    assert m["idle_energy_j"] is None or m["idle_energy_j"] >= 0
     assert m["max_power_w"] is None or m["max_power_w"] <= _tdp_sum_w(cluster)
     fit = res.baseline["fit"]
     assert not fit["fits"] and fit["peak_gpus"] == 48 and fit["cluster_gpus"] == 16
     # over capacity all along: the 24 A100 GPUs the record used for 4 h
     assert fit["suggest_gpus"] >= 48 and fit["time_over_s"] == pytest.approx(4 * 3600, abs=10)
-    assert m["busy_energy_kwh"] > 0 and res.baseline["power_w"] == []
+    assert m["busy_energy_j"] > 0 and res.baseline["power_w"] == []
     md = write_replay_report(res, tmp_path / "r", html_too=False).read_text()
     assert "does not fit the target cluster" in md and "48 GPUs at once" in md
     assert f"at least {fit['suggest_gpus']} GPUs" in md
@@ -67,7 +67,7 @@ def test_a_trace_larger_than_the_cluster_is_said_not_to_fit(tmp_path: Path) -> N
     big = ClusterSpec.mixed([(3, 8, "a100-40gb"), (3, 8, "h100-sxm")])
     ok = replay(FIX / "sacct_oversized.psv", big, [], simulate_fn=_FakeSim())
     mb = ok.baseline["metrics"]
-    assert ok.baseline["fit"]["fits"] and mb["idle_energy_kwh"] >= 0
+    assert ok.baseline["fit"]["fits"] and mb["idle_energy_j"] >= 0
     assert mb["max_power_w"] <= _tdp_sum_w(big)
     # a budget just under the peak: the recorded row is over it while both groups run (2 h)
     budget = mb["max_power_w"] - 1.0
@@ -106,7 +106,7 @@ def test_baseline_power_is_the_policies_calibrated_tdp_capped_power(tmp_path: Pa
     tdp = load_catalogue().get("h100-sxm").tdp_w
     mapped = list(map_trace(open_trace(p), TraceMapper(ClusterSpec.default(), _oracle())))
     capped_j = sum(min(5.0 * m.power_w, tdp * m.n_gpus) * m.runtime_s for m in mapped)
-    assert res.baseline["metrics"]["busy_energy_kwh"] == pytest.approx(capped_j / 3.6e6, rel=1e-6)
+    assert res.baseline["metrics"]["busy_energy_j"] == pytest.approx(capped_j, rel=1e-6)
     assert res.baseline["metrics"]["max_power_w"] <= _tdp_sum_w(ClusterSpec.default())
 
 

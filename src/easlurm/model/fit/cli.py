@@ -432,7 +432,13 @@ def _evaluate_markdown(
 @click.option(
     "-o", "--format", "fmt", default=None, help="Row columns, comma list: " + ",".join(EVALUATE_COLUMNS)
 )
-@click.option("-P", "--parsable", is_flag=True, help="Pipe-delimited, no padding.")
+@click.option(
+    "-P",
+    "--parsable2",
+    "parsable",
+    is_flag=True,
+    help="Pipe-delimited, no padding, none after the last field (sacct -P).",
+)
 @click.option("-n", "--noheader", is_flag=True, help="No header lines.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document.")
 @click.option(

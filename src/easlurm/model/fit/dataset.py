@@ -32,6 +32,7 @@ COLUMNS = (
     "step_time_s",
     "avg_power_w",
     "peak_mem_gib",
+    "comm_exposed_s",
     "source",
 )
 #: activation layouts a row may name: `channels_last` (NHWC, as NVIDIA's scripts run mixed-precision CNNs)
@@ -64,6 +65,9 @@ class Measurement:
     memory_format: str = ""
     #: nodes the GPUs spanned (None: the fewest that hold them at the GPU type's gpus_per_node)
     n_nodes: int | None = None
+    #: data-parallel step time minus the same ranks' step time without gradient synchronisation, floored
+    #: at 0: the communication the computation does not hide (None when unknown, e.g. one GPU)
+    comm_exposed_s: float | None = None
 
     def workload(self) -> Workload:
         w = get_workload(
@@ -82,15 +86,18 @@ class Measurement:
         return model_family(self.model)
 
 
-def _opt_number(raw: str | None, field: str, where: str, integer: bool = False) -> float | int | None:
+def _opt_number(
+    raw: str | None, field: str, where: str, integer: bool = False, zero: bool = False
+) -> float | int | None:
+    """An optional positive number (or >= 0 with `zero`); None when the cell is empty or absent."""
     if raw is None or raw.strip() == "":
         return None
     try:
         value = float(raw)
     except ValueError:
         raise TraceError(f"{where}: {field} must be a number, got {raw!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise TraceError(f"{where}: {field} must be > 0, got {raw!r}")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        raise TraceError(f"{where}: {field} must be {'>= 0' if zero else '> 0'}, got {raw!r}")
     if integer:
         if value != int(value):
             raise TraceError(f"{where}: {field} must be an integer, got {raw!r}")
@@ -135,6 +142,7 @@ def read_measurements(path: str | Path) -> list[Measurement]:
                 peak_mem_gib=_opt_number(rec.get("peak_mem_gib"), "peak_mem_gib", where),
                 memory_format=(rec.get("memory_format") or "").strip().lower(),
                 n_nodes=_opt_number(rec.get("n_nodes"), "n_nodes", where, True),  # type: ignore[arg-type]
+                comm_exposed_s=_opt_number(rec.get("comm_exposed_s"), "comm_exposed_s", where, zero=True),
             )
             if m.memory_format not in MEMORY_FORMATS:
                 raise TraceError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,6 +12,8 @@ from easlurm.model.fit.dataset import Measurement, placements_of
 from easlurm.model.hardware import Catalogue
 from easlurm.model.oracle import Oracle
 from easlurm.model.params import OracleParams
+
+log = logging.getLogger(__name__)
 
 
 def _base_key(m: Measurement) -> tuple[Any, ...]:
@@ -34,9 +37,20 @@ def scaling_rows(
     set to the oracle's one-GPU time x the measured slowdown t_n / t_1.
 
     Fitting only the communication parameters to these rows fits the measured scaling (1 -> n GPU speedup)
-    whatever error the oracle makes on one GPU's compute: that error cancels in the ratio."""
+    whatever error the oracle makes on one GPU's compute: that error cancels in the ratio. Rows faster than
+    n x their one-GPU row (superlinear: a different setup, not communication) are left out, logged."""
     single = {_base_key(m): m for m in rows if m.n_gpus == 1}
     multi = [m for m in rows if m.n_gpus > 1 and _base_key(m) in single]
+    superlinear = [m for m in multi if m.step_time_s < single[_base_key(m)].step_time_s]
+    if superlinear:
+        log.info(
+            "%d multi-GPU row(s) scale superlinearly (e.g. %s x%d %s): left out",
+            len(superlinear),
+            superlinear[0].model,
+            superlinear[0].n_gpus,
+            superlinear[0].gpu,
+        )
+        multi = [m for m in multi if m not in superlinear]
     if not multi:
         raise ModelError("no multi-GPU row has a one-GPU row of the same model, GPU and per-GPU batch")
     ones = [single[_base_key(m)] for m in multi]

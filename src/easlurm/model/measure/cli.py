@@ -15,6 +15,7 @@ from easlurm.cli import int_list, int_range
 from easlurm.errors import ConfigError, ModelError
 from easlurm.model.measure.steps import (
     TORCH_MODELS,
+    MeasureConfig,
     Result,
     Timing,
     configurations,
@@ -42,7 +43,27 @@ def _csv_list(text: str) -> list[str]:
     help="Co-located pairs instead of --model: A+B[,C+D...], each MODEL:BATCH[:PRECISION][:train|infer] "
     "(e.g. bert-base:32+resnet50:64); each job alone, then both at once on the device.",
 )
-@click.option("--batch", "batches", default="32", show_default=True, help="Per-step batch sizes, comma list.")
+@click.option(
+    "--batch",
+    "batches",
+    default="32",
+    show_default=True,
+    help="Per-step batch sizes, comma list (global: split over the --gpus ranks).",
+)
+@click.option(
+    "--gpus",
+    default="1",
+    show_default=True,
+    help="Data-parallel GPUs, comma list (e.g. 1,2,4): torch DistributedDataParallel, one process per GPU, "
+    "timed with and without gradient synchronisation (the comm_exposed_s column).",
+)
+@click.option(
+    "--nodes",
+    type=int_range(1, 100_000),
+    default=1,
+    show_default=True,
+    help="With --slurm: nodes each data-parallel job spans (--gpus split evenly over them).",
+)
 @click.option(
     "--precision", "precisions", default="bf16", show_default=True, help="fp32, tf32, bf16; comma list."
 )
@@ -86,13 +107,21 @@ def _csv_list(text: str) -> list[str]:
 @click.option("--slurm", is_flag=True, help="One Slurm array task per configuration, with --energy-profile.")
 @click.option("--partition", default=None, help="With --slurm: partition to submit to.")
 @click.option("--time", "time_limit", default=None, help="With --slurm: time limit per task (e.g. 30:00).")
-@click.option("--gres", default="gpu:1", show_default=True, help="With --slurm: GRES per task ('' for none).")
+@click.option(
+    "--gres",
+    default=None,
+    help="With --slurm: GRES per node ('' for none; default gpu:<GPUs per node>).",
+)
+@click.option("--dry-run", is_flag=True, help="With --slurm: print the sbatch scripts, submit nothing.")
+@click.option("--ddp-task", is_flag=True, hidden=True, help="One rank of an srun step (the --slurm scripts).")
 @click.pass_context
 def measure_cmd(
     ctx: click.Context,
     models: str | None,
     pairs: str | None,
     batches: str,
+    gpus: str,
+    nodes: int,
     precisions: str,
     optimizer: str,
     seq_len: int | None,
@@ -107,7 +136,9 @@ def measure_cmd(
     slurm: bool,
     partition: str | None,
     time_limit: str | None,
-    gres: str,
+    gres: str | None,
+    dry_run: bool,
+    ddp_task: bool,
 ) -> None:
     """Time training steps of zoo models (torch) and write a measurement CSV for `easlurm model calibrate`;
     with --pairs, two jobs alone and sharing the device, for the co-location model."""
@@ -131,6 +162,9 @@ def measure_cmd(
         for param, option, why in (
             ("batches", "--batch", "each job names its batch: MODEL:BATCH"),
             ("sweeps", "--sweeps", "every job and pair is run once"),
+            ("gpus", "--gpus", "a pair shares one device"),
+            ("nodes", "--nodes", "a pair shares one device"),
+            ("dry_run", "--dry-run", "pairs run on this machine's device"),
         ):
             if ctx.get_parameter_source(param) is not click.core.ParameterSource.DEFAULT:
                 raise ConfigError(f"{option}: not with --pairs ({why})")
@@ -143,6 +177,11 @@ def measure_cmd(
         pairs_command(parsed, out_path or f"pairs-{today}.csv", timing, device, gpu, cpu_threads)
         return
     assert models is not None
+    gpu_counts = int_list(gpus, "--gpus")
+    if nodes > 1 and not (slurm or ddp_task):
+        raise ConfigError("--nodes: several nodes need --slurm (this machine is one node)")
+    if dry_run and not slurm:
+        raise ConfigError("--dry-run: only with --slurm (it prints the job scripts)")
     configs = configurations(
         _csv_list(models),
         int_list(batches, "--batch"),
@@ -150,11 +189,21 @@ def measure_cmd(
         optimizer,
         seq_len,
         image_size,
+        gpu_counts,
+        nodes,
     )
+    parallel = max(gpu_counts) > 1 or nodes > 1
     out = out_path or f"measurements-{today}.csv"
+    if ddp_task:
+        _ddp_task(configs, out, sweeps, timing, gpu, device)
+        return
     if slurm:
         from easlurm.model.measure.slurm_array import measure_on_slurm
 
+        if gres and parallel and len(gpu_counts) > 1:
+            raise ConfigError(
+                "--gres: one value cannot fit several --gpus counts (leave it out: gpu:<per node>)"
+            )
         results = measure_on_slurm(
             configs,
             out,
@@ -163,10 +212,17 @@ def measure_cmd(
             gpu=gpu,
             partition=partition,
             time_limit=time_limit,
-            gres=gres or None,
+            gres=gres,
             config_path=_abs((ctx.find_root().obj or {}).get("config_path")),
+            dry_run=click.echo if dry_run else None,
         )
-        source = f"easlurm model measure --slurm, {sweeps} run(s) per task, GPU power of the whole task (easlurm sacct)"
+        if dry_run:
+            return
+        step = "its srun step over all nodes" if parallel else "its batch step"
+        source = (
+            f"easlurm model measure --slurm, {sweeps} run(s) per task, "
+            f"GPU power of the whole task ({step}, easlurm sacct)"
+        )
         _write_and_print(results, out, source)
         return
     torch = import_torch()
@@ -174,6 +230,9 @@ def measure_cmd(
         if importlib.util.find_spec(lib) is None:
             needing = sorted({c.model for c in configs if TORCH_MODELS[c.model] == lib})
             raise ModelError(f"model {', '.join(needing)} needs {lib}: pip install 'easlurm[torch]' {lib}")
+    if parallel:
+        _measure_parallel(configs, out, sweeps, timing, gpu, device, cpu_threads)
+        return
     dev = device or default_device()
     if not dev.startswith("cuda"):
         # torch's default ignores the CPU set a Slurm task or cgroup grants, and oversubscribed threads
@@ -201,12 +260,101 @@ def measure_cmd(
     _write_and_print(results, out, source)
 
 
+def _measure_parallel(
+    configs: Sequence[MeasureConfig],
+    out: str,
+    sweeps: int,
+    timing: Timing,
+    gpu: str | None,
+    device: str | None,
+    cpu_threads: int | None,
+) -> None:
+    """--gpus on this machine: one-GPU configurations as always, the others on spawned ranks."""
+    from easlurm.model.measure.ddp import check_device, measure_local
+
+    torch = import_torch()
+    kind = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    check_device(kind, max(c.n_gpus for c in configs), torch.cuda.device_count() if kind == "cuda" else 0)
+    one = "cuda:0" if kind == "cuda" else "cpu"
+    gpu_name = gpu or device_gpu_name(one)
+    read, close = nvml_energy_reader(0) if kind == "cuda" else (None, lambda: None)
+    if kind != "cuda":
+        torch.set_num_threads(cpu_threads or len(os.sched_getaffinity(0)))
+    singles = [c for c in configs if c.n_gpus == 1]
+    done: dict[MeasureConfig, Result] = {}
+    with progressbar(length=len(configs), label="measuring", file=sys.stderr) as bar:
+        try:
+            if singles:
+                for r in measure(singles, gpu_name, one, sweeps=sweeps, timing=timing, energy_j=read):
+                    done[r.config] = r
+                bar.update(len(singles))
+        except ModelError as exc:  # every one-GPU configuration failed: the others may still run
+            log.warning("%s", exc)
+        finally:
+            close()
+        rest = [c for c in configs if c.n_gpus > 1]
+        if rest:
+            for r in measure_local(
+                rest,
+                gpu_name,
+                kind,
+                sweeps=sweeps,
+                timing=timing,
+                cpu_threads=cpu_threads,
+                on_result=lambda r: bar.update(1),
+            ):
+                done[r.config] = r
+    if not done:
+        raise ModelError("no configuration could be measured (see the warnings)")
+    backend = "NCCL" if kind == "cuda" else "gloo"
+    power = "NVML total-energy counters of every GPU" if read else "no power (no NVML energy counter)"
+    source = (
+        f"{gpu_name} torch {torch.__version__}, synthetic on-device data, {sweeps} run(s), several GPUs: "
+        f"DistributedDataParallel ({backend}) one process each, {power}"
+    )
+    _write_and_print([done[c] for c in configs if c in done], out, source)
+
+
+def _ddp_task(
+    configs: Sequence[MeasureConfig],
+    out: str,
+    sweeps: int,
+    timing: Timing,
+    gpu: str | None,
+    device: str | None,
+) -> None:
+    """One rank of the srun step a --slurm job script starts; rank 0 writes the configuration's row."""
+    from easlurm.model.measure.ddp import check_device, run_rank, slurm_rank
+    from easlurm.model.measure.rendezvous import master_addr
+
+    if len(configs) != 1:
+        raise ConfigError("--ddp-task: one configuration per srun step")
+    cfg = configs[0]
+    me = slurm_rank(os.environ, cfg.n_gpus)
+    os.environ["MASTER_ADDR"] = master_addr(os.environ)
+    torch = import_torch()
+    kind = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    check_device(kind, cfg.n_gpus // cfg.n_nodes, torch.cuda.device_count() if kind == "cuda" else 0)
+    if kind != "cuda":
+        torch.set_num_threads(len(os.sched_getaffinity(0)))
+    runs = run_rank(me, cfg, kind, timing, sweeps)
+    if runs is None:
+        return
+    gpu_name = gpu or device_gpu_name("cuda:0" if kind == "cuda" else "cpu")
+    source = f"{gpu_name} torch {torch.__version__} DistributedDataParallel, rank 0 of {me.world}"
+    write_results([Result(cfg, tuple(runs), gpu_name)], out, source)
+
+
 def _write_and_print(results: Sequence[Result], out: str, source: str) -> None:
     write_results(results, out, source)
     for r in results:
         p = "-" if r.avg_power_w is None else f"{r.avg_power_w:.1f}W"
         c = r.config
-        click.echo(f"{c.model} batch {c.batch} {c.precision}: {r.step_time_s * 1e3:.2f} ms/step  {p}")
+        gpus = f" on {c.n_gpus} GPUs" if c.n_gpus > 1 else ""
+        comm = "" if r.comm_exposed_s is None else f"  comm {r.comm_exposed_s * 1e3:.2f} ms exposed"
+        click.echo(
+            f"{c.model} batch {c.batch} {c.precision}{gpus}: {r.step_time_s * 1e3:.2f} ms/step  {p}{comm}"
+        )
     click.echo(f"wrote {out} ({len(results)} configurations)")
 
 

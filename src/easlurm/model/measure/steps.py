@@ -28,6 +28,7 @@ MODES = ("train", "infer")
 #: Zoo models `measure` can build, and the library each needs beyond torch.
 TORCH_MODELS: dict[str, str] = {
     "shufflenet-small": "torch",
+    "shufflenet-v2-cifar": "torch",
     "resnet50": "torchvision",
     "vgg16": "torchvision",
     "vit-b16": "torchvision",
@@ -44,7 +45,8 @@ _TEXT_DEFAULT_SEQ = {"gpt2": 1024, "tinyllama-1.1b": 512}
 
 @dataclass(frozen=True)
 class MeasureConfig:
-    """One configuration to time: a zoo model at a per-step batch, precision and optimizer."""
+    """One configuration to time: a zoo model at a per-step (global) batch, precision and optimizer, on
+    `n_gpus` data-parallel ranks over `n_nodes` nodes (the batch split evenly over the ranks)."""
 
     model: str
     batch: int
@@ -53,17 +55,27 @@ class MeasureConfig:
     seq_len: int | None = None
     image_size: int | None = None
     mode: str = "train"
+    n_gpus: int = 1
+    n_nodes: int = 1
 
 
 @dataclass(frozen=True)
 class Run:
-    """One timed window. `avg_power_w` is None without an energy counter (CPU, no NVML)."""
+    """One timed window. `avg_power_w` is None without an energy counter (CPU, no NVML); `comm_exposed_s`
+    is None on one process (data-parallel runs: `exposed_comm_s`)."""
 
     step_time_s: float
     avg_power_w: float | None
     peak_mem_gib: float | None
     n_params: int
     steps: int
+    comm_exposed_s: float | None = None
+
+
+def exposed_comm_s(sync_step_s: float, local_step_s: float) -> float:
+    """The communication a data-parallel step does not hide: its step time minus the same ranks' step
+    time without gradient synchronisation, floored at 0 (noise can make the local step the slower)."""
+    return max(0.0, sync_step_s - local_step_s)
 
 
 @dataclass(frozen=True)
@@ -82,10 +94,21 @@ def configurations(
     optimizer: str = "adamw",
     seq_len: int | None = None,
     image_size: int | None = None,
+    gpus: Sequence[int] = (1,),
+    nodes: int = 1,
 ) -> list[MeasureConfig]:
-    """The sweep's configurations (model-major), validated: unknown names are one ConfigError each."""
+    """The sweep's configurations (model-major, then precision, GPU count, batch), validated: unknown
+    names, a GPU count the nodes do not share evenly, or a batch the ranks do not, are one ConfigError each."""
     from easlurm.model.zoo import canonical_name, default_size
 
+    for g in gpus:
+        if g < nodes or g % nodes:
+            raise ConfigError(
+                f"--gpus: {g} is not a multiple of --nodes {nodes} (every node runs as many ranks)"
+            )
+        for b in batches:
+            if b % g:
+                raise ConfigError(f"--batch: {b} does not split evenly over --gpus {g} (the batch is global)")
     if optimizer not in OPTIMIZERS:
         raise ConfigError(f"--optimizer: expected one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
     for p in precisions:
@@ -109,8 +132,13 @@ def configurations(
         if kind == "image_size" and size_img is None:
             size_img = default
         for p in precisions:
-            for b in batches:
-                out.append(MeasureConfig(name, int(b), p, optimizer, size_seq, size_img))
+            for g in gpus:
+                for b in batches:
+                    out.append(
+                        MeasureConfig(
+                            name, int(b), p, optimizer, size_seq, size_img, n_gpus=int(g), n_nodes=nodes
+                        )
+                    )
     return out
 
 
@@ -133,8 +161,11 @@ def _need(module: str, model: str) -> Any:
 # -- models ----------------------------------------------------------------------------------------------
 
 
-def _shufflenet_v2_x0_5(torch: Any, classes: int = 1000) -> Any:
-    """ShuffleNet-V2 0.5x in plain torch (torchvision's layout: stages 4/8/4, channels 24-48-96-192-1024)."""
+def _shufflenet_v2(torch: Any, widths: tuple[int, int, int], classes: int, image: int) -> Any:
+    """ShuffleNet-V2 in plain torch (torchvision's layout: stages 4/8/4, channels 24-widths-1024), with the
+    zoo's CIFAR stem for small images (`zoo.SMALL_IMAGE`)."""
+    from easlurm.model.zoo import SMALL_IMAGE
+
     nn = torch.nn
 
     def shuffle(x: Any) -> Any:
@@ -169,8 +200,11 @@ def _shufflenet_v2_x0_5(torch: Any, classes: int = 1000) -> Any:
                 out = torch.cat((self.branch1(x), self.branch2(x)), dim=1)
             return shuffle(out)
 
-    channels = [24, 48, 96, 192, 1024]
-    layers: list[Any] = [*conv_bn(3, channels[0], 3, 2), nn.MaxPool2d(3, 2, 1)]
+    channels = [24, *widths, 1024]
+    if image <= SMALL_IMAGE:
+        layers: list[Any] = conv_bn(3, channels[0], 3, 1)
+    else:
+        layers = [*conv_bn(3, channels[0], 3, 2), nn.MaxPool2d(3, 2, 1)]
     cin = channels[0]
     for repeats, cout in zip((4, 8, 4), channels[1:4]):
         layers.append(Unit(cin, cout, 2))
@@ -189,9 +223,14 @@ def build(torch: Any, cfg: MeasureConfig, device: Any) -> tuple[Any, Callable[[A
     """(module on `device`, loss of one forward pass), inputs created once on the device."""
     name = cfg.model
     b = cfg.batch
-    if name in ("shufflenet-small", "resnet50", "vgg16", "vit-b16", "vit-l16"):
-        if name == "shufflenet-small":
-            model = _shufflenet_v2_x0_5(torch)
+    if name in ("shufflenet-small", "shufflenet-v2-cifar", "resnet50", "vgg16", "vit-b16", "vit-l16"):
+        size = cfg.image_size or (32 if name == "shufflenet-v2-cifar" else 224)
+        classes = 100 if name == "shufflenet-v2-cifar" else 1000
+        if name.startswith("shufflenet"):
+            from easlurm.model.zoo import SHUFFLENET_WIDTHS
+
+            width = SHUFFLENET_WIDTHS["1.0x" if name == "shufflenet-v2-cifar" else "0.5x"]
+            model = _shufflenet_v2(torch, width, classes, size)
         else:
             tv = _need("torchvision", name)
             ctor = {"resnet50": "resnet50", "vgg16": "vgg16", "vit-b16": "vit_b_16", "vit-l16": "vit_l_16"}[
@@ -199,9 +238,8 @@ def build(torch: Any, cfg: MeasureConfig, device: Any) -> tuple[Any, Callable[[A
             ]
             kwargs: dict[str, Any] = {"image_size": cfg.image_size} if name.startswith("vit") else {}
             model = getattr(tv.models, ctor)(**kwargs)
-        size = cfg.image_size or 224
         x = torch.randn(b, 3, size, size, device=device)
-        y = torch.randint(0, 1000, (b,), device=device)
+        y = torch.randint(0, classes, (b,), device=device)
         crit = torch.nn.CrossEntropyLoss()
         return model.to(device), lambda m: crit(m(x), y)
     tf = _need("transformers", name)
@@ -259,7 +297,9 @@ def set_precision(torch: Any, precision: str) -> None:
 @dataclass
 class Prepared:
     """A built, warmed-up configuration: `step()` runs one step asynchronously, `sync()` waits for the
-    device; `peak_mem_gib()` is the peak memory allocated since the warm-up began (None on a CPU)."""
+    device; `peak_mem_gib()` is the peak memory allocated since the warm-up began (None on a CPU).
+    `step_local()`, for a model wrapped in DistributedDataParallel, is a training step without gradient
+    synchronisation (`no_sync`); None otherwise."""
 
     config: MeasureConfig
     step: Callable[[], None]
@@ -267,10 +307,20 @@ class Prepared:
     warm_step_s: float
     n_params: int
     peak_mem_gib: Callable[[], float | None]
+    step_local: Callable[[], None] | None = None
 
 
-def prepare(cfg: MeasureConfig, device: str, timing: Timing = Timing()) -> Prepared:
-    """Build one configuration and warm it up (at least `min_warmup_steps` and `warmup_s`)."""
+def prepare(
+    cfg: MeasureConfig,
+    device: str,
+    timing: Timing = Timing(),
+    wrap: Callable[[Any], Any] | None = None,
+    agree_max: Callable[[float], float] | None = None,
+) -> Prepared:
+    """Build one configuration and warm it up (at least `min_warmup_steps` and `warmup_s`).
+
+    `wrap` wraps the built module (DistributedDataParallel); `agree_max` returns the largest value over
+    the ranks, so that every rank runs the same number of warm-up steps (collectives must pair up)."""
     torch = import_torch()
     dev = torch.device(device)
     cuda = dev.type == "cuda"
@@ -278,7 +328,10 @@ def prepare(cfg: MeasureConfig, device: str, timing: Timing = Timing()) -> Prepa
     torch.manual_seed(0)
     model, loss_of = build(torch, cfg, dev)
     n_params = sum(int(p.numel()) for p in model.parameters())
+    if wrap is not None:
+        model = wrap(model)
     autocast = cfg.precision == "bf16"
+    step_local: Callable[[], None] | None = None
 
     def sync() -> None:
         if cuda:
@@ -310,11 +363,22 @@ def prepare(cfg: MeasureConfig, device: str, timing: Timing = Timing()) -> Prepa
             loss.backward()
             opt.step()
 
+        if hasattr(model, "no_sync"):
+
+            def step_local() -> None:
+                with model.no_sync():  # forward and backward inside: DDP decides at forward time
+                    step()
+
     if cuda:
         torch.cuda.reset_peak_memory_stats(dev)
     t0 = time.perf_counter()
     n = 0
-    while n < timing.min_warmup_steps or time.perf_counter() - t0 < timing.warmup_s:
+    while True:
+        more = n < timing.min_warmup_steps or time.perf_counter() - t0 < timing.warmup_s
+        if agree_max is not None:
+            more = agree_max(1.0 if more else 0.0) > 0
+        if not more:
+            break
         try:
             step()
         except (RuntimeError, ValueError) as exc:  # out of memory, shapes a model cannot take
@@ -328,7 +392,58 @@ def prepare(cfg: MeasureConfig, device: str, timing: Timing = Timing()) -> Prepa
     def peak() -> float | None:
         return float(torch.cuda.max_memory_allocated(dev)) / 2**30 if cuda else None
 
-    return Prepared(cfg, step, sync, (time.perf_counter() - t0) / n, n_params, peak)
+    return Prepared(cfg, step, sync, (time.perf_counter() - t0) / n, n_params, peak, step_local)
+
+
+@dataclass(frozen=True)
+class Window:
+    """One timed window: its steps, its length and the energy counter's increase over it (J, or None)."""
+
+    steps: int
+    window_s: float
+    energy_j: float | None
+
+    @property
+    def step_time_s(self) -> float:
+        return self.window_s / self.steps
+
+    @property
+    def avg_power_w(self) -> float | None:
+        return None if self.energy_j is None else self.energy_j / self.window_s
+
+
+def time_window(
+    step: Callable[[], None],
+    sync: Callable[[], None],
+    steps: int,
+    timing: Timing,
+    energy_j: Callable[[], float | None] | None = None,
+    agree_max: Callable[[float], float] | None = None,
+    start: Callable[[], None] | None = None,
+) -> Window:
+    """Time `steps` steps, synchronised before and after, growing the count until the window lasts at
+    least `window_s` (on the slowest rank: `agree_max`; `start` lines the ranks up before each try)."""
+    while True:
+        sync()
+        if start is not None:
+            start()
+        e0 = energy_j() if energy_j else None
+        w0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync()
+        window = time.perf_counter() - w0
+        e1 = energy_j() if energy_j else None
+        longest = agree_max(window) if agree_max is not None else window
+        if longest >= timing.window_s or steps > 1_000_000:
+            break
+        steps = math.ceil(steps * timing.window_s / max(longest, 1e-9) * 1.05)
+    return Window(steps, window, None if e0 is None or e1 is None else e1 - e0)
+
+
+def first_window_steps(p: Prepared, timing: Timing) -> int:
+    """The first try's step count: the window over the warm-up's mean step time."""
+    return max(1, math.ceil(timing.window_s / max(p.warm_step_s, 1e-6)))
 
 
 def measure_one(
@@ -339,21 +454,8 @@ def measure_one(
 ) -> Run:
     """Build, warm up and time one configuration; `energy_j` reads a cumulative GPU energy counter (J)."""
     p = prepare(cfg, device, timing)
-    steps = max(1, math.ceil(timing.window_s / max(p.warm_step_s, 1e-6)))
-    while True:
-        p.sync()
-        e0 = energy_j() if energy_j else None
-        w0 = time.perf_counter()
-        for _ in range(steps):
-            p.step()
-        p.sync()
-        window = time.perf_counter() - w0
-        e1 = energy_j() if energy_j else None
-        if window >= timing.window_s or steps > 1_000_000:
-            break
-        steps = math.ceil(steps * timing.window_s / max(window, 1e-9) * 1.05)
-    power = None if e0 is None or e1 is None else (e1 - e0) / window
-    return Run(window / steps, power, p.peak_mem_gib(), p.n_params, steps)
+    w = time_window(p.step, p.sync, first_window_steps(p, timing), timing, energy_j)
+    return Run(w.step_time_s, w.avg_power_w, p.peak_mem_gib(), p.n_params, w.steps)
 
 
 def nvml_energy_reader(
@@ -424,6 +526,11 @@ class Result:
         vals = [r.peak_mem_gib for r in self.runs if r.peak_mem_gib is not None]
         return max(vals) if vals else None
 
+    @property
+    def comm_exposed_s(self) -> float | None:
+        vals = [r.comm_exposed_s for r in self.runs]
+        return None if any(v is None for v in vals) else sum(v for v in vals if v is not None) / len(vals)
+
 
 def measure(
     configs: Sequence[MeasureConfig],
@@ -475,7 +582,8 @@ def write_results(results: Sequence[Result], path: str, source: str, header_comm
                 model=c.model,
                 batch=c.batch,
                 precision=c.precision,
-                n_gpus=1,
+                n_gpus=c.n_gpus,
+                n_nodes=c.n_nodes,
                 gpu=r.gpu,
                 step_time_s=round(r.step_time_s, 6),
                 avg_power_w=None if r.avg_power_w is None else round(r.avg_power_w, 1),
@@ -484,6 +592,7 @@ def write_results(results: Sequence[Result], path: str, source: str, header_comm
                 optimizer=c.optimizer,
                 source=source,
                 peak_mem_gib=None if r.peak_mem_gib is None else round(r.peak_mem_gib, 2),
+                comm_exposed_s=None if r.comm_exposed_s is None else round(r.comm_exposed_s, 6),
             )
         )
         extra.append(
@@ -497,6 +606,8 @@ def write_results(results: Sequence[Result], path: str, source: str, header_comm
                 else "",
             }
         )
+        if r.comm_exposed_s is not None:  # data-parallel rows only: the column appears with them
+            extra[-1]["comm_exposed_s_runs"] = ";".join(f"{x.comm_exposed_s:.6f}" for x in r.runs)
     write_measurements(rows, path, header_comment=header_comment, extra=extra)
 
 
