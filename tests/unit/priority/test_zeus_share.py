@@ -90,7 +90,7 @@ def test_a_free_gpu_is_taken_exclusively_first(oracle: Oracle) -> None:
         ({"job_share": False}, "the waiting job did not declare share"),
         ({"host_share": False}, "the running job did not declare share"),
         ({"host_model": "gpt2", "host_batch": 16}, "the host saturates the GPU: the pair would lose"),
-        ({"job_deadline_s": NOW + 500.0}, "the waiting job's deadline is at risk (it makes it alone)"),
+        ({"job_deadline_s": NOW + 600.0}, "the waiting job's deadline is at risk (it makes it alone)"),
         ({"host_deadline_s": NOW + 3650.0}, "the host's deadline is at risk (it makes it alone)"),
     ],
 )
@@ -101,11 +101,11 @@ def test_refuses_to_colocate(oracle: Oracle, change: dict[str, object], why: str
 
 def test_deadlines_far_enough_allow_colocation(oracle: Oracle) -> None:
     """The refusals above are the deadlines' doing: with room to spare the same pair is co-located; the
-    waiting job would meet its tight deadline (500 s) alone."""
+    waiting job would meet its tight deadline (600 s) alone."""
     from easlurm.model import Placements, get_workload
 
     alone = oracle.predict(get_workload("distilbert", precision="bf16"), Placements.of(1, 16, GPU))
-    assert 20000 * float(alone.step_time_s[0]) < 500.0
+    assert 20000 * float(alone.step_time_s[0]) < 600.0
     snap = snapshot(job_deadline_s=NOW + 36000.0, host_deadline_s=NOW + 36000.0)
     assert [s.colocate_with for s in get_policy("zeus-share").decide(snap, oracle).starts] == ["host"]
 
