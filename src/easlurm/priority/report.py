@@ -69,7 +69,7 @@ def format_duration(seconds: float | None) -> str:
 
 
 def placement_text(start: StartJob) -> str:
-    text = f"{start.n_gpus}x{start.gpu_type}@{start.node}"
+    text = f"{start.n_gpus}x{start.gpu_type}@{','.join(start.nodes) if start.nodes else start.node}"
     if start.power_limit_w is not None:
         text += f",{start.power_limit_w:g}W"
     if start.colocate_with is not None:

@@ -44,7 +44,8 @@ class AuraChronos(BatchPacker):
         hold: list[str] = []
         done: set[int] = set()
         if urgent.any():
-            anywhere = self.at(padded, cyc.best(cyc.time_s, np.ones_like(cyc.feasible)))
+            unspread = np.ones_like(cyc.feasible) if cyc.spread is None else ~cyc.spread
+            anywhere = self.at(padded, cyc.best(cyc.time_s, unspread))
             slack = np.where(urgent, deadline - (now + anywhere), np.inf)
             for j in np.argsort(slack, kind="stable"):
                 if not urgent[j]:
@@ -67,7 +68,7 @@ class AuraChronos(BatchPacker):
                 cyc.refresh()
                 fastest = cyc.best(cyc.time_s)
         # packing: urgent by slack on the fastest placement, best effort by EDP with aging
-        edp_best = cyc.best(cyc.edp)
+        edp_best = cyc.best(cyc.edp, cyc.feasible & self.spread_ok(cyc, cyc.edp))
         best = np.where(urgent, fastest, edp_best)
         for j in done:
             best[j] = -1
@@ -84,7 +85,8 @@ class AuraChronos(BatchPacker):
         """The (option, node, victims) that meets the deadline while losing the least work."""
         snap = cyc.snapshot
         now = snap.time_s
-        mine = np.flatnonzero((cyc.job_of == j) & (now + padded <= deadline_s))
+        one_node = np.ones_like(cyc.feasible) if cyc.n_nodes is None else cyc.n_nodes == 1
+        mine = np.flatnonzero((cyc.job_of == j) & (now + padded <= deadline_s) & one_node)
         if len(mine) == 0:
             return None
         by_node: dict[str, list[tuple[float, RunningJob]]] = {}

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from easlurm.errors import ModelError
-from easlurm.priority.options import type_allowed
+from easlurm.priority.options import oracle_nodes, type_allowed
 from easlurm.sim.job import JobSpec
 
 
@@ -38,21 +38,41 @@ class Truth:
         return wl
 
     def rate(
-        self, spec: JobSpec, n_gpus: int, batch: int, gpu_type: str, limit_w: float | None
+        self,
+        spec: JobSpec,
+        n_gpus: int,
+        batch: int,
+        gpu_type: str,
+        limit_w: float | None,
+        n_nodes: int = 1,
     ) -> tuple[float, float]:
-        """(samples per second, power of all the job's GPUs in W)."""
+        """(samples per second, power of all the job's GPUs in W) with the GPUs spread over `n_nodes`."""
         pl = math.nan if limit_w is None else float(limit_w)
-        key = (spec.model, spec.precision, spec.seq_len, spec.image_size, n_gpus, batch, gpu_type, pl)
+        key = (
+            spec.model,
+            spec.precision,
+            spec.seq_len,
+            spec.image_size,
+            n_gpus,
+            batch,
+            gpu_type,
+            pl,
+            n_nodes,
+        )
         hit = self._rates.get(key)
         if hit is None:
             from easlurm.model.oracle import Placements
 
+            per_node = self.oracle.catalogue.get(gpu_type).gpus_per_node
+            m = oracle_nodes(np.array([n_gpus]), np.array([n_nodes]), per_node)
             pred = self.oracle.predict(
-                self.workload(spec), Placements.of([n_gpus], [batch], [gpu_type], [pl])
+                self.workload(spec), Placements.of([n_gpus], [batch], [gpu_type], [pl], m)
             )
             sps, pw = float(pred.samples_per_s[0]), float(pred.power_w[0])
             if not (math.isfinite(sps) and sps > 0 and math.isfinite(pw)):
-                raise ModelError(f"{spec.model}: no valid prediction for {n_gpus}x{gpu_type} batch {batch}")
+                raise ModelError(
+                    f"{spec.model}: no valid prediction for {n_gpus}x{gpu_type} on {n_nodes} node(s) batch {batch}"
+                )
             hit = self._rates[key] = (sps, pw)
         return hit
 
