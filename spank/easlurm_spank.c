@@ -120,7 +120,7 @@ static struct spank_option energy_opt = {
 	"energy-profile", "SPEC",
 	"Account the energy of every job step (easlurm; see `easlurm sacct`). SPEC is a comma list: "
 	"devices all (default) or gpu, cpu, dram; interval=200ms; scheduler hints model=NAME, steps=N, "
-	"batch=64:128, gpus=1:2:4, deadline=2h, urgent, share (may share its one GPU).",
+	"batch=64:128, gpus=1:2:4, deadline=2h, urgent, share (may share its one GPU), nolimit (default GPU power limit).",
 	2, 0, opt_cb};
 
 static int copy_arg(char *dst, size_t len, const char *value, const char *key)

@@ -24,7 +24,7 @@ static const struct key_rule KEYS[] = {
 };
 #define NKEYS (sizeof(KEYS) / sizeof(KEYS[0]))
 
-static const char *const WORDS[] = {"all", "gpu", "cpu", "dram", "urgent", "share"};
+static const char *const WORDS[] = {"all", "gpu", "cpu", "dram", "urgent", "share", "nolimit"};
 #define WORD_SHARE 5
 #define NWORDS (sizeof(WORDS) / sizeof(WORDS[0]))
 
@@ -139,7 +139,7 @@ static int check_item(const char *item, size_t n, unsigned *seen_keys, unsigned 
 			}
 		}
 		return fail(err, errlen,
-			    "unknown item (devices: all,gpu,cpu,dram; flags: urgent,share; keys: "
+			    "unknown item (devices: all,gpu,cpu,dram; flags: urgent,share,nolimit; keys: "
 			    "interval,deadline,model,steps,batch,gpus)",
 			    item, n);
 	}

@@ -47,6 +47,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "policy": "zeus",
         "interval_s": 10.0,
         "power_budget_w": None,
+        # an energy policy's power limit may slow a job by at most this fraction (0.05: 5 %)
+        "max_slowdown": 0.05,
         "aging_weight": 1.0,
         "preempt_cooldown_s": 300.0,
         "hold_ttl_s": 600.0,
@@ -167,6 +169,7 @@ RANGES: dict[str, tuple[Any, str]] = {
     "sched.interval_s": (_positive, "> 0"),
     "sched.power_budget_w": (_positive, "> 0"),
     "sched.aging_weight": (_non_negative, ">= 0"),
+    "sched.max_slowdown": (lambda v: 0 <= v <= 10, "between 0 and 10 (a fraction: 0.05 is 5 %)"),
     "sched.preempt_cooldown_s": (_non_negative, ">= 0"),
     "sched.hold_ttl_s": (_positive, "> 0"),
     "sched.metrics_port": (_port, "a port between 1 and 65535"),

@@ -314,11 +314,12 @@ class NodeAgent:
                     self._apportion(rec)
                 rec.error = self.error
                 rec.host = self.ctx.node_name or rec.host
+                self._record_cap(rec)
                 return rec
             except Exception as exc:
                 log.error("step %d.%s: profiler failed: %s", self.ctx.job_id, self.ctx.step, exc)
                 self.error = f"profiler failed: {exc}"
-        return NodeRecord(
+        rec = NodeRecord(
             node_id=self.ctx.node_id,
             host=self.ctx.node_name or socket.gethostname(),
             start_time=self.ctx.step_start_time,
@@ -327,6 +328,16 @@ class NodeAgent:
             step_end_time=end,
             error=self.error or "no measurement",
         )
+        self._record_cap(rec)
+        return rec
+
+    def _record_cap(self, rec: NodeRecord) -> None:
+        """The power limit the step ran at on this node, and why a requested one is not in force."""
+        outcome = self.power_cap.outcome if self.power_cap is not None else None
+        if outcome is not None:
+            rec.power_limit_requested_w = outcome.requested_w
+            rec.power_limit_w = outcome.applied_w
+            rec.limit_error = outcome.error
 
     def finish(self) -> StepRecord | None:
         """After the stop: write this node's record; node 0 gathers, writes the step record and

@@ -50,13 +50,27 @@ ENERGY_COLUMNS: dict[str, tuple[str, str]] = {
         "damaged, ended:<state> (a step ended by cancel, requeue, preemption, time limit ...), "
         "job-total (a job row's sum of its steps)",
     ),
+    "PowerLimit": (
+        "power_limit_w",
+        "GPU power limit the step ran at, W per GPU (empty: the default limit; a requested limit that "
+        "could not be set is flagged limit-unset:<W> in EnergyFlags)",
+    ),
     "Node": ("node", "host of a --detail row"),
     "Device": ("device", "device of a --detail=device row"),
 }
 #: `<column>Raw`: the number in the SI unit its key names (J, W, J*s), as sacct's ConsumedEnergyRaw.
 RAW_COLUMNS: dict[str, str] = {
     f"{name}Raw": name
-    for name in ("GPUEnergy", "CPUEnergy", "DRAMEnergy", "TotalEnergy", "AvgPower", "EDP", "RequeueEnergy")
+    for name in (
+        "GPUEnergy",
+        "CPUEnergy",
+        "DRAMEnergy",
+        "TotalEnergy",
+        "AvgPower",
+        "EDP",
+        "RequeueEnergy",
+        "PowerLimit",
+    )
 }
 EASLURM_COLUMNS = (*ENERGY_COLUMNS, *RAW_COLUMNS)
 DEFAULT_COLUMNS = (
@@ -90,6 +104,9 @@ def _flags(step: StepRecord) -> str:
         flags.append(f"detail:{step.detail}")
     if step.apportioned_devices:
         flags.append("apportioned:" + "+".join(step.apportioned_devices))
+    unset = step.power_limit_unset_w
+    if unset is not None:
+        flags.append(f"limit-unset:{unset:g}W")
     return ",".join(flags)
 
 
@@ -102,6 +119,7 @@ def step_values(step: StepRecord) -> dict[str, Any]:
         "TotalEnergy": step.total_energy_j,
         "AvgPower": step.mean_power_w,
         "EDP": step.edp,
+        "PowerLimit": step.power_limit_w,
         "EnergyFlags": _flags(step),
     }
 
@@ -115,9 +133,15 @@ def node_values(node: NodeRecord) -> dict[str, Any]:
         "TotalEnergy": total,
         "AvgPower": node.mean_power_w,
         "EDP": None if total is None or node.duration_s is None else total * node.duration_s,
+        "PowerLimit": node.power_limit_w,
         "EnergyFlags": ",".join(
             (["error"] if node.error else [])
             + (["nosensor:" + "+".join(node.no_sensor)] if node.no_sensor else [])
+            + (
+                [f"limit-unset:{node.power_limit_requested_w:g}W"]
+                if node.power_limit_requested_w and node.limit_error
+                else []
+            )
         ),
         "Node": node.host,
     }
@@ -288,7 +312,7 @@ def format_cell(column: str, value: Any, prefix: str | None = None) -> Any:
         return format_raw(value)
     if value is None or column not in ENERGY_COLUMNS:
         return value
-    if column == "AvgPower":
+    if column in ("AvgPower", "PowerLimit"):
         return format_power(value, prefix)
     if column == "EDP":
         return format_edp(value, prefix)

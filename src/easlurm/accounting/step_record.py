@@ -8,6 +8,7 @@ backticks): only [0-9a-f:] and the prefix, ASCII, no `|`, no newline, capped wel
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -39,7 +40,7 @@ _DURATION = re.compile(r"^[0-9]{1,9}(\.[0-9]{1,6})?(ms|s|m|min|h|d)?$")
 SPEC_MAX_CHARS = 1024
 INTERVAL_RANGE_S = (0.010, 60.0)
 DEADLINE_RANGE_S = (0.001, 366 * 86400.0)
-_WORDS = ("all", "gpu", "cpu", "dram", "urgent", "share")
+_WORDS = ("all", "gpu", "cpu", "dram", "urgent", "share", "nolimit")
 _KEYS = ("interval", "deadline", "model", "steps", "batch", "gpus")
 
 
@@ -57,6 +58,8 @@ class ProfileSpec:
     urgent: bool = False
     #: the job may share its one GPU with another declared job (docs/colocation-live.md)
     share: bool = False
+    #: run at the GPUs' default power limit: the scheduler chooses no limit for this job
+    nolimit: bool = False
 
     def hints(self) -> dict[str, Any]:
         """The workload hints only (JSON-safe), for the scheduler."""
@@ -72,6 +75,8 @@ class ProfileSpec:
             out["urgent"] = True
         if self.share:
             out["share"] = True
+        if self.nolimit:
+            out["nolimit"] = True
         return out
 
 
@@ -117,8 +122,8 @@ def parse_spec(text: str | None) -> ProfileSpec:
         if not eq:
             if item not in _WORDS:
                 raise ConfigError(
-                    f"--energy-profile: unknown item {item!r} (devices: all,gpu,cpu,dram; flags: urgent,share; "
-                    f"keys: {','.join(_KEYS)})"
+                    f"--energy-profile: unknown item {item!r} (devices: all,gpu,cpu,dram; "
+                    f"flags: urgent,share,nolimit; keys: {','.join(_KEYS)})"
                 )
             if item in words:
                 raise ConfigError(f"--energy-profile: {item!r} given twice")
@@ -154,6 +159,7 @@ def parse_spec(text: str | None) -> ProfileSpec:
         else None,
         urgent="urgent" in words,
         share="share" in words,
+        nolimit="nolimit" in words,
     )
 
 
@@ -219,6 +225,12 @@ class NodeRecord:
     error: str | None = None
     #: Requested kinds (gpu, cpu) that had no sensor on this node: their energy is unknown, not zero.
     no_sensor: list[str] = field(default_factory=list)
+    #: The GPU power limit the scheduler asked for this step (W per GPU; None: the default limit), the
+    #: limit in force on every GPU of the step on this node (None: the default, also when the request
+    #: could not be set), and why a requested limit was not set.
+    power_limit_requested_w: float | None = None
+    power_limit_w: float | None = None
+    limit_error: str | None = None
 
     def kind_energy_j(self, kind: str | None) -> float | None:
         return sum_known(d.energy_j for d in self.devices if d.in_total and (kind is None or d.kind == kind))
@@ -261,6 +273,9 @@ class NodeRecord:
                 step_end_time=_opt_float(d.get("step_end_time")),
                 error=d.get("error"),
                 no_sensor=[str(k) for k in d.get("no_sensor", [])],
+                power_limit_requested_w=_opt_float(d.get("power_limit_requested_w")),
+                power_limit_w=_opt_float(d.get("power_limit_w")),
+                limit_error=d.get("limit_error"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise TraceError(f"node record: malformed ({exc})") from exc
@@ -340,6 +355,22 @@ class StepRecord:
         return sum(d.samples for n in self.nodes for d in n.devices)
 
     @property
+    def power_limit_w(self) -> float | None:
+        """The GPU power limit the step ran at on every node (None: the default, or not the same
+        everywhere: then `power_limit_unset_w` says which request was not met)."""
+        limits = {n.power_limit_w for n in self.nodes}
+        return limits.pop() if len(limits) == 1 else None
+
+    @property
+    def power_limit_unset_w(self) -> float | None:
+        """A limit the scheduler asked for that some node could not set (the step ran there at the
+        default), else None."""
+        missed = [
+            n.power_limit_requested_w for n in self.nodes if n.power_limit_requested_w and n.limit_error
+        ]
+        return missed[0] if missed else None
+
+    @property
     def apportioned_devices(self) -> list[str]:
         """Devices holding a share of a GPU used by other jobs too, as "gpu0:utilisation"."""
         return sorted({f"{d.name}:{d.apportioned}" for n in self.nodes for d in n.devices if d.apportioned})
@@ -377,6 +408,7 @@ class StepRecord:
             "modelled": self.modelled_kinds,
             "no_sensor": self.no_sensor_kinds,
             "apportioned": self.apportioned_devices,
+            "power_limit_w": self.power_limit_w,
             "nodes": [n.to_dict() for n in self.nodes],
         }
 
@@ -416,6 +448,11 @@ class StepRecord:
                     devices=[d for n in nodes for d in n.devices],
                     error="; ".join(n.error for n in nodes if n.error) or None,
                     no_sensor=sorted({k for n in nodes for k in n.no_sensor}),
+                    power_limit_requested_w=next(
+                        (n.power_limit_requested_w for n in nodes if n.power_limit_requested_w), None
+                    ),
+                    power_limit_w=self.power_limit_w,
+                    limit_error="; ".join(n.limit_error for n in nodes if n.limit_error) or None,
                 )
             )
             nodes = [merged]
@@ -468,17 +505,7 @@ def _per_kind(node: NodeRecord) -> NodeRecord:
                 memory_total_bytes=None if fullest is None else fullest.memory_total_bytes,
             )
         )
-    return NodeRecord(
-        node.node_id,
-        node.host,
-        node.start_time,
-        node.duration_s,
-        devices,
-        node.step_start_time,
-        node.step_end_time,
-        node.error,
-        list(node.no_sensor),
-    )
+    return dataclasses.replace(node, devices=devices, no_sensor=list(node.no_sensor))
 
 
 # ------------------------------------------------------------------------------------- AdminComment

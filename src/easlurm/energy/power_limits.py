@@ -97,9 +97,13 @@ def load_nvml(module_name: str) -> Any:
     return mod
 
 
-def apply_limit(nvml: Any, gpus: list[int], limit_w: float, path: Path, ledger: Ledger) -> Ledger:
+def apply_limit(
+    nvml: Any, gpus: list[int], limit_w: float, path: Path, ledger: Ledger, errors: list[str] | None = None
+) -> Ledger:
     """Set each GPU to `limit_w` (clamped to its min/max). The ledger, with the previous limits, is on
-    disk before the first change. Errors (not root, no power management) are logged, never raised."""
+    disk before the first change. Errors (not root, no power management) are logged, never raised, and
+    appended to `errors` as one line per GPU."""
+    errors = [] if errors is None else errors
     plan: list[tuple[Any, LimitChange]] = []
     for index in gpus:
         try:
@@ -108,6 +112,7 @@ def apply_limit(nvml: Any, gpus: list[int], limit_w: float, path: Path, ledger: 
             previous = int(nvml.nvmlDeviceGetPowerManagementLimit(handle))
         except Exception as exc:
             log.error("GPU %d: power limit not readable (%s); left as it is", index, exc)
+            errors.append(f"GPU {index}: limit not readable ({exc})")
             continue
         target = min(max(round(limit_w * 1000), int(lo)), int(hi))
         if target != previous:
@@ -119,6 +124,7 @@ def apply_limit(nvml: Any, gpus: list[int], limit_w: float, path: Path, ledger: 
         _write_ledger(path, ledger)
     except OSError as exc:
         log.error("power-limit ledger %s not written (%s); GPUs left uncapped", path, exc)
+        errors.append(f"ledger not written ({exc})")
         ledger.changes = []
         return ledger
     done = []
@@ -128,6 +134,7 @@ def apply_limit(nvml: Any, gpus: list[int], limit_w: float, path: Path, ledger: 
             done.append(change)
         except Exception as exc:
             log.error("GPU %d: power limit %d mW not set (%s)", change.index, change.set_mw, exc)
+            errors.append(f"GPU {change.index}: {change.set_mw} mW not set ({exc})")
     ledger.changes = done
     if done:
         _write_ledger(path, ledger)
@@ -197,8 +204,31 @@ def restore_stale(nvml: Any, spool: Path, alive: Callable[[int], bool] = pid_ali
     return restored
 
 
+@dataclass(frozen=True)
+class CapOutcome:
+    """What the step's GPUs ran at on this node: the limit asked for (W per GPU), the limit in force on
+    every one of them (None when not all could be set: the step runs at the default where it failed),
+    and why, one line."""
+
+    requested_w: float
+    applied_w: float | None
+    error: str | None = None
+
+
+def limit_in_force(nvml: Any, gpus: list[int]) -> float | None:
+    """The power limit (W) every GPU in `gpus` now has, None when they differ or one cannot be read."""
+    seen = set()
+    for index in gpus:
+        try:
+            seen.add(int(nvml.nvmlDeviceGetPowerManagementLimit(nvml.nvmlDeviceGetHandleByIndex(index))))
+        except Exception:
+            return None
+    return seen.pop() / 1000.0 if len(seen) == 1 else None
+
+
 class StepCap:
-    """The agent's hook: `start()` at step start, `end()` at step end; both never raise."""
+    """The agent's hook: `start()` at step start, `end()` at step end; both never raise. `outcome` says
+    what the step runs at (None when the scheduler asked for no limit)."""
 
     def __init__(
         self, spool: Path, job_id: int, step: str, node: str, gpus: list[int], nvml_module: str
@@ -207,8 +237,10 @@ class StepCap:
         self.gpus, self.nvml_module = gpus, nvml_module
         self.nvml: Any = None
         self.path = ledger_path(spool, job_id, step, node)
+        self.outcome: CapOutcome | None = None
 
     def start(self) -> None:
+        limit: float | None = None
         try:
             limit = requested_limit_w(self.spool, self.job_id)
             if not self.gpus or (limit is None and not (self.spool / LEDGER_DIR).is_dir()):
@@ -217,9 +249,16 @@ class StepCap:
             restore_stale(self.nvml, self.spool)  # what a killed agent left capped
             if limit is not None:
                 ledger = Ledger(self.job_id, self.step, self.node, os.getpid())
-                apply_limit(self.nvml, self.gpus, limit, self.path, ledger)
+                errors: list[str] = []
+                apply_limit(self.nvml, self.gpus, limit, self.path, ledger, errors)
+                applied = None if errors else limit_in_force(self.nvml, self.gpus)
+                if applied is None and not errors:
+                    errors.append("GPUs do not all report the limit")
+                self.outcome = CapOutcome(limit, applied, "; ".join(errors) or None)
         except Exception as exc:  # a cap must never hurt the job
             log.error("job %d step %s: power cap not applied: %s", self.job_id, self.step, exc)
+            if limit is not None:
+                self.outcome = CapOutcome(limit, None, f"not applied: {exc}")
 
     def end(self) -> None:
         if self.nvml is None:

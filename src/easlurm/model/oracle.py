@@ -372,10 +372,37 @@ def astuple_shallow(res: StepResult) -> tuple[np.ndarray, ...]:
     return tuple(getattr(res, f.name) for f in fields(res))
 
 
+def _first_of_placement(placements: Placements, codes: np.ndarray, repeat: int) -> np.ndarray:
+    """For each row (placements repeated `repeat` times), the row whose noise it takes: the first row in
+    its repetition with the same GPU count, batch, GPU type and node count, whatever its power limit. A placement
+    asked for twice at the same limit keeps two draws (the k-th copy at one limit goes with the k-th
+    copy at another)."""
+    codes = np.asarray(codes, dtype=np.int64)
+    limit = np.nan_to_num(placements.power_limit_w, nan=-1.0)
+    nodes = placements.n_nodes
+    _, same_row = np.unique(
+        np.stack([placements.n_gpus, placements.batch, codes, nodes, limit]), axis=1, return_inverse=True
+    )
+    same_row = np.asarray(same_row).reshape(-1)
+    order = np.argsort(same_row, kind="stable")
+    sorted_rows = same_row[order]
+    starts = np.r_[0, np.flatnonzero(sorted_rows[1:] != sorted_rows[:-1]) + 1]
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
+    key = np.stack([placements.n_gpus, placements.batch, codes, nodes, rank])
+    _, first, inverse = np.unique(key, axis=1, return_index=True, return_inverse=True)
+    base = first[np.asarray(inverse).reshape(-1)]
+    n = len(base)
+    return (np.arange(repeat)[:, None] * n + base[None, :]).reshape(-1)
+
+
 class NoisyOracle(Oracle):
     """Oracle with multiplicative N(1, sigma) noise on time and power, power capped at n_gpus x limit (or TDP).
 
     Stands in for run-to-run variation in simulations; seeded, and never cached (each call draws anew).
+    The power limits of one placement in a call share its draw: the oracle's error on a workload and its
+    GPUs, not an error per limit; where the noise pushes power above an explicit limit the model says
+    does not bind, the step is throttled (same energy, longer) rather than capped for free.
     """
 
     def __init__(self, sigma: float = 0.10, seed: int = 0, **kw: Any) -> None:
@@ -410,9 +437,21 @@ class NoisyOracle(Oracle):
         n = len(res.step_time_s)
         ft = np.maximum(self.rng.normal(1.0, self.sigma, n), 0.05)
         fp = np.maximum(self.rng.normal(1.0, self.sigma, n), 0.05)
-        power = np.minimum(res.power_w * fp, cap)
+        if not np.isnan(placements.power_limit_w).all():
+            # an error of the model does not depend on the power limit: every limit of the same GPUs and
+            # batch shares the draw of the first of them (else a policy would choose limits on noise)
+            same = _first_of_placement(placements, idx, repeat)
+            ft, fp = ft[same], fp[same]
+        raw = res.power_w * fp
+        power = np.minimum(raw, cap)
+        # a limit the model says does not bind, but that the noise pushes the power above, throttles the
+        # GPU: the step keeps its energy and takes longer, instead of saving power for free (a limit that
+        # binds in the model is already in its time; TDP caps stay as they were)
+        free = res.power_w < cap * (1.0 - 1e-9)
+        limited = np.tile(~np.isnan(placements.power_limit_w), repeat) & free & (raw > cap)
+        throttle = np.where(limited, raw / np.where(cap > 0, cap, 1.0), 1.0)
         return StepResult(
-            res.step_time_s * ft,
+            res.step_time_s * ft * throttle,
             power,
             res.feasible,
             res.grad_accum,

@@ -58,6 +58,8 @@ class DaemonConfig:
     hold_ttl_s: float = 600.0
     preempt_cooldown_s: float = 300.0
     aging_weight: float = 1.0
+    #: the slowdown an energy policy's power limit may cost a job (`sched.max_slowdown`)
+    max_slowdown: float = 0.05
     decision_log: Path | None = None
     env_dir: Path | None = None
     state_save_dir: str | None = None
@@ -141,7 +143,7 @@ class Daemon:
 
             oracle = build_oracle()
         self.oracle = oracle
-        params: dict[str, Any] = {"aging_weight": cfg.aging_weight}
+        params: dict[str, Any] = {"aging_weight": cfg.aging_weight, "max_slowdown": cfg.max_slowdown}
         if cfg.policy.startswith("aurachronos"):
             params["preempt_cooldown_s"] = cfg.preempt_cooldown_s
         self.policy = policy if policy is not None else get_policy(cfg.policy, **params)

@@ -54,24 +54,28 @@ class PredictionCache:
 
     # -- flat arrays -------------------------------------------------------------------------
     @property
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(n_gpus, batch, type_code, power_limit_w, samples_per_s, power_w), concatenated."""
+    def arrays(
+        self,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(n_gpus, batch, type_code, power_limit_w, samples_per_s, power_w, default_samples_per_s),
+        concatenated; the last is the speed of the same GPUs and batch at the default limit (NaN when
+        the oracle cannot place that), against which a limit's slowdown is bounded."""
         if self._flat is None:
             if self._chunks:
                 self._flat = tuple(np.concatenate(parts) for parts in zip(*self._chunks))
             else:
                 ints = np.zeros(0, dtype=np.int64)
                 flts = np.zeros(0, dtype=np.float64)
-                self._flat = (ints, ints, ints, flts, flts, flts, ints, np.zeros(0, dtype=bool))
-        n, b, code, pl, sps, pw = self._flat[:6]
-        return n, b, code, pl, sps, pw
+                self._flat = (ints, ints, ints, flts, flts, flts, flts, ints, np.zeros(0, dtype=bool))
+        n, b, code, pl, sps, pw, base = self._flat[:7]
+        return n, b, code, pl, sps, pw, base
 
     @property
     def node_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """(nodes spanned, spread: more nodes than the fewest that hold the GPUs), aligned on `arrays`."""
         self.arrays  # noqa: B018 - builds the flat store
         assert self._flat is not None
-        return self._flat[6], self._flat[7]
+        return self._flat[7], self._flat[8]
 
     def code(self, gpu_type: str) -> int:
         if gpu_type not in self._type_code:
@@ -120,15 +124,17 @@ class PredictionCache:
 
         gpu_opts, batch_opts, allowed = key[4], key[5], job.gpu_types
         rows: list[tuple[int, int, str, float, int, bool]] = []
+        base_row: list[int] = []  # the row of the same GPUs, nodes and batch at the default limit
         for gpu_type in sorted(types):
             if allowed is not None and not type_allowed(gpu_type, allowed):
                 continue
             limits = _limits_for(types[gpu_type], job.power_limit_options_w, fractions)
             for k in gpu_opts:
                 spans = node_spans(k, types[gpu_type].node_gpus)
-                rows.extend(
-                    (k, b, gpu_type, pl, m, m > spans[0]) for m in spans for b in batch_opts for pl in limits
-                )
+                for m_k in spans:
+                    for b in batch_opts:
+                        base_row.extend([len(rows)] * len(limits))
+                        rows.extend((k, b, gpu_type, pl, m_k, m_k > spans[0]) for pl in limits)
         if not rows:
             return self._append_empty()
         n = np.array([r[0] for r in rows], dtype=np.int64)
@@ -149,8 +155,9 @@ class PredictionCache:
         sps = np.asarray(pred.samples_per_s, dtype=np.float64)
         pw = np.asarray(pred.power_w, dtype=np.float64)
         ok = np.isfinite(sps) & (sps > 0) & np.isfinite(pw)
+        base = np.where(ok, sps, np.nan)[np.asarray(base_row, dtype=np.int64)]
         codes = np.array([self.code(t) for t in g], dtype=np.int64)
-        chunk = (n[ok], b[ok], codes[ok], pl[ok], sps[ok], pw[ok], m[ok], spread[ok])
+        chunk = (n[ok], b[ok], codes[ok], pl[ok], sps[ok], pw[ok], base[ok], m[ok], spread[ok])
         start = self._size
         self._chunks.append(chunk)
         self._size += int(ok.sum())

@@ -15,6 +15,11 @@ INF = float("inf")
 #: Energy policies start a job spread over more nodes than packing needs only when its energy-delay
 #: product is within this fraction of the job's best packed option; otherwise it waits for packed GPUs.
 SPREAD_SLACK_EDP = 0.05
+#: the power limits an energy policy weighs for each placement, as fractions of the GPU's TDP (those
+#: under the GPU's minimum limit are left out; the default limit is always an option)
+LIMIT_STEPS: tuple[float, ...] = tuple(round(0.30 + 0.05 * i, 2) for i in range(14))
+#: the slowdown a chosen limit may cost a job against its default limit (`sched.max_slowdown`)
+DEFAULT_MAX_SLOWDOWN = 0.05
 
 
 @dataclass
@@ -154,6 +159,11 @@ class BatchPacker:
     #: True when decisions can change with time alone (preemption for deadlines): the caller then
     #: asks `wake_at_s` when to call again even if nothing else changes.
     time_sensitive: ClassVar[bool] = False
+    #: "default": every job runs at its GPUs' default limit (the exclusive baselines, so that comparisons
+    #: with them stay honest); "bounded": each placement's limit minimises the policy's objective among
+    #: the limits that slow the job by at most `max_slowdown`; "free": limits the subclass offers
+    #: (`limit_fractions`, a job's declared limits) are weighed without a slowdown bound.
+    limits: str = "free"
 
     def __init__(
         self,
@@ -161,6 +171,8 @@ class BatchPacker:
         aging_weight: float = 1.0,
         malleable: bool = True,
         power_budget_w: float | None = None,
+        max_slowdown: float | None = None,
+        power_limits: bool = True,
         spread_slack: float | None = None,
         **params: Any,
     ) -> None:
@@ -168,6 +180,8 @@ class BatchPacker:
             raise ConfigError(f"policy {self.name}: unknown parameter(s) {', '.join(sorted(params))}")
         if aging_weight < 0:
             raise ConfigError(f"policy {self.name}: aging_weight must be >= 0")
+        if max_slowdown is not None and not (0.0 <= max_slowdown <= 10.0):
+            raise ConfigError(f"policy {self.name}: max_slowdown must lie in [0, 10], got {max_slowdown!r}")
         if spread_slack is not None and spread_slack < 0:
             raise ConfigError(f"policy {self.name}: spread_slack must be >= 0")
         #: a spread option is taken only when its objective is within this fraction of the job's best
@@ -177,7 +191,13 @@ class BatchPacker:
         self.aging_weight = float(aging_weight)
         self.malleable = bool(malleable)
         self.power_budget_w = power_budget_w
-        self.limit_fractions: tuple[float, ...] = ()
+        if not power_limits:  # this instance keeps every job at the default limit (comparisons)
+            self.limits = "default"
+        bounded = self.limits == "bounded"
+        #: accepted by every policy (one site setting for all); only "bounded" policies use it. A bound
+        #: of 0 still lets a limit that costs no predicted time (a memory- or launch-bound job) save power.
+        self.max_slowdown = DEFAULT_MAX_SLOWDOWN if max_slowdown is None else float(max_slowdown)
+        self.limit_fractions: tuple[float, ...] = LIMIT_STEPS if bounded else ()
         self._caches: dict[int, PredictionCache] = {}
 
     def __repr__(self) -> str:
@@ -257,8 +277,11 @@ class BatchPacker:
         jobs = snapshot.pending
         offs, lens = cache.slots(jobs, types, rigid=not self.malleable, limit_fractions=self.limit_fractions)
         idx, job_of = expand(offs, lens)
-        n_all, b_all, code_all, pl_all, sps_all, pw_all = cache.arrays
+        n_all, b_all, code_all, pl_all, sps_all, pw_all, base_all = cache.arrays
         m_all, spread_all = cache.node_arrays
+        keep = self.limit_mask(jobs, job_of, pl_all[idx], sps_all[idx], base_all[idx])
+        if not keep.all():
+            idx, job_of = idx[keep], job_of[keep]
         n, code, sps = n_all[idx], code_all[idx], sps_all[idx]
         remaining = np.array([j.remaining_samples for j in jobs], dtype=np.float64)
         node_free = [nd.free_gpus for nd in nodes]
@@ -282,6 +305,31 @@ class BatchPacker:
         )
         cyc.refresh()
         return cyc
+
+    def limit_mask(
+        self,
+        jobs: tuple[PendingJob, ...],
+        job_of: np.ndarray,
+        limit_w: np.ndarray,
+        sps: np.ndarray,
+        default_sps: np.ndarray,
+    ) -> np.ndarray:
+        """Which options this policy may choose: the default limit always; another limit not for a job
+        that asked for the default (SPEC `nolimit`), never under "default", and under "bounded" only
+        when the job's predicted time at that limit is within `max_slowdown` of its time at the default."""
+        default = np.isnan(limit_w)
+        if self.limits == "default":
+            return default
+        opted_out = np.array([self.keeps_default_limit(j) for j in jobs], dtype=bool)[job_of]
+        allowed = ~opted_out
+        if self.limits == "bounded":
+            with np.errstate(invalid="ignore"):
+                allowed &= default_sps <= sps * (1.0 + self.max_slowdown)
+        return default | allowed
+
+    def keeps_default_limit(self, job: PendingJob) -> bool:
+        """A job this policy never caps: one that asked for the default limit (SPEC `nolimit`)."""
+        return job.default_power_limit
 
     def at(self, values: np.ndarray, best: np.ndarray) -> np.ndarray:
         """Value of each job's chosen option (inf where it has none)."""

@@ -142,6 +142,7 @@ def schedd_cmd(
         hold_ttl_s=float(sched["hold_ttl_s"]),
         preempt_cooldown_s=float(sched["preempt_cooldown_s"]),
         aging_weight=float(sched["aging_weight"]),
+        max_slowdown=float(sched["max_slowdown"]),
         decision_log=Path(sched["decision_log"]) if sched["decision_log"] else None,
         env_dir=env_dir,
         state_save_dir=state_dir,

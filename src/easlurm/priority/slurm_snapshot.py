@@ -200,6 +200,7 @@ def pending_job(
         deadline_s=job.submit_s + spec.deadline_s if spec.deadline_s is not None else None,
         preemptions=job.restarts,
         shareable=share,
+        default_power_limit=spec.nolimit,
     )
 
 

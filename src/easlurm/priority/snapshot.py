@@ -95,6 +95,8 @@ class JobRequest:
     image_size: int | None = None
     #: the job declared it may share a GPU with another declared job (SPEC `share`)
     shareable: bool = False
+    #: the job asked to run at its GPUs' default power limit (SPEC `nolimit`): no policy caps it
+    default_power_limit: bool = False
 
     def __post_init__(self) -> None:
         if self.total_steps <= 0:

@@ -14,6 +14,7 @@ from easlurm.sim.doc_figures import (
     signed_pct,
     table,
 )
+from easlurm.sim.doc_limits import FIGURES as LIMITS_FIGURES
 from easlurm.sim.doc_oracle import FIGURES as ORACLE_FIGURES
 from easlurm.units import format_energy
 
@@ -296,4 +297,5 @@ DOCS: dict[str, DocFigures] = {
     ),
     "evaluate": ORACLE_FIGURES,
     "oracle-comm": COMM_FIGURES,
+    "power-limits": LIMITS_FIGURES,
 }

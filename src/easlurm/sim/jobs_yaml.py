@@ -23,6 +23,7 @@ jobs:
     precision: bf16       # optional
     deadline: 2h          # optional, after the submit time (makes the job urgent)
     share: true           # may share a GPU with another shareable job (docs/colocation.md)
+    nolimit: true         # run at the GPUs' default power limit (no policy caps it)
 """
 
 _KEYS = {
@@ -42,6 +43,7 @@ _KEYS = {
     "malleable",
     "share",
     "power_limits",
+    "nolimit",
 }
 
 
@@ -85,6 +87,9 @@ def _job(entry: Any, where: str, index: int) -> JobSpec:
     share = entry.get("share", False)
     if not isinstance(share, bool):
         raise ConfigError(f"{where}.share: must be true or false, got {share!r}")
+    nolimit = entry.get("nolimit", False)
+    if not isinstance(nolimit, bool):
+        raise ConfigError(f"{where}.nolimit: must be true or false, got {nolimit!r}")
     urgent = entry.get("urgent", deadline_s is not None)
     malleable = entry.get("malleable", True)
     for key, value in (("urgent", urgent), ("malleable", malleable)):
@@ -114,6 +119,7 @@ def _job(entry: Any, where: str, index: int) -> JobSpec:
         if "power_limits" in entry
         else (),
         shareable=share,
+        default_power_limit=nolimit,
     )
 
 

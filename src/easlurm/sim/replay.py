@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from easlurm.sim.differences import QUEUED_AFTER_S
+from easlurm.sim.replay_window import align, savings, savings_section
 from easlurm.sim.traces.baseline import RecordedBaseline
 from easlurm.sim.traces.calibration import CalibratedOracle, Calibrator, ClassCheck
 from easlurm.sim.traces.mapping import Mapped, MappingStats, ReplayOptions, TraceMapper, map_trace
@@ -52,6 +53,8 @@ class ReplayResult:
     #: the replayed jobs' arrival rate: jobs over the span of their submit times (None under two jobs)
     arrival_jobs_per_h: float | None = None
     unknown_start_jobs: int = 0  # replayed jobs whose recorded start the trace does not say
+    #: every row's energy is over [0, window_s] and the whole target cluster (sim/replay_window.py)
+    window_s: float | None = None
 
     def run(self, policy: str, seed: int | None = None) -> dict[str, Any]:
         """The result of one policy (its first seed unless `seed` is given); KeyError when absent."""
@@ -102,6 +105,11 @@ class ReplayResult:
             },
             "notices": list(self.notices),
             "arrival_jobs_per_h": self.arrival_jobs_per_h,
+            "window_s": self.window_s,
+            "unexplained_waits": self.baseline.get("unexplained_waits", []),
+            "savings_per_job": savings(
+                [(r["label"], r["result"].get("metrics", {})) for r in self.records()], BASELINE_LABEL
+            ),
             "rows": [
                 {"label": r["label"], "seed": r["spec"]["seed"], "metrics": _clean(r["result"]["metrics"])}
                 for r in self.records()
@@ -180,6 +188,8 @@ def replay(
     compare_retype: bool = False,
     progress_bar: Callable[[Iterator[Any], int, str], Iterator[Any]] | None = None,
     on_notice: Callable[[str], None] | None = None,
+    max_slowdown: float | None = None,
+    compare_limits: bool = False,
 ) -> ReplayResult:
     """Replay `trace` on `cluster` (a ClusterSpec) under each policy; the recorded schedule is the baseline.
 
@@ -191,6 +201,10 @@ def replay(
     `cluster` None: a cluster sized like the trace's record (one extra read of the trace).
     `on_notice(sentence)` hears, before any simulation, what the user must know about the target:
     the sized cluster, or a record that does not fit it (also kept in `result.notices`).
+    `max_slowdown` bounds the slowdown of the power limits the energy policies choose (default: theirs);
+    `compare_limits` also runs each of them without limits (`name+nolimit`), so that the report can
+    tell the saving of the limits from that of the placement. Every row's energy is then put on one
+    window and the same GPUs (sim/replay_window.py).
     """
     from easlurm.model.build import build_oracle
     from easlurm.model.oracle import NoisyOracle
@@ -266,7 +280,12 @@ def replay(
     variants = [("", options)]
     if compare_retype:
         variants.append(("+retype", replace(options, allow_retype=True)))
+    runs_to_do: list[tuple[str, str, ReplayOptions, Any]] = []
     for name, (suffix, run_options) in ((n, v) for n in policies for v in variants):
+        runs_to_do.append((name, suffix, run_options, _policy(name, max_slowdown)))
+        if compare_limits and _chooses_limits(name):
+            runs_to_do.append((name, suffix + "+nolimit", run_options, _unlimited(name)))
+    for name, suffix, run_options, policy in runs_to_do:
         for run_seed in seeds if seeds is not None else [seed]:
             seen: Any = truth_c
             if noise_sigma > 0:
@@ -292,7 +311,7 @@ def replay(
             sim = sim_fn(
                 cluster,
                 jobs,
-                name,
+                policy() if callable(policy) else policy,
                 seed=run_seed,
                 oracle=seen,
                 truth_oracle=truth_c,
@@ -313,7 +332,35 @@ def replay(
             if on_progress:
                 on_progress(f"{name} (seed {run_seed}): {n_jobs} jobs in {wall:.1f} s")
     spill.close()
+    idle_total_w = sum(
+        _idle_by_type(mapper).get(t, 0.0) * n for t, n in mapper.cluster.gpus_by_type().items()
+    )
+    result.baseline["idle_total_w"] = idle_total_w
+    result.window_s = align([result.baseline, *(r for _, _, r in result.runs)], idle_total_w)
     return result
+
+
+def _chooses_limits(name: str) -> bool:
+    from easlurm.priority.policies import REGISTRY
+
+    entry = REGISTRY.get(name.lower())
+    return entry is not None and entry[0].limits == "bounded"
+
+
+def _unlimited(name: str) -> Any:
+    """A maker of the policy with every job at the default power limit."""
+    from easlurm.priority.policies import get_policy
+
+    return lambda: get_policy(name, power_limits=False)
+
+
+def _policy(name: str, max_slowdown: float | None) -> Any:
+    """What the simulator is given: the name, or (with a slowdown bound) a maker of a fresh policy."""
+    if max_slowdown is None or not _chooses_limits(name):
+        return name
+    from easlurm.priority.policies import get_policy
+
+    return lambda: get_policy(name, max_slowdown=max_slowdown)
 
 
 class _SpecSpill:
@@ -545,6 +592,18 @@ def write_replay_report(result: ReplayResult, out_dir: str | Path, *, html_too: 
         },
         html_too=html_too,
     )
+    idle_total_w = result.baseline.get("idle_total_w") or 0.0
+    section = savings_section(
+        [(r["label"], r["result"].get("metrics", {})) for r in records],
+        BASELINE_LABEL,
+        result.window_s,
+        idle_total_w,
+        result.cluster_gpus,
+        result.baseline.get("unexplained_waits", []),
+        int(result.baseline.get("metrics", {}).get("unexplained_wait_jobs") or 0),
+        float(result.baseline.get("metrics", {}).get("unexplained_wait_s") or 0.0),
+    )
     with open(files.markdown, "a") as fh:
+        fh.write(section)
         fh.write(_trace_section(result))
     return files.markdown

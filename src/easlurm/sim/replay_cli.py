@@ -101,6 +101,18 @@ DEFAULT_POLICIES = "pollux,zeus,hades,aurachronos,charon"
     "--no-calibrate", is_flag=True, help="Do not scale the oracle's power to the trace's measured energy."
 )
 @click.option("--max-jobs", type=int_range(1), default=None, help="Replay only the first N usable jobs.")
+@click.option(
+    "--max-slowdown",
+    type=FiniteFloat(min=0, max=10),
+    default=None,
+    help="Slowdown the energy policies' power limits may cost a job (default: sched.max_slowdown).",
+)
+@click.option(
+    "--compare-limits",
+    is_flag=True,
+    help="Also run each energy policy without power limits (rows NAME+nolimit): the report splits the "
+    "saving into limits and placement.",
+)
 @click.option("--html/--no-html", "html_too", default=True, show_default=True, help="Also write report.html.")
 @HARDWARE_OPTION
 @click.pass_context
@@ -128,6 +140,8 @@ def replay_cmd(
     progress: bool | None,
     no_calibrate: bool,
     max_jobs: int | None,
+    max_slowdown: float | None,
+    compare_limits: bool,
     html_too: bool,
 ) -> None:
     """Replay TRACE (sacct -P or --json dump, SWF, CSV) through POLICIES; the trace's own schedule is the baseline."""
@@ -141,8 +155,11 @@ def replay_cmd(
     check_writable(out_dir, "--out", directory=True)
     cfg = load_ctx_config(
         ctx,
-        {"sim": {"cluster": cluster_path, "noise_sigma": noise_sigma}},
-        {"sim.noise_sigma": "--noise-sigma"},
+        {
+            "sim": {"cluster": cluster_path, "noise_sigma": noise_sigma},
+            "sched": {"max_slowdown": max_slowdown},
+        },
+        {"sim.noise_sigma": "--noise-sigma", "sched.max_slowdown": "--max-slowdown"},
     )
     from easlurm.model.build import apply_oracle_config
 
@@ -206,6 +223,8 @@ def replay_cmd(
             compare_retype=compare_retype and not allow_retype,
             progress_bar=bar if show else None,
             on_notice=notice_line,
+            max_slowdown=float(cfg.get("sched.max_slowdown")),
+            compare_limits=compare_limits,
         )
     md = write_replay_report(result, out_dir, html_too=html_too)
     st = result.trace_stats

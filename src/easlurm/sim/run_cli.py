@@ -47,8 +47,9 @@ def _param(value: str) -> tuple[str, Any]:
 
 
 def policy_params_from_config(policy: str, sched: dict[str, Any]) -> dict[str, Any]:
-    """The `sched` settings a policy takes: aging weight for all, cooldown for AuraChronos."""
-    params: dict[str, Any] = {"aging_weight": sched["aging_weight"]}
+    """The `sched` settings a policy takes: aging weight and the power limits' slowdown bound for all
+    (only the energy policies choose limits), cooldown for AuraChronos."""
+    params: dict[str, Any] = {"aging_weight": sched["aging_weight"], "max_slowdown": sched["max_slowdown"]}
     if policy == "aurachronos":
         params["preempt_cooldown_s"] = sched["preempt_cooldown_s"]
     return params

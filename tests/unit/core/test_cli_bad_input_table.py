@@ -209,6 +209,29 @@ CASES: dict[str, Case] = {
     "nodes-without-slurm-measure": C("--nodes", "model", "measure", "--model", "resnet50", "--nodes", "2"),
     "huge-nodes-measure": C("--nodes", "model", "measure", "--model", "resnet50", "--nodes", HUGE, "--slurm"),
     "negative-seeds-replay": C("--seeds", "sim", "replay", T, "--seeds", "0", "--out", OUT),
+    "negative-max-slowdown-replay": C(
+        "--max-slowdown", "sim", "replay", T, "--max-slowdown", "-0.1", "--out", OUT
+    ),
+    "cfg-max-slowdown-replay": C(
+        "sched.max_slowdown",
+        "-c",
+        "{cfg}",
+        "sim",
+        "replay",
+        T,
+        "--out",
+        OUT,
+        config="sched:\n  max_slowdown: -1\n",
+    ),
+    "cfg-max-slowdown-schedd": C(
+        "sched.max_slowdown",
+        "-c",
+        "{cfg}",
+        "schedd",
+        "--once",
+        "--dry-run",
+        config="sched:\n  max_slowdown: 11\n",
+    ),
     "unknown-model-joblist-run": C("{joblist}", "sim", "run", "--policy", "zeus", "--job-list", "{joblist}"),
     "cfg-budget-run": C(
         "sched.power_budget_w",

@@ -13,6 +13,7 @@ from easlurm_fakes import fake_nvml
 
 from easlurm.energy.power_limits import (
     LEDGER_DIR,
+    CapOutcome,
     Ledger,
     StepCap,
     apply_limit,
@@ -156,3 +157,37 @@ def test_a_stale_ledger_leaves_a_gpu_someone_changed_since(gpus: Path, tmp_path:
     (spool / LEDGER_DIR / "20.batch.n.json").unlink()
     assert [p.name for p in restore_stale(fake_nvml, spool)] == ["20.0.n.json"]
     assert limits_w()[0] == 700.0
+
+
+def test_step_cap_says_what_the_step_runs_at(gpus: Path, tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    sched_env(spool, 30, "EASLURM_POWER_LIMIT_W=250\n")
+    cap = StepCap(spool, 30, "0", "n", [0, 1], FAKE)
+    cap.start()
+    assert cap.outcome == CapOutcome(250.0, 250.0, None)
+    cap.end()
+    sched_env(spool, 31, "EASLURM_POWER_LIMIT_W=20\n")  # under the GPUs' minimum: clamped, and said so
+    low = StepCap(spool, 31, "0", "n", [0], FAKE)
+    low.start()
+    assert low.outcome == CapOutcome(20.0, 100.0, None)
+    low.end()
+    plain = StepCap(spool, 32, "0", "n", [0], FAKE)
+    plain.start()
+    assert plain.outcome is None  # no limit asked for: the default, nothing to say
+    plain.end()
+
+
+def test_a_limit_the_driver_refuses_leaves_the_default_and_the_reason(
+    gpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_nvml.nvmlShutdown()
+    monkeypatch.setenv("EASLURM_FAKE_NVML_LIMIT_NO_PERMISSION", "1")
+    fake_nvml.nvmlInit()
+    spool = tmp_path / "spool"
+    sched_env(spool, 33, "EASLURM_POWER_LIMIT_W=300\n")
+    cap = StepCap(spool, 33, "0", "n", [0, 1], FAKE)
+    cap.start()
+    assert cap.outcome is not None and cap.outcome.requested_w == 300.0
+    assert cap.outcome.applied_w is None and "300000 mW not set" in (cap.outcome.error or "")
+    assert limits_w() == [700.0] * 4
+    cap.end()

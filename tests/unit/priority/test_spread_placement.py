@@ -113,7 +113,7 @@ def test_candidates_are_predicted_once_per_template(oracle: Oracle) -> None:
             return oracle.predict(workload, placements)
 
     counting = Counting()
-    policy = get_policy("zeus")
+    policy = get_policy("zeus", power_limits=False)  # one limit: rows are GPU counts x node counts
     for free in ((2, 2), (4, 4), (8, 1)):
         nodes = (node("a0", free[0]), node("a1", free[1]))
         policy.decide(ClusterSnapshot(100.0, nodes, pending=(job(gpus=(4, 2, 1)),)), counting)

@@ -203,19 +203,24 @@ def test_replay_streams_jobs_in_submit_order_to_every_policy() -> None:
 
 
 def test_replay_of_an_uncontended_trace_matches_the_record(tmp_path: Path) -> None:
-    """Jobs that never waited: the simulated schedule reproduces the recorded one (noise off)."""
+    """Jobs that never waited: the simulated schedule reproduces the recorded one (noise off; zeus at the
+    default power limit, `zeus+nolimit`). Choosing limits, zeus caps the GPUs: the jobs take at most 5 %
+    longer and use less energy."""
     p = tmp_path / "calm.csv"
     rows = ["submit,duration,gpus,gpu_type,user"]
     for i in range(6):
         rows.append(f"{i * 4000},{600 + 300 * i},{1 + i % 4},{'a100' if i % 2 else 'h100'},u{i % 3}")
     p.write_text("\n".join(rows) + "\n")
-    res = replay(p, ClusterSpec.default(), ["pollux", "zeus"], noise_sigma=0.0)
+    res = replay(p, ClusterSpec.default(), ["pollux", "zeus"], noise_sigma=0.0, compare_limits=True)
     base = res.baseline["metrics"]
-    for name in ("pollux", "zeus"):
+    for name in ("pollux", "zeus+nolimit"):
         run = res.run(name)["metrics"]
         assert run["completed_jobs"] == base["completed_jobs"] == 6
         assert run["mean_jct_s"] == pytest.approx(base["mean_jct_s"], abs=5.0)
         assert run["busy_energy_j"] == pytest.approx(base["busy_energy_j"], rel=0.02)
+    capped = res.run("zeus")["metrics"]
+    assert base["mean_jct_s"] < capped["mean_jct_s"] <= 1.05 * base["mean_jct_s"] + 5.0
+    assert capped["busy_energy_j"] < 0.98 * base["busy_energy_j"]
 
 
 def test_cli_replay_writes_report_and_counts_skipped(tmp_path: Path) -> None:

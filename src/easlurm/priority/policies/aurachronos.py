@@ -23,6 +23,7 @@ class AuraChronos(BatchPacker):
 
     name = "aurachronos"
     objective = "edp"
+    limits = "bounded"
     time_sensitive = True
 
     def __init__(

@@ -30,6 +30,8 @@ class Charon(Zeus):
     scheduler corrects after the fact."""
 
     name = "charon"
+    #: under a budget, limits are a lever against the budget, not a slowdown to bound (charon-pl)
+    limits = "free"
 
     def __init__(
         self,

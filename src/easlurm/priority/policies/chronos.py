@@ -21,6 +21,7 @@ class Chronos(BatchPacker):
 
     name = "chronos"
     objective = "time"
+    limits = "default"
 
     def score(self, cyc: Cycle, best: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         t = self.at(cyc.time_s, best)

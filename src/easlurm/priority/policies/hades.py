@@ -15,6 +15,7 @@ class Hades(BatchPacker):
 
     name = "hades"
     objective = "edp"
+    limits = "bounded"
 
     def __init__(self, *, fair_share: bool = False, **params: Any) -> None:
         super().__init__(**params)

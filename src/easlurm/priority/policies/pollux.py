@@ -12,6 +12,7 @@ class Pollux(BatchPacker):
 
     name = "pollux"
     objective = "time"
+    limits = "default"
 
     def score(self, cyc: Cycle, best: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         t = self.at(cyc.time_s, best)

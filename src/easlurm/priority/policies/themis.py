@@ -24,6 +24,7 @@ class Themis(BatchPacker):
 
     name = "themis"
     objective = "time"
+    limits = "default"
 
     def __init__(self, *, fair_share: bool = False, **params: Any) -> None:
         super().__init__(**params)

@@ -12,6 +12,7 @@ class Zeus(BatchPacker):
 
     name = "zeus"
     objective = "edp"
+    limits = "bounded"
 
     def score(self, cyc: Cycle, best: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         edp = self.at(cyc.edp, best)

@@ -67,6 +67,11 @@ class ZeusShare(Zeus):
         self.deadline_margin = float(deadline_margin)
         self._solos: dict[tuple[Any, ...], Any] = {}
 
+    def keeps_default_limit(self, job: PendingJob) -> bool:
+        """A shareable job also runs at the default limit: the co-run model predicts pairs at the default
+        limit, so only an uncapped job can host another (docs/colocation.md)."""
+        return job.default_power_limit or job.shareable
+
     def pack(self, cyc: Cycle) -> Decision:
         decision = super().pack(cyc)
         started = {s.job_id for s in decision.starts}

@@ -89,6 +89,7 @@ class RecordedBaseline:
         self._placements: dict[tuple[str, int, int, str], int] = {}
         self._deadline: list[float] = []
         self._users: list[str] = []
+        self._ids: list[str] = []
         self._measured_j: list[float] = []
         self.unknown_start = 0  # replayed jobs whose recorded start the trace does not say (SWF wait -1)
         self._named_user = False  # any replayed job names its user (those with unknown starts too)
@@ -113,6 +114,7 @@ class RecordedBaseline:
         judged = spec.urgent and spec.deadline_s is not None  # as the simulator judges deadlines
         self._deadline.append(spec.deadline_s if judged else np.nan)
         self._users.append(spec.user)
+        self._ids.append(spec.job_id)
         measured = m.trace.measured_energy_j
         self._measured_j.append(np.nan if measured is None else measured)
 
@@ -154,6 +156,35 @@ class RecordedBaseline:
         suggest = -(-need // self.node_gpus) * self.node_gpus
         mean_busy = float(np.sum(n * np.maximum(end - start, 0.0)) / horizon) if horizon > 0 else 0.0
         return ClusterFit(fits, peak, have, over_t, over_by_type, suggest, mean_busy)
+
+    def unexplained_waits(self, min_wait_s: float = 60.0) -> list[tuple[str, float]]:
+        """(job id, recorded wait) of the jobs that waited more than `min_wait_s` although, during their
+        whole wait, the recorded schedule left at least as many GPUs of their type free on the target
+        cluster as they asked for: what held them is not in the trace (CPU jobs, other partitions,
+        reservations, a user's dependency or hold), so no replay can reproduce that wait. Node packing
+        is not known for the record: a job of several GPUs may still have found no single node free."""
+        if not self._models:
+            return []
+        c = {k: np.asarray(self._cols[k], dtype=np.float64) for k in ("submit", "start", "end", "n")}
+        wait = c["start"] - c["submit"]
+        types = np.asarray(self._types, dtype=object)
+        out: list[tuple[str, float]] = []
+        for gpu_type, count in self.gpus_by_type.items():
+            mask = types == gpu_type
+            waiting = np.flatnonzero(mask & (wait > min_wait_s))
+            if len(waiting) == 0:
+                continue
+            t, busy = _steps(c["start"][mask], c["end"][mask], c["n"][mask])
+            for j in waiting:
+                # the busy level in force at the submit time (0 before the first start), then at every
+                # change before the job's own start
+                k = int(np.searchsorted(t, c["submit"][j], side="right")) - 1
+                hi = int(np.searchsorted(t, c["start"][j], side="left"))
+                level = busy[max(k, 0) : max(hi, k + 1)]
+                most = max(float(level.max(initial=0.0)), 0.0)
+                if count - most >= c["n"][j]:
+                    out.append((self._ids[j], float(wait[j])))
+        return sorted(out, key=lambda jw: -jw[1])
 
     def result(
         self,
@@ -220,6 +251,7 @@ class RecordedBaseline:
                 np.r_[0.0, t_steps], np.r_[idle_total_w, p_steps], power_budget_w, horizon
             )
         fits = fit.fits
+        unexplained = self.unexplained_waits()
         metrics: dict[str, float | None] = {
             "completed_jobs": float(len(jct)),
             "throughput_jobs_per_h": len(jct) / (horizon / 3600.0) if horizon > 0 else None,
@@ -241,6 +273,8 @@ class RecordedBaseline:
             "measured_energy_j": float(measured[known].sum()) if known.any() else None,
             "measured_jobs": float(known.sum()),
             "peak_busy_gpus": float(fit.peak_gpus),
+            "unexplained_wait_jobs": float(len(unexplained)),
+            "unexplained_wait_s": float(sum(w for _, w in unexplained)),
             "unknown_start_jobs": float(self.unknown_start),
         }
         if not fits:
@@ -254,4 +288,5 @@ class RecordedBaseline:
             "power_w": [idle_total_w, *p_steps.tolist()] if fits else [],
             "user_gpu_share": shares,
             "fit": fit.to_dict(),
+            "unexplained_waits": [{"job_id": j, "wait_s": w} for j, w in unexplained[:20]],
         }
