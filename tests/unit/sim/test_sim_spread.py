@@ -126,3 +126,17 @@ def test_a_fragmented_cluster_spreads_for_time_and_waits_for_energy() -> None:
     run_lean = lean["four"]["end_s"] - lean["four"]["start_s"]
     assert run_fast > run_lean * 1.05  # spread runs slower
     assert fast["four"]["energy_j"] > lean["four"]["energy_j"]
+
+
+def test_the_fastest_runtime_counts_options_larger_than_a_node() -> None:
+    """An urgent job's deadline reference: 16 GPUs on two nodes of 8 is an option, at the rate of two nodes;
+    without the node count only options that fit one node are."""
+    from easlurm.errors import ModelError
+
+    truth = Truth(Oracle())
+    big = _job("big", gpu_options=(16,), batch_options=(256,))
+    sps, _ = truth.rate(big, 16, 256, "a100-40gb", None, n_nodes=2)
+    fastest = truth.fastest_runtime_s(big, {"a100-40gb": 8}, {"a100-40gb": 2})
+    assert fastest == pytest.approx(big.total_samples / sps)
+    with pytest.raises(ModelError, match="no option fits"):
+        truth.fastest_runtime_s(big, {"a100-40gb": 8})

@@ -93,8 +93,12 @@ class Truth:
             self._coruns[key] = hit
         return hit
 
-    def fastest_runtime_s(self, spec: JobSpec, types: dict[str, int]) -> float:
-        """Minimum runtime over all the job's options on the given types (GPUs per node by type)."""
+    def fastest_runtime_s(
+        self, spec: JobSpec, types: dict[str, int], nodes_by_type: dict[str, int] | None = None
+    ) -> float:
+        """Minimum runtime over all the job's options on the given types (GPUs per node by type); with
+        `nodes_by_type` (nodes of each type) an option larger than a node counts packed on the fewest nodes."""
+        counts = nodes_by_type or {}
         allowed = [t for t in types if spec.gpu_types is None or type_allowed(t, spec.gpu_types)]
         key = (
             spec.model,
@@ -104,7 +108,7 @@ class Truth:
             spec.gpu_options,
             spec.batch_options,
             spec.malleable,
-            tuple(sorted((t, types[t]) for t in allowed)),
+            tuple(sorted((t, types[t], counts.get(t, 1)) for t in allowed)),
         )
         best = self._fastest.get(key)
         if best is None:
@@ -112,16 +116,16 @@ class Truth:
 
             ks = spec.gpu_options if spec.malleable else spec.gpu_options[:1]
             bs = spec.batch_options if spec.malleable else spec.batch_options[:1]
-            rows = [(k, b, t) for t in allowed for k in ks for b in bs if k <= types[t]]
+            rows = [(k, b, t) for t in allowed for k in ks for b in bs if k <= types[t] * counts.get(t, 1)]
             if not rows:
                 raise ModelError(f"job {spec.job_id}: no option fits this cluster")
+            n = np.array([r[0] for r in rows])
+            g = np.array([r[2] for r in rows], dtype=object)
+            per_node = np.array([types[t] for t in g])
+            gpn = np.array([self.oracle.catalogue.get(t).gpus_per_node for t in g])
+            m = oracle_nodes(n, -(-n // per_node), gpn)
             pred = self.oracle.predict(
-                self.workload(spec),
-                Placements.of(
-                    np.array([r[0] for r in rows]),
-                    np.array([r[1] for r in rows]),
-                    np.array([r[2] for r in rows], dtype=object),
-                ),
+                self.workload(spec), Placements.of(n, np.array([r[1] for r in rows]), g, math.nan, m)
             )
             sps = np.asarray(pred.samples_per_s, dtype=np.float64)
             best = self._fastest[key] = float(np.nanmax(np.where(sps > 0, sps, np.nan)))
