@@ -82,11 +82,13 @@ class Cycle:
         k, code = self.n_gpus[rows], self.code[rows]
         m = np.ones_like(k) if self.n_nodes is None else self.n_nodes[rows]
         free = np.asarray(self.node_free, dtype=np.int64)
-        need = np.zeros(len(k), dtype=np.int64)
-        for c in np.unique(code):
-            mine = code == c
-            need[mine] = fewest_free_nodes(free[self.node_code == c], k[mine])
-        return (need > 0) & (m == need)
+        counts = np.arange(int(k.max(initial=0)) + 1)
+        n_types = max(int(code.max(initial=-1)), int(self.node_code.max(initial=-1))) + 1
+        need = np.zeros((n_types, len(counts)), dtype=np.int64)  # fewest nodes by (type, GPU count)
+        for c in range(n_types):
+            need[c] = fewest_free_nodes(free[self.node_code == c], counts)
+        fewest = need[code, k]
+        return (fewest > 0) & (m == fewest)
 
     def pick_node(self, code: int, k: int) -> int:
         """Best fit: the node of this type with the fewest free GPUs that still holds k (-1 if none)."""
