@@ -127,3 +127,19 @@ def test_a_spread_start_round_trips_and_rejects_a_negative_slack() -> None:
     assert again == start and again.n_nodes == 2
     with pytest.raises(ConfigError, match="spread_slack"):
         get_policy("zeus", spread_slack=-0.1)
+
+
+def test_a_noisy_oracle_errs_alike_at_every_node_count_of_a_placement() -> None:
+    """The noise is the oracle's error on a workload and its GPUs: packed and spread rows of the same GPUs
+    and batch share it (else an energy policy would spread jobs whose noise happens to look cheap), and
+    the spread stays slower by the oracle's communication term alone."""
+    import numpy as np
+
+    from easlurm.model import NoisyOracle, Placements, get_workload
+
+    pl = Placements.of(np.array([4, 4, 4, 2]), 64, "a100-40gb", n_nodes=np.array([0, 2, 4, 0]))
+    wl = get_workload("bert-large")
+    clean, noisy = Oracle().predict(wl, pl), NoisyOracle(sigma=0.1, seed=3).predict(wl, pl)
+    ratio = noisy.step_time_s / clean.step_time_s
+    assert np.allclose(ratio[:3], ratio[0]) and not np.isclose(ratio[3], ratio[0])
+    assert noisy.step_time_s[0] < noisy.step_time_s[1] < noisy.step_time_s[2]
