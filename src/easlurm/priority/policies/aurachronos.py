@@ -92,8 +92,8 @@ class AuraChronos(BatchPacker):
             return None
         by_node: dict[str, list[tuple[float, RunningJob]]] = {}
         for r in snap.running:
-            if r.urgent or r.job_id in taken or now - r.start_s < self.preempt_cooldown_s:
-                continue
+            if r.urgent or r.job_id in taken or now - r.start_s < self.preempt_cooldown_s or r.n_nodes > 1:
+                continue  # a spread job frees only part of its GPUs on any one node: not a victim here
             by_node.setdefault(r.node, []).append((r.work_lost_gpu_s(now), r))
         for victims in by_node.values():
             victims.sort(key=lambda lv: (lv[0], lv[1].job_id))
