@@ -207,7 +207,7 @@ def compute_whatifs(
         out = what_ifs(
             oracle,
             spec,
-            Placement(key, n, spec.batch[0], sharing=sharing),
+            Placement(key, n, spec.batch[0], sharing=sharing, n_nodes=max(1, min(card.nnodes or 1, n))),
             others,
             elapsed_s=card.elapsed_s,
             gpu_energy_j=card.gpu_energy_j,

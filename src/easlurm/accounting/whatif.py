@@ -31,6 +31,8 @@ class Placement:
     power_limit_w: float | None = None
     #: "time-slice": the GPU is shared with another job like this one (gres/shard)
     sharing: str | None = None
+    #: nodes the GPUs span (sacct's NNodes); the all-reduce crosses the network when more than one
+    n_nodes: int = 1
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class WhatIf:
             "batch": p.batch,
             "power_limit_w": p.power_limit_w,
             "sharing": p.sharing,
+            "n_nodes": p.n_nodes,
             "step_time_s": self.step_time_s,
             "energy_per_step_j": self.energy_per_step_j,
             "time_change": self.time_change,
@@ -104,10 +107,12 @@ def confidence(oracle: Any, model: str, placement: Placement, base: Placement) -
 def alternatives(
     oracle: Any, base: Placement, cluster_gpus: Sequence[str], max_gpus: int | None = None
 ) -> list[tuple[str, Placement]]:
-    """The placements to compare with the job's own: half and twice the GPUs, power limits, each other
-    GPU type of the cluster, and sharing the GPU (one-GPU jobs). A job that shared its GPU (gres/shard)
+    """The placements to compare with the job's own: packed on the fewest nodes (a job that ran spread),
+    half and twice the GPUs, power limits, each other GPU type of the cluster (on as many nodes as it
+    ran), and sharing the GPU (one-GPU jobs). A job that shared its GPU (gres/shard)
     is compared with running alone on a whole GPU of its type and of each other type."""
     out: list[tuple[str, Placement]] = []
+    m = base.n_nodes
     if base.sharing is not None:
         out.append(("alone on a whole GPU", Placement(base.gpu, 1, base.batch)))
         out.extend(
@@ -116,23 +121,35 @@ def alternatives(
             if other != base.gpu
         )
         return out
+    spec = oracle.catalogue.get(base.gpu)
+    fewest = -(-base.n_gpus // spec.gpus_per_node)
+    if m > fewest:
+        where = f"{fewest} node{'s' if fewest > 1 else ''}"
+        out.append((f"packed on {where}", Placement(base.gpu, base.n_gpus, base.batch, n_nodes=fewest)))
     if base.n_gpus > 1 and base.n_gpus % 2 == 0:
         half = base.n_gpus // 2
-        out.append((f"on {half} GPU{'s' if half > 1 else ''}", Placement(base.gpu, half, base.batch)))
+        out.append(
+            (
+                f"on {half} GPU{'s' if half > 1 else ''}",
+                Placement(base.gpu, half, base.batch, n_nodes=min(m, half)),
+            )
+        )
     if max_gpus is None or 2 * base.n_gpus <= max_gpus:
-        out.append((f"on {2 * base.n_gpus} GPUs", Placement(base.gpu, 2 * base.n_gpus, base.batch)))
-    spec = oracle.catalogue.get(base.gpu)
+        out.append(
+            (f"on {2 * base.n_gpus} GPUs", Placement(base.gpu, 2 * base.n_gpus, base.batch, n_nodes=m))
+        )
     limits = []
     for frac in LIMIT_FRACTIONS:
         w = round(spec.tdp_w * frac / 25.0) * 25.0
         if spec.min_power_limit_w <= w < spec.tdp_w and w not in limits:
             limits.append(w)
     out.extend(
-        (f"at a {w:g} W limit", Placement(base.gpu, base.n_gpus, base.batch, power_limit_w=w)) for w in limits
+        (f"at a {w:g} W limit", Placement(base.gpu, base.n_gpus, base.batch, power_limit_w=w, n_nodes=m))
+        for w in limits
     )
     for other in dict.fromkeys(cluster_gpus):
         if other != base.gpu:
-            out.append((f"on {base.n_gpus} x {other}", Placement(other, base.n_gpus, base.batch)))
+            out.append((f"on {base.n_gpus} x {other}", Placement(other, base.n_gpus, base.batch, n_nodes=m)))
     if base.n_gpus == 1:
         out.append(("sharing its GPU", Placement(base.gpu, 1, base.batch, sharing="time-slice")))
     return out
@@ -144,7 +161,10 @@ def _predict(oracle: Any, workload: Any, p: Placement) -> tuple[float, float] | 
 
     limit = math.nan if p.power_limit_w is None else p.power_limit_w
     if p.sharing is None:
-        pred = oracle.predict(workload, Placements.of([p.n_gpus], [p.batch], [p.gpu], [limit]))
+        # one node: the oracle's fewest (0); several: as recorded, at least the fewest its GPUs need
+        fewest = -(-p.n_gpus // oracle.catalogue.get(p.gpu).gpus_per_node)
+        m = 0 if p.n_nodes <= 1 else max(min(p.n_nodes, p.n_gpus), fewest)
+        pred = oracle.predict(workload, Placements.of([p.n_gpus], [p.batch], [p.gpu], [limit], [m]))
         if pred.feasible is not None and not bool(pred.feasible[0]):
             return None
         t, e = float(pred.step_time_s[0]), float(pred.energy_j[0])

@@ -404,9 +404,9 @@ def astuple_shallow(res: StepResult) -> tuple[np.ndarray, ...]:
 
 def _first_of_placement(placements: Placements, codes: np.ndarray, repeat: int) -> np.ndarray:
     """For each row (placements repeated `repeat` times), the row whose noise it takes: the first row in
-    its repetition with the same GPU count, batch, GPU type and node count, whatever its power limit. A placement
-    asked for twice at the same limit keeps two draws (the k-th copy at one limit goes with the k-th
-    copy at another)."""
+    its repetition with the same GPU count, batch and GPU type, whatever its power limit and node count. A
+    placement asked for twice at the same limit and node count keeps two draws (the k-th copy at one limit
+    or node count goes with the k-th copy at another)."""
     codes = np.asarray(codes, dtype=np.int64)
     limit = np.nan_to_num(placements.power_limit_w, nan=-1.0)
     nodes = placements.n_nodes
@@ -419,7 +419,7 @@ def _first_of_placement(placements: Placements, codes: np.ndarray, repeat: int) 
     starts = np.r_[0, np.flatnonzero(sorted_rows[1:] != sorted_rows[:-1]) + 1]
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
-    key = np.stack([placements.n_gpus, placements.batch, codes, nodes, rank])
+    key = np.stack([placements.n_gpus, placements.batch, codes, rank])
     _, first, inverse = np.unique(key, axis=1, return_index=True, return_inverse=True)
     base = first[np.asarray(inverse).reshape(-1)]
     n = len(base)
@@ -467,9 +467,11 @@ class NoisyOracle(Oracle):
         n = len(res.step_time_s)
         ft = np.maximum(self.rng.normal(1.0, self.sigma, n), 0.05)
         fp = np.maximum(self.rng.normal(1.0, self.sigma, n), 0.05)
-        if not np.isnan(placements.power_limit_w).all():
-            # an error of the model does not depend on the power limit: every limit of the same GPUs and
-            # batch shares the draw of the first of them (else a policy would choose limits on noise)
+        nodes = placements.n_nodes
+        if not np.isnan(placements.power_limit_w).all() or (len(nodes) and nodes.min() != nodes.max()):
+            # an error of the model does not depend on the power limit or the spread: every limit and node
+            # count of the same GPUs and batch shares the draw of the first of them (else a policy would
+            # choose limits, or spread a job, on noise)
             same = _first_of_placement(placements, idx, repeat)
             ft, fp = ft[same], fp[same]
         raw = res.power_w * fp

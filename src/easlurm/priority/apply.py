@@ -99,15 +99,21 @@ def placement_fields(
     A typed request is rewritten in the job's own GRES prefix (`gres:gpu:h100:2`). An untyped one
     (`--gres=gpu:2`) keeps no type, since Slurm refuses a typed rewrite of it ("Invalid GRES specification
     (with and without type identification)"); its type is pinned by requiring the chosen node instead
-    (`NodeList=`), unless the job's own node list already holds only nodes of that type."""
+    (`NodeList=`), unless the job's own node list already holds only nodes of that type. A start spread
+    over several nodes asks for them all (`NumNodes=N`, `NodeList=`) and its GPUs per node (an even split:
+    `feasible_starts` drops others)."""
     fields: dict[str, str] = {}
     typed = job.gpu_type is not None
-    if job.gpus_per_node != start.n_gpus or job.node_count != 1 or (typed and job.gpu_type != start.gpu_type):
+    m = start.n_nodes
+    per_node = start.n_gpus // m
+    if job.gpus_per_node != per_node or job.node_count != m or (typed and job.gpu_type != start.gpu_type):
         prefix = request_prefix(job.gres_request)
-        fields["NumNodes"] = "1"
+        fields["NumNodes"] = str(m)
         gpu_type = f"{start.gpu_type}:" if typed else ""
-        fields["TresPerNode"] = f"{prefix}gpu:{gpu_type}{start.n_gpus}"
-    if not typed and not _pinned_to_type(job, start.gpu_type, nodes or {}):
+        fields["TresPerNode"] = f"{prefix}gpu:{gpu_type}{per_node}"
+    if m > 1:
+        fields["NodeList"] = ",".join(start.nodes)  # the nodes the policy spread it over, no others
+    elif not typed and not _pinned_to_type(job, start.gpu_type, nodes or {}):
         fields["NodeList"] = start.node
     part = partition_for(job, node)
     if part is not None:
@@ -148,6 +154,9 @@ def feasible_starts(
                 if place is None:
                     continue
                 places[start.job_id] = place
+        elif start.n_nodes > 1 and len(set(start.node_gpus)) > 1:
+            log.info("job %s: %s GPUs per node cannot be asked of Slurm", start.job_id, start.node_gpus)
+            continue
         elif job is not None and job.pending:
             places[start.job_id] = placement_fields(job, start, node, ctx.nodes)
         starts.append(start)
@@ -190,6 +199,8 @@ def plan(
         place = places.get(start.job_id)
         if place:
             why = f"{start.n_gpus}x{start.gpu_type}"
+            if start.n_nodes > 1:
+                why += f" on {start.n_nodes} nodes"
             if start.colocate_with is not None:
                 why += f" beside {start.colocate_with}"
             actions.append(Action(Kind.PLACE, start.job_id, place, why))

@@ -113,7 +113,7 @@ def queue_order(policy: Any, snapshot: ClusterSnapshot, oracle: Any) -> list[str
         return []
     try:
         cyc = policy.cycle(snapshot, oracle)
-        cyc.feasible = np.ones_like(cyc.feasible)
+        cyc.feasible = np.ones_like(cyc.feasible) if cyc.spread is None else ~cyc.spread
         best = policy.placements(cyc)
         tier, score = policy.score(cyc, best)
         return [snapshot.pending[j].job_id for j in policy.order(best, tier, score)]

@@ -15,19 +15,26 @@ from easlurm.priority.snapshot import PendingJob
 
 log = logging.getLogger(__name__)
 
+#: Spread node counts predicted beyond the fewest nodes that hold a GPU count on empty nodes.
+MAX_EXTRA_NODES = 3
+
 OptionKey = tuple[Any, ...]
 
 
 @dataclass(frozen=True)
 class TypeFacts:
-    """Power facts of one GPU type, as the snapshot gives them (W per GPU)."""
+    """Power facts of one GPU type, as the snapshot gives them (W per GPU), and its nodes' GPU counts
+    (largest first; empty: unknown, options are predicted on one node)."""
 
     tdp_w: float
     min_power_limit_w: float | None
+    node_gpus: tuple[int, ...] = ()
 
 
 class PredictionCache:
-    """Predictions of (n_gpus, batch, gpu type, power limit) options per job template, in one flat store.
+    """Predictions of (n_gpus, batch, gpu type, power limit, nodes spanned) options per job template, in one
+    flat store. Node counts run from the fewest nodes of the type that hold the GPUs (packed) up to
+    MAX_EXTRA_NODES more: the spreads a fragmented cluster may offer.
 
     A job's options depend only on its template (model, precision, option lists), never on time, so
     each template is predicted once per oracle; a scheduling cycle then indexes the flat arrays.
@@ -59,9 +66,16 @@ class PredictionCache:
             else:
                 ints = np.zeros(0, dtype=np.int64)
                 flts = np.zeros(0, dtype=np.float64)
-                self._flat = (ints, ints, ints, flts, flts, flts, flts)
-        n, b, code, pl, sps, pw, base = self._flat
+                self._flat = (ints, ints, ints, flts, flts, flts, flts, ints, np.zeros(0, dtype=bool))
+        n, b, code, pl, sps, pw, base = self._flat[:7]
         return n, b, code, pl, sps, pw, base
+
+    @property
+    def node_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(nodes spanned, spread: more nodes than the fewest that hold the GPUs), aligned on `arrays`."""
+        self.arrays  # noqa: B018 - builds the flat store
+        assert self._flat is not None
+        return self._flat[7], self._flat[8]
 
     def code(self, gpu_type: str) -> int:
         if gpu_type not in self._type_code:
@@ -81,7 +95,7 @@ class PredictionCache:
         """(offset, length) into the flat arrays of each job's options on the given GPU types."""
         offs = np.empty(len(jobs), dtype=np.int64)
         lens = np.empty(len(jobs), dtype=np.int64)
-        type_key = tuple(sorted(types))
+        type_key = tuple(sorted(types.items()))
         for i, job in enumerate(jobs):
             fixed = rigid or not job.malleable
             key = (
@@ -109,24 +123,32 @@ class PredictionCache:
         from easlurm.model.oracle import Placements
 
         gpu_opts, batch_opts, allowed = key[4], key[5], job.gpu_types
-        rows: list[tuple[int, int, str, float]] = []
-        base_row: list[int] = []  # the row of the same GPUs and batch at the default limit
+        rows: list[tuple[int, int, str, float, int, bool]] = []
+        base_row: list[int] = []  # the row of the same GPUs, nodes and batch at the default limit
         for gpu_type in sorted(types):
             if allowed is not None and not type_allowed(gpu_type, allowed):
                 continue
             limits = _limits_for(types[gpu_type], job.power_limit_options_w, fractions)
             for k in gpu_opts:
-                for b in batch_opts:
-                    base_row.extend([len(rows)] * len(limits))
-                    rows.extend((k, b, gpu_type, pl) for pl in limits)
+                spans = node_spans(k, types[gpu_type].node_gpus)
+                for m_k in spans:
+                    for b in batch_opts:
+                        base_row.extend([len(rows)] * len(limits))
+                        rows.extend((k, b, gpu_type, pl, m_k, m_k > spans[0]) for pl in limits)
         if not rows:
             return self._append_empty()
         n = np.array([r[0] for r in rows], dtype=np.int64)
         b = np.array([r[1] for r in rows], dtype=np.int64)
         g = np.array([r[2] for r in rows], dtype=object)
         pl = np.array([r[3] for r in rows], dtype=np.float64)
+        m = np.array([r[4] for r in rows], dtype=np.int64)
+        spread = np.array([r[5] for r in rows], dtype=bool)
         try:
-            pred = self.oracle.predict(self._workload(job), Placements.of(n, b, g, pl))
+            sizes = {t: self.oracle.catalogue.get(t).gpus_per_node for t in set(g)}
+            per_node = np.array([sizes[t] for t in g], dtype=np.int64)
+            pred = self.oracle.predict(
+                self._workload(job), Placements.of(n, b, g, pl, oracle_nodes(n, m, per_node))
+            )
         except ModelError as exc:
             log.warning("job %s (%s) cannot be placed: %s", job.job_id, job.model, exc)
             return self._append_empty()
@@ -135,7 +157,7 @@ class PredictionCache:
         ok = np.isfinite(sps) & (sps > 0) & np.isfinite(pw)
         base = np.where(ok, sps, np.nan)[np.asarray(base_row, dtype=np.int64)]
         codes = np.array([self.code(t) for t in g], dtype=np.int64)
-        chunk = (n[ok], b[ok], codes[ok], pl[ok], sps[ok], pw[ok], base[ok])
+        chunk = (n[ok], b[ok], codes[ok], pl[ok], sps[ok], pw[ok], base[ok], m[ok], spread[ok])
         start = self._size
         self._chunks.append(chunk)
         self._size += int(ok.sum())
@@ -169,6 +191,36 @@ def _limits_for(facts: TypeFacts, explicit_w: tuple[float, ...], fractions: tupl
     limits = {round(w, 1) for w in explicit_w} | {round(f * facts.tdp_w, 1) for f in fractions}
     kept = sorted(w for w in limits if floor <= w < facts.tdp_w)
     return [math.nan, *kept]
+
+
+def node_spans(k: int, node_gpus: tuple[int, ...]) -> list[int]:
+    """Node counts an option of k GPUs is predicted on: the fewest of the type's nodes that hold k when
+    empty, then up to MAX_EXTRA_NODES more (never more nodes than GPUs or than the type has); [1] when
+    the nodes are unknown, [] when all of them together hold fewer than k."""
+    if not node_gpus:
+        return [1]
+    fewest = int(fewest_free_nodes(np.asarray(node_gpus), np.asarray([k]))[0])
+    if fewest == 0:
+        return []
+    return list(range(fewest, min(k, len(node_gpus), fewest + MAX_EXTRA_NODES) + 1))
+
+
+def oracle_nodes(n_gpus: np.ndarray, n_nodes: np.ndarray, gpus_per_node: Any) -> np.ndarray:
+    """The node count to give the oracle for GPUs placed on `n_nodes` cluster nodes: 0 (the fewest at the
+    catalogue's gpus_per_node, what a one-node placement on a node as large as the catalogue's is) for one
+    node, else the spread but never fewer than the catalogue's fewest (a cluster node larger than the
+    catalogue's holds what the oracle's would not)."""
+    n = np.asarray(n_gpus, dtype=np.int64)
+    m = np.asarray(n_nodes, dtype=np.int64)
+    fewest = -(-n // np.asarray(gpus_per_node, dtype=np.int64))
+    return np.where(m > 1, np.maximum(m, fewest), 0).astype(np.int64)
+
+
+def fewest_free_nodes(free: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """The fewest nodes whose free GPUs (`free`, of one GPU type) hold `k` GPUs, per k (0 when they cannot)."""
+    held = np.cumsum(np.sort(np.asarray(free, dtype=np.int64))[::-1])
+    need = np.searchsorted(held, np.asarray(k, dtype=np.int64), side="left") + 1
+    return np.where(need <= len(held), need, 0).astype(np.int64)
 
 
 def expand(offs: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

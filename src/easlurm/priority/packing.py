@@ -8,10 +8,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from easlurm.errors import ConfigError
-from easlurm.priority.options import PredictionCache, TypeFacts, expand
+from easlurm.priority.options import PredictionCache, TypeFacts, expand, fewest_free_nodes
 from easlurm.priority.snapshot import ClusterSnapshot, Decision, PendingJob, StartJob
 
 INF = float("inf")
+#: Energy policies start a job spread over more nodes than packing needs only when its energy-delay
+#: product is within this fraction of the job's best packed option; otherwise it waits for packed GPUs.
+SPREAD_SLACK_EDP = 0.05
 #: the power limits an energy policy weighs for each placement, as fractions of the GPU's TDP (those
 #: under the GPU's minimum limit are left out; the default limit is always an option)
 LIMIT_STEPS: tuple[float, ...] = tuple(round(0.30 + 0.05 * i, 2) for i in range(14))
@@ -33,10 +36,12 @@ class Cycle:
     limit_w: np.ndarray
     power_w: np.ndarray
     time_s: np.ndarray  # remaining run time of the job with this option
-    feasible: np.ndarray  # fits on the free GPUs of one node now
+    feasible: np.ndarray  # its node count is the fewest nodes whose free GPUs hold it now
     node_free: list[int]  # free GPUs per snapshot node (mutated by allocation)
     node_code: np.ndarray  # type code of each node
     node_idle_w: np.ndarray
+    n_nodes: np.ndarray | None = None  # nodes the option's GPUs span (None: one)
+    spread: np.ndarray | None = None  # more nodes than the fewest that hold its GPUs on empty nodes
 
     @property
     def edp(self) -> np.ndarray:
@@ -69,10 +74,21 @@ class Cycle:
 
     def refresh(self) -> None:
         """Recompute which options fit after `node_free` changed (preemption frees GPUs)."""
-        n_types = max(len(self.cache.type_names), int(self.code.max(initial=-1)) + 1)
-        max_free = np.zeros(n_types, dtype=np.int64)
-        np.maximum.at(max_free, self.node_code, np.asarray(self.node_free, dtype=np.int64))
-        self.feasible = self.n_gpus <= max_free[self.code]
+        self.feasible = self.fits()
+
+    def fits(self, rows: slice = slice(None)) -> np.ndarray:
+        """Which options (of `rows`) can start now: their node count is the fewest nodes of their type
+        whose free GPUs hold them (a packed option where one node holds it, a spread one where none does)."""
+        k, code = self.n_gpus[rows], self.code[rows]
+        m = np.ones_like(k) if self.n_nodes is None else self.n_nodes[rows]
+        free = np.asarray(self.node_free, dtype=np.int64)
+        counts = np.arange(int(k.max(initial=0)) + 1)
+        n_types = max(int(code.max(initial=-1)), int(self.node_code.max(initial=-1))) + 1
+        need = np.zeros((n_types, len(counts)), dtype=np.int64)  # fewest nodes by (type, GPU count)
+        for c in range(n_types):
+            need[c] = fewest_free_nodes(free[self.node_code == c], counts)
+        fewest = need[code, k]
+        return (fewest > 0) & (m == fewest)
 
     def pick_node(self, code: int, k: int) -> int:
         """Best fit: the node of this type with the fewest free GPUs that still holds k (-1 if none)."""
@@ -82,20 +98,58 @@ class Cycle:
                 choice, fewest = i, free
         return choice
 
-    def start(self, pos: int, node: int) -> StartJob:
+    def place(self, pos: int) -> tuple[tuple[int, int], ...] | None:
+        """(node index, GPUs) for option `pos` on the free GPUs now, or None when its node count is not the
+        fewest that hold it. One node: best fit. Several: an even split on the best-fitting nodes where
+        one exists (what Slurm's GPUs-per-node request expresses), else the fullest nodes first."""
+        code, k = int(self.code[pos]), int(self.n_gpus[pos])
+        m = 1 if self.n_nodes is None else int(self.n_nodes[pos])
+        if m == 1:
+            node = self.pick_node(code, k)
+            return ((node, k),) if node >= 0 else None
+        mine = [i for i, f in enumerate(self.node_free) if f > 0 and self.node_code[i] == code]
+        mine.sort(key=lambda i: (-self.node_free[i], i))
+        free = [self.node_free[i] for i in mine]
+        if len(mine) < m or sum(free[:m]) < k or sum(free[: m - 1]) >= k:
+            return None
+        if k % m == 0 and free[m - 1] >= k // m:
+            even = sorted(
+                (i for i in mine if self.node_free[i] >= k // m), key=lambda i: (self.node_free[i], i)
+            )
+            return tuple((i, k // m) for i in sorted(even[:m]))
+        alloc = [(i, self.node_free[i]) for i in mine[: m - 1]]
+        rest = k - sum(g for _, g in alloc)
+        last = min(
+            (i for i in mine[m - 1 :] if self.node_free[i] >= rest), key=lambda i: (self.node_free[i], i)
+        )
+        return (*alloc, (last, rest))
+
+    def start(self, pos: int, node: int | tuple[tuple[int, int], ...]) -> StartJob:
+        """The start of option `pos` on one node or on `place(pos)`'s nodes; takes their GPUs."""
         job = self.jobs[int(self.job_of[pos])]
         k = int(self.n_gpus[pos])
-        self.node_free[node] -= k
+        alloc = ((node, k),) if isinstance(node, int) else node
+        for i, g in alloc:
+            self.node_free[i] -= g
         limit = float(self.limit_w[pos])
+        names = tuple(self.snapshot.nodes[i].name for i, _ in alloc)
         return StartJob(
             job_id=job.job_id,
-            node=self.snapshot.nodes[node].name,
+            node=names[0],
             n_gpus=k,
             batch=int(self.batch[pos]),
             gpu_type=self.cache.type_names[int(self.code[pos])],
             power_limit_w=None if np.isnan(limit) else limit,
             predicted_power_w=float(self.power_w[pos]),
+            nodes=names if len(alloc) > 1 else (),
+            node_gpus=tuple(g for _, g in alloc) if len(alloc) > 1 else (),
         )
+
+    def release(self, start: StartJob) -> None:
+        """Give back the GPUs `start` took (a start withdrawn after all)."""
+        index = {n.name: i for i, n in enumerate(self.snapshot.nodes)}
+        for name, g in start.allocation():
+            self.node_free[index[name]] += g
 
 
 class BatchPacker:
@@ -121,6 +175,7 @@ class BatchPacker:
         power_budget_w: float | None = None,
         max_slowdown: float | None = None,
         power_limits: bool = True,
+        spread_slack: float | None = None,
         **params: Any,
     ) -> None:
         if params:
@@ -129,6 +184,12 @@ class BatchPacker:
             raise ConfigError(f"policy {self.name}: aging_weight must be >= 0")
         if max_slowdown is not None and not (0.0 <= max_slowdown <= 10.0):
             raise ConfigError(f"policy {self.name}: max_slowdown must lie in [0, 10], got {max_slowdown!r}")
+        if spread_slack is not None and spread_slack < 0:
+            raise ConfigError(f"policy {self.name}: spread_slack must be >= 0")
+        #: a spread option is taken only when its objective is within this fraction of the job's best
+        #: packed one (free or not), else the job waits for packed GPUs; time policies never wait.
+        default = SPREAD_SLACK_EDP if self.objective == "edp" else INF
+        self.spread_slack = default if spread_slack is None else float(spread_slack)
         self.aging_weight = float(aging_weight)
         self.malleable = bool(malleable)
         self.power_budget_w = power_budget_w
@@ -163,7 +224,18 @@ class BatchPacker:
 
     # -- hooks ---------------------------------------------------------------------------------
     def placements(self, cyc: Cycle) -> np.ndarray:
-        return cyc.best(cyc.edp if self.objective == "edp" else cyc.time_s)
+        metric = cyc.edp if self.objective == "edp" else cyc.time_s
+        return cyc.best(metric, cyc.feasible & self.spread_ok(cyc, metric))
+
+    def spread_ok(self, cyc: Cycle, metric: np.ndarray) -> np.ndarray:
+        """Options the policy accepts: packed ones, and spread ones whose `metric` is within `spread_slack`
+        of the job's best packed option (free now or not): spreading that costs more is worth a wait."""
+        if cyc.spread is None or not cyc.spread.any() or self.spread_slack == INF:
+            return np.ones(len(metric), dtype=bool)
+        packed = ~cyc.spread
+        best_packed = np.full(len(cyc.jobs), INF)
+        np.minimum.at(best_packed, cyc.job_of[packed], metric[packed])
+        return packed | (metric <= best_packed[cyc.job_of] * (1.0 + self.spread_slack))
 
     def score(self, cyc: Cycle, best: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(tier, score) per job, lower first; jobs without a placement are ignored."""
@@ -174,9 +246,9 @@ class BatchPacker:
         starts = []
         for j in order:
             pos = int(best[j])
-            node = cyc.pick_node(int(cyc.code[pos]), int(cyc.n_gpus[pos]))
-            if node >= 0:
-                starts.append(cyc.start(pos, node))
+            place = cyc.place(pos)
+            if place is not None:
+                starts.append(cyc.start(pos, place))
                 if not any(cyc.node_free):
                     break
         return Decision(starts=tuple(starts))
@@ -194,12 +266,13 @@ class BatchPacker:
         if cache is None or cache.oracle is not oracle:
             cache = self._caches[id(oracle)] = PredictionCache(oracle)
         nodes = snapshot.nodes
-        key = tuple((nd.gpu_type, nd.tdp_w, nd.min_power_limit_w) for nd in nodes)
+        key = tuple((nd.gpu_type, nd.tdp_w, nd.min_power_limit_w, nd.total_gpus) for nd in nodes)
         static = cache.layouts.get(key)
         if static is None:
             types: dict[str, TypeFacts] = {}
             for node in nodes:
-                types.setdefault(node.gpu_type, TypeFacts(node.tdp_w, node.min_power_limit_w))
+                sizes = sorted((nd.total_gpus for nd in nodes if nd.gpu_type == node.gpu_type), reverse=True)
+                types.setdefault(node.gpu_type, TypeFacts(node.tdp_w, node.min_power_limit_w, tuple(sizes)))
             codes = np.array([cache.code(nd.gpu_type) for nd in nodes], dtype=np.int64)
             static = cache.layouts[key] = (types, codes)
         types, node_code = static
@@ -207,15 +280,14 @@ class BatchPacker:
         offs, lens = cache.slots(jobs, types, rigid=not self.malleable, limit_fractions=self.limit_fractions)
         idx, job_of = expand(offs, lens)
         n_all, b_all, code_all, pl_all, sps_all, pw_all, base_all = cache.arrays
+        m_all, spread_all = cache.node_arrays
         keep = self.limit_mask(jobs, job_of, pl_all[idx], sps_all[idx], base_all[idx])
         if not keep.all():
             idx, job_of = idx[keep], job_of[keep]
         n, code, sps = n_all[idx], code_all[idx], sps_all[idx]
         remaining = np.array([j.remaining_samples for j in jobs], dtype=np.float64)
         node_free = [nd.free_gpus for nd in nodes]
-        max_free = np.zeros(len(cache.type_names), dtype=np.int64)
-        np.maximum.at(max_free, node_code, np.asarray(node_free, dtype=np.int64))
-        return Cycle(
+        cyc = Cycle(
             snapshot=snapshot,
             cache=cache,
             jobs=jobs,
@@ -226,11 +298,15 @@ class BatchPacker:
             limit_w=pl_all[idx],
             power_w=pw_all[idx],
             time_s=remaining[job_of] / sps,
-            feasible=n <= max_free[code],
+            feasible=np.zeros(len(n), dtype=bool),
             node_free=node_free,
             node_code=node_code,
             node_idle_w=np.array([nd.idle_power_w for nd in nodes], dtype=np.float64),
+            n_nodes=m_all[idx],
+            spread=spread_all[idx],
         )
+        cyc.refresh()
+        return cyc
 
     def limit_mask(
         self,

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from easlurm.errors import EaslurmError
 from easlurm.priority.snapshot import ClusterSnapshot, Decision, PendingJob, StartJob
 
@@ -28,6 +30,7 @@ def predict_starts(decision: Decision, snapshot: ClusterSnapshot, oracle: Any) -
     """Predicted energy (J) and run time (s) of each start of the decision, for the job's remaining steps."""
     from easlurm.model.oracle import Placements
     from easlurm.model.zoo import get_workload
+    from easlurm.priority.options import oracle_nodes
 
     pending = {p.job_id: p for p in snapshot.pending}
     out: dict[str, StartPrediction] = {}
@@ -40,7 +43,11 @@ def predict_starts(decision: Decision, snapshot: ClusterSnapshot, oracle: Any) -
                 job.model, precision=job.precision, seq_len=job.seq_len, image_size=job.image_size
             )
             limit = start.power_limit_w if start.power_limit_w is not None else math.nan
-            pred = oracle.predict(wl, Placements.of([start.n_gpus], [start.batch], [start.gpu_type], [limit]))
+            per_node = oracle.catalogue.get(start.gpu_type).gpus_per_node
+            m = oracle_nodes(np.array([start.n_gpus]), np.array([start.n_nodes]), per_node)
+            pred = oracle.predict(
+                wl, Placements.of([start.n_gpus], [start.batch], [start.gpu_type], [limit], m)
+            )
             steps = _steps(job)
             out[start.job_id] = StartPrediction(
                 energy_j=_finite(float(pred.energy_j[0]) * steps),
@@ -69,7 +76,7 @@ def format_duration(seconds: float | None) -> str:
 
 
 def placement_text(start: StartJob) -> str:
-    text = f"{start.n_gpus}x{start.gpu_type}@{start.node}"
+    text = f"{start.n_gpus}x{start.gpu_type}@{','.join(start.nodes) if start.nodes else start.node}"
     if start.power_limit_w is not None:
         text += f",{start.power_limit_w:g}W"
     if start.colocate_with is not None:

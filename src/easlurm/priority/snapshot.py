@@ -184,7 +184,10 @@ class StartJob:
     """Start a pending job on one node with a GPU count, global batch, GPU type and optional limit (W/GPU).
 
     `colocate_with` names a running one-GPU job whose GPU this one-GPU job joins (the node's free GPU
-    count does not change); None: the job gets GPUs of its own."""
+    count does not change); None: the job gets GPUs of its own.
+
+    `nodes` and `node_gpus` spread the GPUs over several nodes (`node` first, GPUs taken on each, summing
+    to `n_gpus`); empty: all on `node`."""
 
     job_id: str
     node: str
@@ -194,6 +197,19 @@ class StartJob:
     power_limit_w: float | None = None
     predicted_power_w: float | None = None
     colocate_with: str | None = None
+    nodes: tuple[str, ...] = ()
+    node_gpus: tuple[int, ...] = ()
+
+    @property
+    def n_nodes(self) -> int:
+        """Nodes the job's GPUs span."""
+        return max(len(self.nodes), 1)
+
+    def allocation(self) -> tuple[tuple[str, int], ...]:
+        """(node, GPUs on it) for every node of the placement."""
+        if not self.nodes:
+            return ((self.node, self.n_gpus),)
+        return tuple(zip(self.nodes, self.node_gpus, strict=False))
 
 
 @dataclass(frozen=True)

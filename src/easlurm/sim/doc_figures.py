@@ -79,7 +79,7 @@ class Runs:
 
     def identical(self, experiment: str, a: str, b: str) -> bool:
         """Every metric (timings aside) equal in every seed: the two labels made the same decisions."""
-        skip = {"wall_s", "events_per_s"}
+        skip = {"wall_s", "events_per_s", "replay_wall_s", "jobs_per_s"}
         ra = {int(r["seed"]): r for r in self.rows if r["experiment"] == experiment and r["label"] == a}
         rb = {int(r["seed"]): r for r in self.rows if r["experiment"] == experiment and r["label"] == b}
         if not ra or ra.keys() != rb.keys():

@@ -16,7 +16,9 @@ EXP = "B-limits"
 PER_JOB, TO_MJ = "energy_per_job_j", 1e-6
 ALIBABA = "tests/fixtures/traces/public/alibaba_gpu_v2023_openb_pod_list_gpuspec10_head64.csv"
 UBCCR = "tests/fixtures/traces/public/ubccr_sacct_dump2101_head11.psv"
+PHILLY = "tests/fixtures/traces/public/philly_gen_parallel_workloads_training_head100.csv"
 CONVERTER = "scripts/convert-alibaba-gpu-trace"
+PHILLY_CONVERTER = "scripts/convert-philly-gen-workloads"
 REPLAY_POLICIES = ("pollux", "zeus", "hades", "zeus-share")
 REPLAY_SEEDS = (0, 1, 2)
 
@@ -27,27 +29,46 @@ class LimitsData:
     alibaba: Any  # ReplayResult
     alibaba_runs: Runs
     ubccr: Any  # ReplayResult
+    philly: Any  # ReplayResult
+    philly_runs: Runs
+
+
+def _convert(root: Path, script: str, source: str, out: Path) -> Path:
+    """Run a converter of scripts/ on a fixture (in-process, its stderr count kept beside the output)."""
+    convert = runpy.run_path(str(root / script), run_name=script.rsplit("/", 1)[-1].replace("-", "_"))[
+        "convert"
+    ]
+    with (
+        open(root / source, newline="") as src,
+        open(out, "w", newline="") as dst,
+        open(out.with_suffix(".err"), "w") as err,
+    ):
+        convert(src, dst, err)
+    return out
 
 
 def limits_source(root: Path, work_dir: Path, jobs: int) -> LimitsData:
-    """Run the campaign, convert the Alibaba excerpt and replay it and the UB CCR excerpt."""
+    """Run the campaign, convert the Alibaba and Philly excerpts and replay them and the UB CCR excerpt."""
     from easlurm.sim.campaign_run import row_of
     from easlurm.sim.replay import replay
 
     runs = campaign_source(PLAN)(root, work_dir / "campaign", jobs)
     work_dir.mkdir(parents=True, exist_ok=True)
-    converted = work_dir / "alibaba.csv"
-    convert = runpy.run_path(str(root / CONVERTER), run_name="convert_alibaba_gpu_trace")["convert"]
-    with (
-        open(root / ALIBABA, newline="") as src,
-        open(converted, "w", newline="") as dst,
-        open(work_dir / "convert.err", "w") as err,
-    ):
-        convert(src, dst, err)
+    converted = _convert(root, CONVERTER, ALIBABA, work_dir / "alibaba.csv")
     alibaba = replay(converted, None, REPLAY_POLICIES, seeds=REPLAY_SEEDS, compare_limits=True)
     records = alibaba.records()
     ubccr = replay(root / UBCCR, None, ("zeus",), seeds=(0,))
-    return LimitsData(runs, alibaba, Runs(records, [row_of(r) for r in records]), ubccr)
+    swf = _convert(root, PHILLY_CONVERTER, PHILLY, work_dir / "philly.swf")
+    philly = replay(swf, None, REPLAY_POLICIES, seeds=REPLAY_SEEDS, compare_limits=True)
+    p_records = philly.records()
+    return LimitsData(
+        runs,
+        alibaba,
+        Runs(records, [row_of(r) for r in records]),
+        ubccr,
+        philly,
+        Runs(p_records, [row_of(r) for r in p_records]),
+    )
 
 
 def _ratio(runs: Runs, label: str, base: str, metric: str, experiment: str = EXP) -> float:
@@ -122,14 +143,21 @@ def _mj(joules: float | None) -> str:
     return "0" if abs(joules) < 1e3 else num(joules / 1e6)
 
 
-def replays(data: LimitsData) -> dict[str, str]:
-    """The Alibaba excerpt against its record, with where the saving comes from; the UB CCR excerpt."""
-    from easlurm.sim.replay import BASELINE_LABEL
-    from easlurm.sim.replay_window import savings
-    from easlurm.units import format_duration
+ENERGY_POLICIES = ("zeus", "hades", "zeus-share")
+ROW_HEADER = [
+    "Row",
+    "Energy/job (MJ)",
+    "Busy/job (MJ)",
+    "Idle/job (MJ)",
+    "Mean JCT (d)",
+    "p95 JCT (d)",
+    "Max power (W)",
+]
+SPLIT_HEADER = ["Policy", "Saved/job (MJ)", "Busy", "Idle", "Limits", "Sharing", "Placement"]
 
-    res, runs = data.alibaba, data.alibaba_runs
-    labels = [BASELINE_LABEL, *REPLAY_POLICIES, *(f"{p}+nolimit" for p in ("zeus", "hades", "zeus-share"))]
+
+def _rows(runs: Runs, labels: list[str]) -> str:
+    """Energy per job (total, busy, idle), JCT and peak power of each row, mean over seeds [CI]."""
     rows = []
     for label in labels:
         s = lambda m, lab=label: runs.summary("replay", lab, m)  # noqa: E731
@@ -144,31 +172,78 @@ def replays(data: LimitsData) -> dict[str, str]:
                 ci(s("max_power_w")),
             ]
         )
-    header = [
-        "Row",
-        "Energy/job (MJ)",
-        "Busy/job (MJ)",
-        "Idle/job (MJ)",
-        "Mean JCT (d)",
-        "p95 JCT (d)",
-        "Max power (W)",
+    return table(ROW_HEADER, rows)
+
+
+def _split(res: Any, base: str) -> list[dict[str, Any]]:
+    from easlurm.sim.replay import BASELINE_LABEL
+    from easlurm.sim.replay_window import savings
+
+    rows = [(r["label"], r["result"]["metrics"]) for r in res.records()]
+    return [r for r in savings(rows, base) if r["label"] != BASELINE_LABEL]
+
+
+def _split_table(split: list[dict[str, Any]]) -> str:
+    keys = ("total_j", "busy_j", "idle_j", "limits_j", "sharing_j", "placement_j")
+    return table(SPLIT_HEADER, [[r["label"], *(_mj(r[k]) for k in keys)] for r in split])
+
+
+def _best(runs: Runs) -> str:
+    """The energy policy with the least energy per job (the first of ENERGY_POLICIES on a tie)."""
+    return min(ENERGY_POLICIES, key=lambda p: runs.mean("replay", p, PER_JOB))
+
+
+def _seeds_agree(runs: Runs, labels: list[str]) -> bool:
+    """Every seed of every label gave the same energy per job and mean JCT."""
+    return all(
+        len(set(runs.per_seed("replay", lab, m).values())) == 1
+        for lab in labels
+        for m in (PER_JOB, "mean_jct_s")
+    )
+
+
+def _excluded(res: Any) -> str:
+    return ", ".join(f"{v} {k}" for k, v in sorted(res.mapping.excluded.items()) if v)
+
+
+def _summary_row(trace: str, res: Any, runs: Runs, base: str, against: str) -> list[str]:
+    """One real trace: the best energy policy against `base`, its JCT cost, and where its saving comes from."""
+    best = _best(runs)
+    mean = lambda lab, m: runs.mean("replay", lab, m)  # noqa: E731
+    split = next(r for r in _split(res, base) if r["label"] == best)
+    saved, limits = split["total_j"], split["limits_j"]
+    share = f"{limits / saved:.0%} of {_mj(saved)} MJ" if saved and limits is not None and saved > 0 else ""
+    return [
+        trace,
+        str(res.mapping.mapped),
+        str(res.cluster_gpus),
+        against,
+        best,
+        ci(runs.summary("replay", best, PER_JOB), TO_MJ),
+        f"{mean(best, PER_JOB) / mean(base, PER_JOB):.3f}",
+        ci(runs.summary("replay", best, "mean_jct_s"), 1 / 86400),
+        f"{mean(best, 'mean_jct_s') / mean(base, 'mean_jct_s'):.3f}",
+        share,
     ]
-    split = savings([(r["label"], r["result"]["metrics"]) for r in res.records()], BASELINE_LABEL)
-    split_rows = [
-        [
-            r["label"],
-            *(_mj(r[k]) for k in ("total_j", "busy_j", "idle_j", "limits_j", "sharing_j", "placement_j")),
-        ]
-        for r in split
-    ]
-    split_header = ["Policy", "Saved/job (MJ)", "Busy", "Idle", "Limits", "Sharing", "Placement"]
+
+
+def replays(data: LimitsData) -> dict[str, str]:
+    """The Alibaba excerpt against its record and the Philly excerpt against Pollux, each with where the
+    saving comes from; one row per real trace; the UB CCR excerpt."""
+    from easlurm.sim.replay import BASELINE_LABEL
+    from easlurm.sim.traces.sizing import DEFAULT_TYPE
+    from easlurm.units import format_duration
+
+    res, runs = data.alibaba, data.alibaba_runs
+    nolimit = [f"{p}+nolimit" for p in ENERGY_POLICIES]
+    labels = [BASELINE_LABEL, *REPLAY_POLICIES, *nolimit]
     base = res.baseline["metrics"]
     zeus_e = runs.mean("replay", "zeus", PER_JOB) / runs.mean("replay", BASELINE_LABEL, PER_JOB)
     zeus_t = runs.mean("replay", "zeus", "mean_jct_s") / runs.mean("replay", BASELINE_LABEL, "mean_jct_s")
     mp = res.mapping
     setup = (
         f"{mp.mapped} of the excerpt's {res.trace_stats.jobs} converted pods replayed ("
-        + ", ".join(f"{v} {k}" for k, v in sorted(mp.excluded.items()) if v)
+        + _excluded(res)
         + f") on `{res.cluster_name}` ({res.cluster_gpus} GPUs, sized like the record), seeds "
         f"{REPLAY_SEEDS[0]}-{REPLAY_SEEDS[-1]}, every row over the same window of "
         f"{format_duration(res.window_s)}. The seeds agree: nothing queues, and the oracle's error on a "
@@ -178,16 +253,69 @@ def replays(data: LimitsData) -> dict[str, str]:
         f"GPUs free ({format_duration(base['unexplained_wait_s'])} in all): their waits stay in the "
         "record's JCT, and no row is credited for them."
     )
+
+    ph, ph_runs = data.philly, data.philly_runs
+    ph_labels = [*REPLAY_POLICIES, *nolimit]
+    best = _best(ph_runs)
+    e = ph_runs.mean("replay", best, PER_JOB) / ph_runs.mean("replay", "pollux", PER_JOB)
+    t = ph_runs.mean("replay", best, "mean_jct_s") / ph_runs.mean("replay", "pollux", "mean_jct_s")
+    same = [p for p in ENERGY_POLICIES if ph_runs.identical("replay", f"{p}+nolimit", "pollux")]
+    agree = (
+        "The seeds agree (the same energy and JCT in every seed). "
+        if _seeds_agree(ph_runs, ph_labels)
+        else "The seeds differ: the cells give their 95 % CI. "
+    )
+    philly_setup = (
+        f"{ph.mapping.mapped} of the excerpt's {ph.trace_stats.jobs} jobs replayed"
+        + (f" ({_excluded(ph)})" if _excluded(ph) else "")
+        + f" on `{ph.cluster_name}` ({ph.cluster_gpus} GPUs of the assumed type {DEFAULT_TYPE}: the table "
+        "names no GPU type, and Philly's servers had 12 GB and 24 GB GPUs), seeds "
+        f"{REPLAY_SEEDS[0]}-{REPLAY_SEEDS[-1]}, every row over the same window of "
+        f"{format_duration(ph.window_s)}. The table gives each job's arrival, GPUs and run time but no "
+        f"start: all {ph.unknown_start_jobs} starts are unknown (SWF wait -1), so the record's row is "
+        "blank, the cluster is sized on an estimate (each job counted from its submission for its run "
+        "time) and the rows are compared with `pollux`, an exclusive baseline at the default limit. "
+        + agree
+        + f"`{best}` uses {e:.3f} of Pollux's energy per job at {t:.3f} of its mean JCT"
+        + (
+            f"; without limits ({', '.join(f'`{p}+nolimit`' for p in same)}) the energy policies make "
+            "Pollux's very decisions: the saving is the limits'."
+            if len(same) == len(ENERGY_POLICIES)
+            else "."
+        )
+    )
+    summary = table(
+        [
+            "Trace (format)",
+            "Jobs",
+            "GPUs",
+            "Against",
+            "Best energy policy",
+            "Energy/job (MJ)",
+            "vs against",
+            "Mean JCT (d)",
+            "vs against",
+            "From the limits",
+        ],
+        [
+            _summary_row("Alibaba GPU v2023 (CSV)", res, runs, BASELINE_LABEL, "the record"),
+            _summary_row("Philly (SWF)", ph, ph_runs, "pollux", "pollux (no record)"),
+        ],
+    )
     ub = data.ubccr
     ubccr = (
         f"The UB CCR excerpt (`sacct -P`, 107 columns): {ub.trace_stats.jobs} jobs read, {ub.mapping.mapped} "
-        "replayed (" + ", ".join(f"{v} {k}" for k, v in sorted(ub.mapping.excluded.items()) if v) + "): its "
+        "replayed (" + _excluded(ub) + "): its "
         "partition has no GPUs, so there is nothing for a GPU policy to change."
     )
     return {
         "power-limits/replay-setup": setup,
-        "power-limits/replay": table(header, rows),
-        "power-limits/replay-split": table(split_header, split_rows),
+        "power-limits/replay": _rows(runs, labels),
+        "power-limits/replay-split": _split_table(_split(res, BASELINE_LABEL)),
+        "power-limits/replay-philly-setup": philly_setup,
+        "power-limits/replay-philly": _rows(ph_runs, ph_labels),
+        "power-limits/replay-philly-split": _split_table(_split(ph, "pollux")),
+        "power-limits/real-traces": summary,
         "power-limits/replay-ubccr": ubccr,
     }
 

@@ -43,6 +43,7 @@ def job_rows(records: Sequence[JobRecord]) -> list[dict[str, Any]]:
                 "node": r.node,
                 "gpu_type": r.gpu_type,
                 "n_gpus": r.n_gpus,
+                "n_nodes": r.n_nodes,
                 "batch": r.batch,
                 "power_limit_w": r.power_limit_w,
                 "urgent": s.urgent,

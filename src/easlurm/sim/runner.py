@@ -169,11 +169,15 @@ def run_simulation(spec: SimSpec, jobs: list[JobSpec] | None = None) -> SimResul
     truth = Truth(real)
     cluster = cluster.resolved(real.catalogue)
     max_per_type: dict[str, int] = {}
+    nodes_per_type: dict[str, int] = {}
     for n in cluster.nodes:
         max_per_type[n.gpu_type] = max(max_per_type.get(n.gpu_type, 0), n.n_gpus)
+        nodes_per_type[n.gpu_type] = nodes_per_type.get(n.gpu_type, 0) + 1
     horizon_s = spec.hours * 3600.0
     stream = (
-        poisson_jobs(settings, truth, max_per_type, seed=spec.seed, horizon_s=horizon_s)
+        poisson_jobs(
+            settings, truth, max_per_type, seed=spec.seed, horizon_s=horizon_s, nodes_per_type=nodes_per_type
+        )
         if jobs is None
         else jobs
     )

@@ -80,6 +80,7 @@ def poisson_jobs(
     max_gpus_per_type: dict[str, int],
     *,
     seed: int,
+    nodes_per_type: dict[str, int] | None = None,
     horizon_s: float | None = None,
     max_jobs: int | None = None,
 ) -> Iterator[JobSpec]:
@@ -142,7 +143,7 @@ def poisson_jobs(
             shareable=tpl.shareable,
         )
         if urgent:
-            fastest_s = truth.fastest_runtime_s(spec, max_gpus_per_type)
+            fastest_s = truth.fastest_runtime_s(spec, max_gpus_per_type, nodes_per_type)
             spec = dataclasses.replace(spec, urgent=True, deadline_s=t + settings.deadline_factor * fastest_s)
         n += 1
         yield spec

@@ -143,6 +143,25 @@ def test_whatif_is_the_oracles_ratio_for_the_same_placement(oracle: Oracle) -> N
     assert capped.energy_change < 0.05  # a power limit does not cost energy for the same work
 
 
+def test_whatif_of_a_spread_job_keeps_its_nodes_and_offers_packing(oracle: Oracle) -> None:
+    """A job that ran 4 GPUs on 2 nodes (NNodes=2) is predicted at 2 nodes, not packed: its other lines
+    keep the spread, and 'packed on 1 node' is faster (the all-reduce leaves the network)."""
+    spec = parse_spec("model=bert-large,batch=64")
+    lines = {
+        w.label: w for w in what_ifs(oracle, spec, Placement("a100-40gb", 4, 64, n_nodes=2), ["h100-sxm"])
+    }
+    wl = get_workload("bert-large")
+    spread = oracle.predict(wl, Placements.of([4], [64], ["a100-40gb"], n_nodes=[2]))
+    packed = lines["packed on 1 node"]
+    assert packed.placement.n_nodes == 1
+    assert packed.time_change == pytest.approx(packed.step_time_s / float(spread.step_time_s[0]) - 1)
+    assert packed.time_change < -0.05 and packed.energy_change < 0
+    other = lines["on 4 x h100-sxm"]
+    assert other.placement.n_nodes == 2 and other.to_dict()["n_nodes"] == 2
+    alone = what_ifs(oracle, spec, Placement("a100-40gb", 4, 64))
+    assert not any(w.label.startswith("packed") for w in alone)
+
+
 def test_sharing_whatif_for_one_gpu_jobs_and_confidence(oracle: Oracle) -> None:
     lines = what_ifs(oracle, parse_spec("model=resnet50,batch=64"), Placement("h100-sxm", 1, 64))
     share = [w for w in lines if w.placement.sharing]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from schedd_fake import FakeSchedClient, job, node
@@ -80,6 +81,30 @@ def test_untyped_request_is_pinned_by_node_and_keeps_its_prefix() -> None:
     pinned = job("4", gpus_per_node=2, required_nodes="h100-1")  # already only on h100 nodes
     d4 = Decision(starts=(StartJob("4", "h100-1", 2, 64, "h100"),))
     assert not [a for a in plan(d4, snap("4"), ctx([pinned], {"4"})) if a.kind is Kind.PLACE]
+
+
+def test_a_spread_start_asks_slurm_for_its_nodes() -> None:
+    """A job the policy spreads 1 + 1 over two nodes gets NumNodes=2, one GPU per node and both nodes;
+    an uneven spread (2 + 1) cannot be asked in GPUs per node and is dropped this cycle; a job already
+    asking for that spread is left alone."""
+    nodes = {"h100-1": node("h100-1", "h100"), "h100-2": node("h100-2", "h100")}
+    spread = StartJob("1", "h100-1", 2, 64, "h100", nodes=("h100-1", "h100-2"), node_gpus=(1, 1))
+    j = job("1", gpus_per_node=2, gres_request="gres:gpu:2")
+    c = dataclasses.replace(ctx([j], {"1"}), nodes=nodes)
+    acts = plan(Decision(starts=(spread,)), snap("1"), c)
+    place = next(a for a in acts if a.kind is Kind.PLACE)
+    assert place.fields == {"NumNodes": "2", "TresPerNode": "gres:gpu:1", "NodeList": "h100-1,h100-2"}
+    assert place.reason == "2xh100 on 2 nodes"
+    uneven = StartJob("1", "h100-1", 3, 64, "h100", nodes=("h100-1", "h100-2"), node_gpus=(2, 1))
+    assert not [
+        a
+        for a in plan(Decision(starts=(uneven,)), snap("1"), c)
+        if a.job_id == "1" and a.kind is not Kind.ORDER
+    ]
+    done = job("1", gpus_per_node=1, node_count=2, gpu_type="h100")
+    c_done = dataclasses.replace(ctx([done], {"1"}), nodes=nodes)
+    place = next(a for a in plan(Decision(starts=(spread,)), snap("1"), c_done) if a.kind is Kind.PLACE)
+    assert place.fields == {"NodeList": "h100-1,h100-2"}
 
 
 def test_hints_only_after_slurm_accepts_the_placement(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """Replay of excerpts of real public traces (tests/fixtures/traces/public/README.md gives their
 provenance): the Alibaba GPU trace (cluster-trace-gpu-v2023), converted by
-scripts/convert-alibaba-gpu-trace, and an anonymised UB CCR `sacct -P` dump."""
+scripts/convert-alibaba-gpu-trace; the Philly trace as processed by DIR-LAB/Gen-Parallel-Workloads,
+converted to SWF by scripts/convert-philly-gen-workloads; and an anonymised UB CCR `sacct -P` dump."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ PUB = ROOT / "tests" / "fixtures" / "traces" / "public"
 ALIBABA = PUB / "alibaba_gpu_v2023_openb_pod_list_gpuspec10_head64.csv"
 UBCCR = PUB / "ubccr_sacct_dump2101_head11.psv"
 CONVERT = ROOT / "scripts" / "convert-alibaba-gpu-trace"
+PHILLY = PUB / "philly_gen_parallel_workloads_training_head100.csv"
+CONVERT_PHILLY = ROOT / "scripts" / "convert-philly-gen-workloads"
 
 
 def _convert(tmp_path: Path) -> tuple[Path, tuple[int, int], str]:
@@ -141,3 +144,116 @@ def test_ubccr_sacct_excerpt_replay_says_why_nothing_is_replayed(tmp_path: Path)
     assert mapping["mapped"] == 0 and mapping["excluded"] == {"cpu_only": 8}
     report = (out / "report.md").read_text()
     assert "No job of the trace was replayed" in report and "| cpu_only | 8 |" in report
+
+
+def _convert_philly(tmp_path: Path, src_text: str | None = None) -> tuple[Path, tuple[int, int], str]:
+    """The Philly excerpt (or `src_text`) in SWF (in-process), with (written, multi-node) and stderr."""
+    convert = runpy.run_path(str(CONVERT_PHILLY), run_name="convert_philly_gen_workloads")["convert"]
+    out, err = tmp_path / "philly.swf", io.StringIO()
+    src = io.StringIO(src_text) if src_text is not None else PHILLY.open(newline="")
+    with src, out.open("w") as dst:
+        counts = convert(src, dst, err)
+    return out, counts, err.getvalue()
+
+
+def test_philly_excerpt_is_the_table_header_and_its_first_100_jobs() -> None:
+    with PHILLY.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == [
+        "u_id",
+        "user",
+        "gpu_num",
+        "cpu_num",
+        "node_num",
+        "interval",
+        "run_time",
+        "wall_time",
+        "new_status",
+    ]
+    assert sorted(int(r["u_id"]) for r in rows) == list(range(100))  # jobs 0-99, in submission order
+    assert {r["wall_time"] for r in rows} == {"0"} and {r["cpu_num"] for r in rows} == {"0"}  # not recorded
+    assert {r["new_status"] for r in rows} == {"Pass", "Failed", "Killed"}
+
+
+def test_philly_conversion_maps_arrivals_gpus_runs_and_status(tmp_path: Path) -> None:
+    """interval -> submit (running sum), wait unknown (-1), run_time -> run, gpu_num -> processors
+    (one per GPU), Pass/Failed/Killed -> SWF status 1/0/5."""
+    path, counts, err = _convert_philly(tmp_path)
+    assert counts == (100, 1) and "100 jobs written (1 on more than one node" in err
+    stats = TraceStats()
+    jobs = {j.job_id: j for j in open_trace(path, stats=stats)}
+    assert len(jobs) == 100 and stats.jobs == 100 and stats.skipped_bad == 0
+
+    first = jobs["1"]  # u_id 0: 1 GPU, Killed after 1389243 s
+    assert (first.submit_s, first.runtime_s, first.n_gpus, first.state) == (0, 1389243, 1, "CANCELLED")
+    assert first.start_s is None and first.start_unknown
+    second = jobs["2"]  # u_id 1: 8 GPUs on 4 nodes, 395146 s after the first
+    assert (second.submit_s, second.n_gpus, second.state, second.user) == (395146, 8, "FAILED", "2")
+    pass_8 = jobs["72"]  # u_id 74, the first Pass: 8 GPUs, 184437 s after the previous group
+    assert (pass_8.n_gpus, pass_8.state, pass_8.runtime_s) == (8, "COMPLETED", 2238233)
+    last = jobs["100"]  # u_id 99: the intervals sum to 2679112 s
+    assert (last.submit_s, last.runtime_s, last.state) == (2679112, 610500, "COMPLETED")
+    assert all(j.start_unknown for j in jobs.values())
+    assert sorted({j.n_gpus for j in jobs.values()}) == [1, 2, 4, 8]
+    assert "Philly" in path.read_text().splitlines()[1]
+
+
+def test_philly_converter_rejects_bad_input_in_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    text = PHILLY.read_text().replace("0,1,1,0,1,0,1389243,0,Killed", "0,1,1,0,1,0,1389243,0,Running")
+    bad.write_text(text)
+    out = tmp_path / "bad.swf"
+    proc = subprocess.run(
+        [sys.executable, str(CONVERT_PHILLY), str(bad), "-o", str(out)], capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and not out.exists()
+    assert proc.stderr.strip() == (
+        f"convert-philly-gen-workloads: {bad}: line 2: field new_status: 'Running' is not Pass, Failed or Killed"
+    )
+    with pytest.raises(ValueError, match="lacks column"):
+        _convert_philly(tmp_path, "u_id,user\n0,1\n")
+
+
+def test_philly_converter_runs_as_a_command(tmp_path: Path) -> None:
+    out = tmp_path / "cli.swf"
+    proc = subprocess.run(
+        [sys.executable, str(CONVERT_PHILLY), str(PHILLY), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "100 jobs written" in proc.stderr
+    assert out.read_bytes() == _convert_philly(tmp_path)[0].read_bytes()
+
+
+def test_philly_excerpt_replays_with_limits_against_pollux(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`easlurm sim replay --compare-limits` on the converted excerpt: every start unknown, so the
+    record's row is blank; zeus's limits save energy against pollux, and zeus without limits is pollux
+    within what their different spread rules move."""
+    swf = _convert_philly(tmp_path)[0]
+    out = tmp_path / "out"
+    argv = ["sim", "replay", str(swf), "-O", str(out), "--policies", "pollux,zeus", "--compare-limits"]
+    assert main([*argv, "--no-html"]) == 0
+    summary = _summary(out)
+    assert {label for label, _ in summary} == {"recorded", "pollux", "zeus", "zeus+nolimit"}
+    assert summary[("recorded", "energy_per_job_j")] == ""
+    assert float(summary[("zeus", "completed_jobs")]) == 100.0
+    pollux, zeus = (float(summary[(p, "energy_per_job_j")]) for p in ("pollux", "zeus"))
+    assert zeus < 0.95 * pollux
+    # without limits zeus places as pollux but for spread placements: pollux spreads a job no node holds,
+    # zeus waits for a node when spreading costs (docs/oracle-comm.md); when it may always spread, it is pollux
+    assert float(summary[("zeus+nolimit", "energy_per_job_j")]) == pytest.approx(pollux, rel=0.02)
+    doc: dict[str, Any] = json.loads((out / "replay.json").read_text())
+    assert doc["mapping"]["mapped"] == 100 and doc["mapping"]["excluded"] == {}
+    report = (out / "report.md").read_text()
+    assert "the trace does not say when any of its jobs started (SWF wait -1)" in report
+    import easlurm.priority.packing as packing
+
+    monkeypatch.setattr(packing, "SPREAD_SLACK_EDP", float("inf"))
+    free = tmp_path / "free"
+    assert main([*argv[:3], "-O", str(free), *argv[5:], "--no-html"]) == 0
+    spread = _summary(free)
+    assert spread[("zeus+nolimit", "energy_per_job_j")] == spread[("pollux", "energy_per_job_j")]
+    assert spread[("pollux", "energy_per_job_j")] == summary[("pollux", "energy_per_job_j")]

@@ -45,7 +45,8 @@ class AuraChronos(BatchPacker):
         hold: list[str] = []
         done: set[int] = set()
         if urgent.any():
-            anywhere = self.at(padded, cyc.best(cyc.time_s, np.ones_like(cyc.feasible)))
+            unspread = np.ones_like(cyc.feasible) if cyc.spread is None else ~cyc.spread
+            anywhere = self.at(padded, cyc.best(cyc.time_s, unspread))
             slack = np.where(urgent, deadline - (now + anywhere), np.inf)
             for j in np.argsort(slack, kind="stable"):
                 if not urgent[j]:
@@ -68,7 +69,7 @@ class AuraChronos(BatchPacker):
                 cyc.refresh()
                 fastest = cyc.best(cyc.time_s)
         # packing: urgent by slack on the fastest placement, best effort by EDP with aging
-        edp_best = cyc.best(cyc.edp)
+        edp_best = cyc.best(cyc.edp, cyc.feasible & self.spread_ok(cyc, cyc.edp))
         best = np.where(urgent, fastest, edp_best)
         for j in done:
             best[j] = -1
@@ -85,13 +86,14 @@ class AuraChronos(BatchPacker):
         """The (option, node, victims) that meets the deadline while losing the least work."""
         snap = cyc.snapshot
         now = snap.time_s
-        mine = np.flatnonzero((cyc.job_of == j) & (now + padded <= deadline_s))
+        one_node = np.ones_like(cyc.feasible) if cyc.n_nodes is None else cyc.n_nodes == 1
+        mine = np.flatnonzero((cyc.job_of == j) & (now + padded <= deadline_s) & one_node)
         if len(mine) == 0:
             return None
         by_node: dict[str, list[tuple[float, RunningJob]]] = {}
         for r in snap.running:
-            if r.urgent or r.job_id in taken or now - r.start_s < self.preempt_cooldown_s:
-                continue
+            if r.urgent or r.job_id in taken or now - r.start_s < self.preempt_cooldown_s or r.n_nodes > 1:
+                continue  # a spread job frees only part of its GPUs on any one node: not a victim here
             by_node.setdefault(r.node, []).append((r.work_lost_gpu_s(now), r))
         for victims in by_node.values():
             victims.sort(key=lambda lv: (lv[0], lv[1].job_id))

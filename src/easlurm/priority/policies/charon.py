@@ -105,31 +105,34 @@ class Charon(Zeus):
         bounds = np.searchsorted(cyc.job_of, np.arange(len(cyc.jobs) + 1))
         idle_by_code = np.zeros(len(cyc.cache.type_names))
         idle_by_code[cyc.node_code] = cyc.node_idle_w
+        accept = self.spread_ok(cyc, cyc.edp)
         starts, hold = [], []
         for j in order:
             job = cyc.jobs[j]
             seen = job.observed_power_ratio if self.adaptive else None
             pos = int(best[j])
-            if cyc.pick_node(int(cyc.code[pos]), int(cyc.n_gpus[pos])) < 0:
+            if cyc.place(pos) is None:
                 continue
             k = int(cyc.n_gpus[pos])
             delta = float(cyc.power_w[pos]) * max(pad, seen or 0.0) - k * float(idle_by_code[cyc.code[pos]])
             if projected + delta > budget and self.fit_budget:  # rather a smaller placement than none
                 pad_j = max(pad, seen or 0.0)
                 pos, delta = fitting(
-                    cyc, int(bounds[j]), int(bounds[j + 1]), idle_by_code, budget - projected, pad_j
+                    cyc, int(bounds[j]), int(bounds[j + 1]), idle_by_code, budget - projected, pad_j, accept
                 )
             if pos < 0 or projected + delta > budget:
                 hold.append(job.job_id)
                 continue
             k = int(cyc.n_gpus[pos])
-            node = cyc.pick_node(int(cyc.code[pos]), k)
-            idle_w = k * float(cyc.node_idle_w[node])
-            start = cyc.start(pos, node)
+            place = cyc.place(pos)
+            assert place is not None  # the option fits now
+            node = place[0][0]
+            idle_w = sum(g * float(cyc.node_idle_w[i]) for i, g in place)
+            start = cyc.start(pos, place)
             if self.adaptive:
                 cap = self.cap_w(cyc.snapshot.nodes[node], k, budget - projected + idle_w, start)
                 if cap is None and job.urgent:  # cannot be shed later: only a guaranteed bound will do
-                    cyc.node_free[node] += k
+                    cyc.release(start)
                     hold.append(job.job_id)
                     continue
                 if cap is not None and cap < cyc.snapshot.nodes[node].tdp_w:
@@ -150,15 +153,22 @@ class Charon(Zeus):
 
 
 def fitting(
-    cyc: Cycle, lo: int, hi: int, idle_by_code: np.ndarray, room_w: float, pad: float
+    cyc: Cycle,
+    lo: int,
+    hi: int,
+    idle_by_code: np.ndarray,
+    room_w: float,
+    pad: float,
+    accept: np.ndarray | None = None,
 ) -> tuple[int, float]:
     """(position, power added) of the minimum-EDP option among positions lo..hi (one job's) that fits
-    both the free GPUs and `room_w`, predictions padded by `pad`; (-1, inf) if none."""
+    both the free GPUs and `room_w`, predictions padded by `pad`, among `accept` (all if None);
+    (-1, inf) if none."""
     code, k = cyc.code[lo:hi], cyc.n_gpus[lo:hi]
-    max_free = np.zeros(len(idle_by_code), dtype=np.int64)
-    np.maximum.at(max_free, cyc.node_code, np.asarray(cyc.node_free, dtype=np.int64))
     delta = cyc.power_w[lo:hi] * pad - k * idle_by_code[code]
-    ok = (k <= max_free[code]) & (delta <= room_w)
+    ok = cyc.fits(slice(lo, hi)) & (delta <= room_w)
+    if accept is not None:
+        ok &= accept[lo:hi]
     if not ok.any():
         return -1, INF
     i = int(np.argmin(np.where(ok, cyc.edp[lo:hi], INF)))

@@ -51,13 +51,12 @@ class CharonPL(Charon):
             tdp_by_code[cyc.node_code] = [n.tdp_w for n in cyc.snapshot.nodes]
             per_gpu = np.where(np.isnan(cyc.limit_w), tdp_by_code[cyc.code], cyc.limit_w)
             power = np.maximum(cyc.n_gpus * per_gpu, cyc.power_w)
+        accept = self.spread_ok(cyc, edp)
         starts, hold = [], []
         for j in order:
             lo, hi = int(bounds[j]), int(bounds[j + 1])
             k, code = cyc.n_gpus[lo:hi], cyc.code[lo:hi]
-            max_free = np.zeros(len(idle_by_code), dtype=np.int64)
-            np.maximum.at(max_free, cyc.node_code, np.asarray(cyc.node_free, dtype=np.int64))
-            fits = k <= max_free[code]
+            fits = cyc.fits(slice(lo, hi)) & accept[lo:hi]
             if not fits.any():
                 continue
             delta = power[lo:hi] - k * idle_by_code[code]
@@ -66,8 +65,9 @@ class CharonPL(Charon):
                 hold.append(cyc.jobs[j].job_id)
                 continue
             pos = lo + int(np.argmin(np.where(ok, edp[lo:hi], INF)))
-            node = cyc.pick_node(int(cyc.code[pos]), int(cyc.n_gpus[pos]))
-            starts.append(cyc.start(pos, node))
+            place = cyc.place(pos)
+            assert place is not None  # the option fits now
+            starts.append(cyc.start(pos, place))
             projected += float(delta[pos - lo])
             if not any(cyc.node_free):
                 break

@@ -242,18 +242,41 @@ class Simulator:
             return False
         if st.colocate_with is not None:
             return self._join(st, pend, node_i)
-        node = self.nodes[node_i]
-        if node.gpu_type != st.gpu_type or node.free_gpus < st.n_gpus or st.n_gpus <= 0:
-            log.warning(
-                "rejected start of %s: %d x %s does not fit %s", st.job_id, st.n_gpus, st.gpu_type, st.node
-            )
+        alloc = self._allocation(st)
+        if alloc is None:
             return False
         rec = self.records[st.job_id]
-        sps, power_w = self.truth.rate(rec.spec, st.n_gpus, st.batch, st.gpu_type, st.power_limit_w)
-        self._set_free(node_i, node.free_gpus - st.n_gpus)
-        self._begin(st, pend, node_i, sps, power_w, sps, power_w, 1.0, None)
-        self.ledger.change(self.now, power_w, -st.n_gpus * node.idle_power_w)
+        sps, power_w = self.truth.rate(
+            rec.spec, st.n_gpus, st.batch, st.gpu_type, st.power_limit_w, n_nodes=len(alloc)
+        )
+        idle_w = 0.0
+        for i, g in alloc:
+            self._set_free(i, self.nodes[i].free_gpus - g)
+            idle_w += g * self.nodes[i].idle_power_w
+        run = self._begin(st, pend, node_i, sps, power_w, sps, power_w, 1.0, None)
+        run.alloc = alloc
+        self.ledger.change(self.now, power_w, -idle_w)
         return True
+
+    def _allocation(self, st: StartJob) -> tuple[tuple[int, int], ...] | None:
+        """(node index, GPUs) of each node of a start, when every node exists, has the job's GPU type and
+        holds its share; None (logged) otherwise."""
+        alloc: list[tuple[int, int]] = []
+        why = None
+        for name, g in st.allocation():
+            i = self.node_index.get(name, -1)
+            node = self.nodes[i] if i >= 0 else None
+            if node is None or node.gpu_type != st.gpu_type or node.free_gpus < g or g <= 0:
+                why = f"{g} x {st.gpu_type} does not fit {name}"
+            elif any(i == j for j, _ in alloc):
+                why = f"node {name} named twice"
+            alloc.append((i, g))
+        if why is None and sum(g for _, g in alloc) != st.n_gpus:
+            why = f"the nodes' GPUs do not sum to {st.n_gpus}"
+        if why is not None:
+            log.warning("rejected start of %s: %s", st.job_id, why)
+            return None
+        return tuple(alloc)
 
     def _join(self, st: StartJob, pend: PendingJob, node_i: int) -> bool:
         """Start a one-GPU job on the GPU of a running one-GPU job: both change rate (co-location rule),
@@ -335,6 +358,7 @@ class Simulator:
             power_w=power_w,
             start_s=now,
             urgent=pend.urgent,
+            n_nodes=st.n_nodes,
             deadline_s=pend.deadline_s,
             power_limit_w=st.power_limit_w,
             expected_end_s=now + duration,
@@ -355,7 +379,7 @@ class Simulator:
         self._running_tuple = None
         if rec.start_s is None:
             rec.start_s = now
-        rec.node, rec.gpu_type, rec.n_gpus = st.node, st.gpu_type, st.n_gpus
+        rec.node, rec.gpu_type, rec.n_gpus, rec.n_nodes = st.node, st.gpu_type, st.n_gpus, st.n_nodes
         rec.batch, rec.power_limit_w = st.batch, st.power_limit_w
         user = pend.user
         charged = st.n_gpus * share
@@ -402,11 +426,13 @@ class Simulator:
         returns the segment's length (s)."""
         now = self.now
         k = run.start.n_gpus
-        node = self.nodes[run.node]
         self._settle(run, now)
         if run.partner is None:
-            self._set_free(run.node, node.free_gpus + k)
-            self.ledger.change(now, -run.power_w, k * node.idle_power_w)
+            idle_w = 0.0
+            for i, g in run.alloc or ((run.node, k),):
+                self._set_free(i, self.nodes[i].free_gpus + g)
+                idle_w += g * self.nodes[i].idle_power_w
+            self.ledger.change(now, -run.power_w, idle_w)
         else:
             self.ledger.change(now, -run.power_w, 0.0)
         user = run.state.user

@@ -22,6 +22,7 @@ class JobRecord:
     node: str | None = None
     gpu_type: str | None = None
     n_gpus: int | None = None
+    n_nodes: int | None = None
     batch: int | None = None
     power_limit_w: float | None = None
     preemptions: int = 0
@@ -49,6 +50,8 @@ class Run:
     partner: str | None = None
     piece_start_s: float = 0.0
     pieces: list[tuple[float, float, float, float]] = field(default_factory=list)
+    #: (node index, GPUs) of every node it holds GPUs on (empty: `start.n_gpus` on `node`)
+    alloc: tuple[tuple[int, int], ...] = ()
 
     def done_at(self, rel_s: float) -> float:
         """Samples done `rel_s` seconds after the segment's start."""

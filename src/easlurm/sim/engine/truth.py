@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from easlurm.errors import ModelError
-from easlurm.priority.options import type_allowed
+from easlurm.priority.options import oracle_nodes, type_allowed
 from easlurm.sim.job import JobSpec
 
 
@@ -38,21 +38,41 @@ class Truth:
         return wl
 
     def rate(
-        self, spec: JobSpec, n_gpus: int, batch: int, gpu_type: str, limit_w: float | None
+        self,
+        spec: JobSpec,
+        n_gpus: int,
+        batch: int,
+        gpu_type: str,
+        limit_w: float | None,
+        n_nodes: int = 1,
     ) -> tuple[float, float]:
-        """(samples per second, power of all the job's GPUs in W)."""
+        """(samples per second, power of all the job's GPUs in W) with the GPUs spread over `n_nodes`."""
         pl = math.nan if limit_w is None else float(limit_w)
-        key = (spec.model, spec.precision, spec.seq_len, spec.image_size, n_gpus, batch, gpu_type, pl)
+        key = (
+            spec.model,
+            spec.precision,
+            spec.seq_len,
+            spec.image_size,
+            n_gpus,
+            batch,
+            gpu_type,
+            pl,
+            n_nodes,
+        )
         hit = self._rates.get(key)
         if hit is None:
             from easlurm.model.oracle import Placements
 
+            per_node = self.oracle.catalogue.get(gpu_type).gpus_per_node
+            m = oracle_nodes(np.array([n_gpus]), np.array([n_nodes]), per_node)
             pred = self.oracle.predict(
-                self.workload(spec), Placements.of([n_gpus], [batch], [gpu_type], [pl])
+                self.workload(spec), Placements.of([n_gpus], [batch], [gpu_type], [pl], m)
             )
             sps, pw = float(pred.samples_per_s[0]), float(pred.power_w[0])
             if not (math.isfinite(sps) and sps > 0 and math.isfinite(pw)):
-                raise ModelError(f"{spec.model}: no valid prediction for {n_gpus}x{gpu_type} batch {batch}")
+                raise ModelError(
+                    f"{spec.model}: no valid prediction for {n_gpus}x{gpu_type} on {n_nodes} node(s) batch {batch}"
+                )
             hit = self._rates[key] = (sps, pw)
         return hit
 
@@ -73,8 +93,12 @@ class Truth:
             self._coruns[key] = hit
         return hit
 
-    def fastest_runtime_s(self, spec: JobSpec, types: dict[str, int]) -> float:
-        """Minimum runtime over all the job's options on the given types (GPUs per node by type)."""
+    def fastest_runtime_s(
+        self, spec: JobSpec, types: dict[str, int], nodes_by_type: dict[str, int] | None = None
+    ) -> float:
+        """Minimum runtime over all the job's options on the given types (GPUs per node by type); with
+        `nodes_by_type` (nodes of each type) an option larger than a node counts packed on the fewest nodes."""
+        counts = nodes_by_type or {}
         allowed = [t for t in types if spec.gpu_types is None or type_allowed(t, spec.gpu_types)]
         key = (
             spec.model,
@@ -84,7 +108,7 @@ class Truth:
             spec.gpu_options,
             spec.batch_options,
             spec.malleable,
-            tuple(sorted((t, types[t]) for t in allowed)),
+            tuple(sorted((t, types[t], counts.get(t, 1)) for t in allowed)),
         )
         best = self._fastest.get(key)
         if best is None:
@@ -92,16 +116,16 @@ class Truth:
 
             ks = spec.gpu_options if spec.malleable else spec.gpu_options[:1]
             bs = spec.batch_options if spec.malleable else spec.batch_options[:1]
-            rows = [(k, b, t) for t in allowed for k in ks for b in bs if k <= types[t]]
+            rows = [(k, b, t) for t in allowed for k in ks for b in bs if k <= types[t] * counts.get(t, 1)]
             if not rows:
                 raise ModelError(f"job {spec.job_id}: no option fits this cluster")
+            n = np.array([r[0] for r in rows])
+            g = np.array([r[2] for r in rows], dtype=object)
+            per_node = np.array([types[t] for t in g])
+            gpn = np.array([self.oracle.catalogue.get(t).gpus_per_node for t in g])
+            m = oracle_nodes(n, -(-n // per_node), gpn)
             pred = self.oracle.predict(
-                self.workload(spec),
-                Placements.of(
-                    np.array([r[0] for r in rows]),
-                    np.array([r[1] for r in rows]),
-                    np.array([r[2] for r in rows], dtype=object),
-                ),
+                self.workload(spec), Placements.of(n, np.array([r[1] for r in rows]), g, math.nan, m)
             )
             sps = np.asarray(pred.samples_per_s, dtype=np.float64)
             best = self._fastest[key] = float(np.nanmax(np.where(sps > 0, sps, np.nan)))
