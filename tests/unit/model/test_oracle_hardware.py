@@ -37,7 +37,6 @@ def test_dense_peaks_not_sparse():
         assert s.bf16_tflops == pytest.approx(2 * s.tf32_tflops, rel=0.02)
 
 
-
 def test_workstation_ada_lists_its_fp32_accumulate_tensor_rate():
     """The RTX 6000 Ada datasheet's headline (1457 FP8 TFLOPS) is sparse with FP16 accumulate; training
     accumulates in FP32, where AD102 runs at the L40's rate: about the RTX 4090's, as Lambda's tables measure."""
@@ -45,6 +44,7 @@ def test_workstation_ada_lists_its_fp32_accumulate_tensor_rate():
     ada, geforce = cat.get("rtx6000-ada"), cat.get("rtx4090")
     assert ada.bf16_tflops == pytest.approx(2 * ada.tf32_tflops, rel=0.02)
     assert ada.bf16_tflops / geforce.bf16_tflops < 1.2
+
 
 def test_aliases_resolve():
     cat = load_catalogue()
