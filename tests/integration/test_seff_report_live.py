@@ -126,13 +126,19 @@ def test_seff_and_report_on_real_jobs(slurm_box: Any, tmp_path: Path) -> None:
     assert all(d["peak_power_w"] is not None and d["limit_w"] == 400 for d in step0["devices"])
     assert card["idle_gpus"] == []
 
-    # the what-if "on 1 GPU" agrees with easlurm predict for the same two placements
+    # the what-if "on 1 GPU" agrees with easlurm predict for the same two placements: the job's own ran
+    # spread over its 2 nodes
     (half,) = [w for w in card["whatif"] if w["label"] == "on 1 GPU"]
-    res = run_easlurm(
-        box, "predict", "--model", "resnet50", "--gpu", "a100", "--gpus", "2,1", "--batch", "256", "--json"
-    )
-    assert res.returncode == 0, res.stderr
-    own, one = json.loads(res.stdout)["placements"]
+    predicted = []
+    for gpus, nodes in (("2", "2"), ("1", "1")):
+        res = run_easlurm(
+            box, "predict", "--model", "resnet50", "--gpu", "a100", "--gpus", gpus, "--nodes", nodes,
+            "--batch", "256", "--json",
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        (placement,) = json.loads(res.stdout)["placements"]
+        predicted.append(placement)
+    own, one = predicted
     assert half["energy_change"] == pytest.approx(
         one["energy_per_step_j"] / own["energy_per_step_j"] - 1, rel=1e-9
     )
