@@ -52,6 +52,9 @@ class WorkloadArrays:
     host_ops: np.ndarray
     opt_ops: np.ndarray
     opt_temp: np.ndarray
+    #: 1.0 where the samples come from a real data loader, with the pixels of one input image (0: not an image)
+    input_real: np.ndarray
+    input_px: np.ndarray
 
     @staticmethod
     def row(w: Workload, params: OracleParams) -> tuple[float, ...]:
@@ -84,6 +87,8 @@ class WorkloadArrays:
             w.host_ops if w.host_ops > 0 else w.kernels / 3.0,
             w.opt_ops,
             w.opt_temp_bytes,
+            1.0 if w.real_input else 0.0,
+            float(w.image_size**2) if w.real_input and w.image_size else 0.0,
         )
 
     @classmethod
@@ -266,6 +271,8 @@ def evaluate(
     limit and takes the time that costs. Each row's architecture scales the shared parameters by its factors
     (`with_arch_factors`) and decides which precisions run on tensor cores. All inputs broadcast: workload features of shape (J, 1) against placement/hardware arrays of shape
     (1, P) give (J, P) results, and workload-only terms are computed J times, not J*P times.
+    Rows whose workload reads real input (`Workload.real_input`) take at least the host's preparation time of
+    each GPU's samples per step; the GPU draws its waiting power meanwhile.
     `n_nodes` is how many nodes the GPUs span (None: the fewest that hold them); only the part of the gradient
     all-reduce that does not fit under the backward pass is added to the step (`all_reduce`).
     """
@@ -322,6 +329,9 @@ def evaluate(
     )
     t_ar, t_ar_last = all_reduce(w.grad_bytes, hw, n, n_nodes, p)
     t_over = p["t_fixed_s"] + p["t_sync_s"] * np.log2(n)
+    # a real data loader prepares each GPU's samples on the host while the GPU trains on the previous batch:
+    # the step takes at least their preparation time, and the GPU waits (at its active floor) for the rest
+    t_input = w.input_real * per_gpu * (p["t_input_sample_s"] + p["t_input_px_s"] * w.input_px)
 
     def step_of(clock: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(step time, compute-busy, memory-busy, kernel-busy, exposed communication time) at an SM clock
@@ -335,7 +345,7 @@ def evaluate(
         hidden = p["bwd_frac"] * t_micro
         t_comm = np.maximum(t_ar - t_ar_last - hidden, 0.0) + t_ar_last
         busy = (t_c * g_acc, t_m * g_acc + t_opt, t_gpu * g_acc + t_opt)
-        return t_pass + t_opt + t_comm + t_over, *busy, t_comm
+        return np.maximum(t_pass + t_opt + t_comm + t_over, t_input), *busy, t_comm
 
     # eq. 4.14-4.15, by busy fractions: the active floor while the GPU holds work, compute and HBM on top
     dyn = (hw.tdp_w - hw.idle_w) * p["c_p"]

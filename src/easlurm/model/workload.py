@@ -110,6 +110,9 @@ class Workload:
         0.0  # activations in/out of tensor-core convolutions, fwd + bwd (layout transforms)
     )
     host_ops: float = 0.0  # forward operations the host dispatches per micro-batch (backward follows them)
+    #: the samples come from a real data loader (decoding, augmentation on host workers); False: synthetic
+    #: tensors already on the GPU, as the benchmarks the oracle is mostly fitted on
+    real_input: bool = False
 
     @property
     def flops_gemm(self) -> float:

@@ -331,6 +331,12 @@ def default_free(rows: Sequence[Measurement], catalogue: Catalogue | None = None
             free += ["u_simt"]
         if any(m.power_limit_w is not None for m in rows):
             free += ["cap_alpha", "p_floor_frac", "mem_clock_knee"]
+    real = [w for w in wls if w.real_input]
+    if real:
+        # the host's input pipeline: a per-sample cost, and a per-pixel one when image sizes differ
+        free += ["t_input_sample_s"]
+        if len({w.image_size for w in real if w.image_size}) > 1:
+            free += ["t_input_px_s"]
     precs = {m.precision.lower() for m in rows}
     free += [f"c_{prec}" for prec in ("fp32", "tf32") if prec in precs and len(precs) > 1]
     free += [n for n in targeted_scalars(rows) if n.split(".")[0] not in precs]

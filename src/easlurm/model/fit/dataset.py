@@ -38,8 +38,11 @@ COLUMNS = (
 #: activation layouts a row may name: `channels_last` (NHWC, as NVIDIA's scripts run mixed-precision CNNs)
 #: needs no layout transforms around tensor-core convolutions; empty or `nchw` is PyTorch's default
 MEMORY_FORMATS = ("", "nchw", "channels_last")
-#: optional columns, written only when a row sets them
-OPTIONAL_COLUMNS = ("memory_format",)
+#: where the samples come from: `synthetic` (tensors made on the GPU, the default) or `real` (a data loader
+#: decoding and augmenting on host workers, which may hold the GPU waiting)
+INPUTS = ("synthetic", "real")
+#: optional columns and their defaults, written only when a row leaves the default
+OPTIONAL_COLUMNS = {"memory_format": "", "input": "synthetic"}
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,7 @@ class Measurement:
     #: data-parallel step time minus the same ranks' step time without gradient synchronisation, floored
     #: at 0: the communication the computation does not hide (None when unknown, e.g. one GPU)
     comm_exposed_s: float | None = None
+    input: str = "synthetic"
 
     def workload(self) -> Workload:
         w = get_workload(
@@ -79,6 +83,8 @@ class Measurement:
         )
         if self.memory_format == "channels_last":
             w = dataclasses.replace(w, conv_io_bytes=0.0)
+        if self.input == "real":
+            w = dataclasses.replace(w, real_input=True)
         return w
 
     @property
@@ -143,7 +149,10 @@ def read_measurements(path: str | Path) -> list[Measurement]:
                 memory_format=(rec.get("memory_format") or "").strip().lower(),
                 n_nodes=_opt_number(rec.get("n_nodes"), "n_nodes", where, True),  # type: ignore[arg-type]
                 comm_exposed_s=_opt_number(rec.get("comm_exposed_s"), "comm_exposed_s", where, zero=True),
+                input=(rec.get("input") or "").strip().lower() or "synthetic",
             )
+            if m.input not in INPUTS:
+                raise TraceError(f"{where}: input must be synthetic or real, got {m.input!r}")
             if m.memory_format not in MEMORY_FORMATS:
                 raise TraceError(
                     f"{where}: memory_format must be nchw or channels_last, got {m.memory_format!r}"
@@ -179,7 +188,7 @@ def write_measurements(
         for line in header_comment.splitlines():
             fh.write(f"# {line}\n")
         w = csv.writer(fh)
-        columns = [*COLUMNS, *(c for c in OPTIONAL_COLUMNS if any(getattr(m, c) for m in rows))]
+        columns = [*COLUMNS, *(c for c, d in OPTIONAL_COLUMNS.items() if any(getattr(m, c) != d for m in rows))]
         w.writerow([*columns, *names])
         for i, m in enumerate(rows):
             more = [(extra[i] if extra else {}).get(k) for k in names]

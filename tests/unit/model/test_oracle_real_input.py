@@ -1,0 +1,95 @@
+"""Real data loading in the oracle: an input-bound step, its waiting power, the `input` column, and its fit."""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from easlurm.errors import TraceError
+from easlurm.model.fit.calibrate import calibrate, default_free
+from easlurm.model.fit.dataset import Measurement, placements_of, read_measurements, write_measurements
+from easlurm.model.oracle import Oracle, Placements
+from easlurm.model.params import OracleParams
+from easlurm.model.zoo import get_workload
+
+T_SAMPLE = 4e-4
+T_PX = 1e-8
+PARAMS = OracleParams().replace(["t_input_sample_s", "t_input_px_s"], [T_SAMPLE, T_PX])
+
+
+def _predict(model: str, image: int, batch: int, gpu: str, real: bool, limit: float = math.nan):
+    w = dataclasses.replace(get_workload(model, precision="fp32", image_size=image), real_input=real)
+    return Oracle(PARAMS).predict_rows([w], Placements.of([1], [batch], [gpu], [limit]))
+
+
+def test_tiny_network_on_real_input_waits_for_the_loader_at_near_idle_power():
+    gpu_step = _predict("shufflenet-v2-cifar", 32, 1024, "h100-sxm", real=False)
+    real = _predict("shufflenet-v2-cifar", 32, 1024, "h100-sxm", real=True)
+    t_input = 1024 * (T_SAMPLE + T_PX * 32 * 32)
+    assert gpu_step.step_time_s[0] < 0.5 * t_input  # the H100 alone would be much faster
+    assert real.step_time_s[0] == pytest.approx(t_input, rel=1e-12)
+    spec = Oracle(PARAMS).catalogue.get("h100-sxm")
+    # while it waits the GPU draws its idle power plus the active floor: near idle, far below the busy draw
+    floor = spec.idle_w + (spec.tdp_w - spec.idle_w) * PARAMS.physics["c_p"] * PARAMS.physics["u_idle"]
+    assert real.power_w[0] < gpu_step.power_w[0]
+    assert real.power_w[0] == pytest.approx(floor, rel=0.25)
+
+
+def test_big_network_keeps_its_step_on_real_input():
+    synthetic = _predict("resnet50", 224, 256, "h100-sxm", real=False)
+    real = _predict("resnet50", 224, 256, "h100-sxm", real=True)
+    assert 256 * (T_SAMPLE + T_PX * 224 * 224) < synthetic.step_time_s[0]
+    assert real.step_time_s[0] == synthetic.step_time_s[0]
+    assert real.power_w[0] == synthetic.power_w[0]
+
+
+def test_input_bound_step_stays_under_a_power_limit_it_no_longer_reaches():
+    capped = _predict("shufflenet-v2-cifar", 32, 2048, "rtx6000", real=True, limit=150.0)
+    synthetic = _predict("shufflenet-v2-cifar", 32, 2048, "rtx6000", real=False, limit=150.0)
+    assert synthetic.power_w[0] == pytest.approx(150.0)  # the GPU alone hits the limit
+    assert capped.power_w[0] < 150.0  # waiting for input, it does not: no clock is lost to the limit
+    assert capped.step_time_s[0] == pytest.approx(2048 * (T_SAMPLE + T_PX * 32 * 32), rel=1e-12)
+    assert capped.gpu_busy[0] < 0.9
+
+
+def _row(**kw) -> Measurement:
+    base = dict(model="resnet50", batch=64, precision="fp32", n_gpus=1, gpu="h100-sxm", step_time_s=0.2)
+    return Measurement(**{**base, **kw})
+
+
+def test_input_column_round_trips_and_defaults_to_synthetic(tmp_path):
+    path = tmp_path / "m.csv"
+    write_measurements([_row(), _row(input="real")], path)
+    back = read_measurements(path)
+    assert [m.input for m in back] == ["synthetic", "real"]
+    assert back[1].workload().real_input and not back[0].workload().real_input
+    write_measurements([_row()], path)  # all synthetic: the column is left out, old readers see no change
+    assert "input" not in path.read_text().splitlines()[0].split(",")
+    assert read_measurements(path)[0].input == "synthetic"
+
+
+def test_unknown_input_names_file_line_and_field(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("model,batch,precision,n_gpus,gpu,step_time_s,input\nresnet50,64,fp32,1,h100-sxm,0.2,disk\n")
+    with pytest.raises(TraceError, match=r"bad\.csv:2: input"):
+        read_measurements(path)
+
+
+def test_calibration_recovers_a_known_input_cost():
+    rows = [
+        _row(model=model, image_size=image, batch=b, gpu=gpu, input="real")
+        for model, image in (("shufflenet-v2-cifar", 32), ("shufflenet-v2-cifar", 64), ("resnet50", 224))
+        for gpu in ("h100-sxm", "rtx6000")
+        for b in (256, 1024, 2048)
+    ]
+    truth = Oracle(PARAMS).predict_rows([m.workload() for m in rows], placements_of(rows)).step_time_s
+    rows = [dataclasses.replace(m, step_time_s=float(t)) for m, t in zip(rows, truth)]
+    free = default_free(rows)
+    assert "t_input_sample_s" in free and "t_input_px_s" in free
+    assert "t_input_sample_s" not in default_free([dataclasses.replace(m, input="synthetic") for m in rows])
+    fit = calibrate(rows, free=["t_input_sample_s", "t_input_px_s"], maxiter=40, seed=0)
+    got = fit.params.vector(["t_input_sample_s", "t_input_px_s"])
+    assert got[0] == pytest.approx(T_SAMPLE, rel=0.03)
+    assert got[1] == pytest.approx(T_PX, rel=0.1)
+    assert np.isfinite(fit.fit.loss) and fit.fit.loss < 0.1
