@@ -188,7 +188,10 @@ def write_measurements(
         for line in header_comment.splitlines():
             fh.write(f"# {line}\n")
         w = csv.writer(fh)
-        columns = [*COLUMNS, *(c for c, d in OPTIONAL_COLUMNS.items() if any(getattr(m, c) != d for m in rows))]
+        columns = [
+            *COLUMNS,
+            *(c for c, d in OPTIONAL_COLUMNS.items() if any(getattr(m, c) != d for m in rows)),
+        ]
         w.writerow([*columns, *names])
         for i, m in enumerate(rows):
             more = [(extra[i] if extra else {}).get(k) for k in names]
