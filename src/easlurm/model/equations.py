@@ -331,7 +331,9 @@ def evaluate(
     t_over = p["t_fixed_s"] + p["t_sync_s"] * np.log2(n)
     # a real data loader prepares each GPU's samples on the host while the GPU trains on the previous batch:
     # the step takes at least their preparation time, and the GPU waits (at its active floor) for the rest
-    t_input = w.input_real * per_gpu * (p["t_input_sample_s"] + p["t_input_px_s"] * w.input_px)
+    t_input = w.input_real * (
+        p["t_input_step_s"] + per_gpu * (p["t_input_sample_s"] + p["t_input_px_s"] * w.input_px)
+    )
 
     def step_of(clock: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(step time, compute-busy, memory-busy, kernel-busy, exposed communication time) at an SM clock

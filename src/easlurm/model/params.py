@@ -42,9 +42,11 @@ PARAM_SPECS: dict[str, tuple[float, float, float, str]] = {
     "t_kern_s": (3e-6, 1e-7, 3e-5, "GPU time per kernel beyond its work (launch gap, tail)"),
     "t_host_op_s": (8e-5, 5e-6, 3e-4, "host time per forward operation, its backward and launches included"),
     "t_fixed_s": (2e-3, 0.0, 0.5, "fixed per-step overhead (sync, data loading)"),
-    # real data loading (docs/oracle-gpus.md): host time per sample of a real loader on its workers, wall
-    # clock. Priors: ~0.3 ms per CIFAR sample (PIL augmentation on 4 workers), and JPEG decoding that scales
-    # with the pixels (~1 ms per 224x224 ImageNet sample); synthetic-input rows never use them
+    # real data loading (docs/oracle-gpus.md): wall-clock host time of a real loader per step (handing a
+    # batch from the workers to the training process) and per sample on its workers. Priors: the ~60 ms floor
+    # of small-batch Zeus epochs, ~0.3 ms per CIFAR sample (PIL augmentation on 4 workers), and JPEG decoding
+    # that scales with the pixels (~1 ms per 224x224 ImageNet sample); synthetic-input rows never use them
+    "t_input_step_s": (0.03, 0.0, 0.5, "host time per step of a real data loader, whatever the batch"),
     "t_input_sample_s": (3e-4, 0.0, 5e-3, "host time per sample of a real data loader beyond its pixels"),
     "t_input_px_s": (2e-8, 0.0, 1e-6, "host time per input pixel of a real data loader (decode, augment)"),
     "t_sync_s": (2e-3, 0.0, 0.1, "multi-GPU synchronisation/straggler overhead per doubling of GPUs"),
