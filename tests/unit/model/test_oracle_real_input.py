@@ -3,7 +3,6 @@
 import dataclasses
 import math
 
-import numpy as np
 import pytest
 
 from easlurm.errors import TraceError
@@ -91,12 +90,12 @@ def test_calibration_recovers_a_known_input_cost():
     truth = Oracle(PARAMS).predict_rows([m.workload() for m in rows], placements_of(rows)).step_time_s
     rows = [dataclasses.replace(m, step_time_s=float(t)) for m, t in zip(rows, truth)]
     free = default_free(rows)
-    assert {"t_input_step_s", "t_input_sample_s", "t_input_px_s"} <= set(free)
-    assert "t_input_sample_s" not in default_free([dataclasses.replace(m, input="synthetic") for m in rows])
+    assert "t_input_step_s" in free
+    assert "t_input_step_s" not in default_free([dataclasses.replace(m, input="synthetic") for m in rows])
     names = ["t_input_step_s", "t_input_sample_s", "t_input_px_s"]
     fit = calibrate(rows, free=names, maxiter=40, seed=0)
     got = fit.params.vector(names)
     assert got[0] == pytest.approx(T_STEP, rel=0.05)
     assert got[1] == pytest.approx(T_SAMPLE, rel=0.03)
     assert got[2] == pytest.approx(T_PX, rel=0.1)
-    assert np.isfinite(fit.fit.loss) and fit.fit.loss < 0.1
+    assert fit.fit.mape_time < 1.0  # percent

@@ -333,10 +333,7 @@ def default_free(rows: Sequence[Measurement], catalogue: Catalogue | None = None
             free += ["cap_alpha", "p_floor_frac", "mem_clock_knee"]
     real = [w for w in wls if w.real_input]
     if real:
-        # the host's input pipeline: per step and per sample, and per pixel when image sizes differ
-        free += ["t_input_step_s", "t_input_sample_s"]
-        if len({w.image_size for w in real if w.image_size}) > 1:
-            free += ["t_input_px_s"]
+        free += ["t_input_step_s"]
     precs = {m.precision.lower() for m in rows}
     free += [f"c_{prec}" for prec in ("fp32", "tf32") if prec in precs and len(precs) > 1]
     free += [n for n in targeted_scalars(rows) if n.split(".")[0] not in precs]
