@@ -48,7 +48,7 @@ PARAM_SPECS: dict[str, tuple[float, float, float, str]] = {
     # that scales with the pixels (~1 ms per 224x224 ImageNet sample); synthetic-input rows never use them
     "t_input_step_s": (0.03, 0.0, 0.5, "host time per step of a real data loader, whatever the batch"),
     "t_input_sample_s": (5e-5, 0.0, 5e-3, "host time per sample of a real data loader beyond its pixels"),
-    "t_input_px_s": (2e-8, 0.0, 1e-6, "host time per input pixel of a real data loader (decode, augment)"),
+    "t_input_px_s": (2e-9, 0.0, 1e-6, "host time per input pixel of a real data loader (decode, augment)"),
     "t_sync_s": (2e-3, 0.0, 0.1, "multi-GPU synchronisation/straggler overhead per doubling of GPUs"),
     # gradient all-reduce (eq. 4.8, docs/oracle-comm.md): achieved fraction of each link kind's catalogue
     # bandwidth in a ring all-reduce. Priors: 5-7 GB/s measured over PCIe Gen3 x16 (15.75 GB/s) and 0.45 GB/s
