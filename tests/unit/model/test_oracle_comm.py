@@ -155,7 +155,8 @@ def test_calibration_recovers_known_link_factors():
     rows = _comm_rows(truth, catalogue)
     free = comm_free(rows, catalogue)
     assert set(free) == {"bw_eff_nvlink", "bw_eff_pcie", "bw_eff_ib", "bw_eff_eth", "l_hop_net_s"}
-    res = calibrate(rows, base, free=free, maxiter=60, seed=0, catalogue=catalogue)
+    # enough generations that the search converges whatever the BLAS build (60 stopped short on some)
+    res = calibrate(rows, base, free=free, maxiter=150, seed=0, catalogue=catalogue)
     for name in ("bw_eff_nvlink", "bw_eff_pcie", "bw_eff_ib", "bw_eff_eth"):
         assert res.params[name] == pytest.approx(truth[name], rel=0.03), name
 
