@@ -188,11 +188,17 @@ class NvmlGpuSensor(Sensor):
         return float(v.value.uiVal)
 
     def read(self) -> float | None:
+        value = self._read_value()
+        # utilisation and memory after the power reading, so that the reading stays next to the caller's
+        # timestamp
+        if self._activity is not None:
+            self._activity.maybe_read(time.monotonic())
+        return value
+
+    def _read_value(self) -> float | None:
         nvml = self._nvml
         if nvml is None:
             raise SensorError(f"{self.name}: sensor not open")
-        if self._activity is not None:
-            self._activity.maybe_read(time.monotonic())
         try:
             if self.mode is Mode.ENERGY:
                 return self._read_energy_j(nvml)
@@ -212,12 +218,17 @@ class NvmlGpuSensor(Sensor):
     def read_batch(self) -> list[tuple[float, float]] | None:
         """Driver samples since the last drain as points (J since open, or W without a counter), then
         the counter's exact value when due; [] on most ticks."""
+        points = self._read_batch()
+        # utilisation and memory after the power reading, so that the reading stays next to its timestamp
+        if self._activity is not None:
+            self._activity.maybe_read(time.monotonic())
+        return points
+
+    def _read_batch(self) -> list[tuple[float, float]] | None:
         nvml, buffer = self._nvml, self.buffer
         if nvml is None or buffer is None:
             raise SensorError(f"{self.name}: sensor not open")
         now = time.monotonic()
-        if self._activity is not None:
-            self._activity.maybe_read(now)
         energy = self.mode is Mode.ENERGY
         if not self._started:
             # The run starts now: power held since the buffer's last sample (a few ms).
