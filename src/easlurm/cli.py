@@ -55,6 +55,11 @@ def int_range(min: int = 0, max: int = MAX_INT) -> click.IntRange:
     return click.IntRange(min, max)
 
 
+def text_list(text: str) -> list[str]:
+    """A comma list of names, blanks dropped (e.g. --model resnet50,bert-base)."""
+    return [v.strip() for v in text.split(",") if v.strip()]
+
+
 def int_list(text: str, option: str) -> list[int]:
     """A comma list of positive integers for OPTION (e.g. --gpus 1,2,4)."""
     try:

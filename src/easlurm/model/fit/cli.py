@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from easlurm.cli import int_range, load_ctx_config
+from easlurm.cli import int_range, load_ctx_config, text_list
 from easlurm.errors import ConfigError
 from easlurm.model.cli import HARDWARE_OPTION, ctx_oracle
 from easlurm.progress import progressbar
@@ -98,7 +98,7 @@ def calibrate_cmd(
     for m in rows:
         catalogue.resolve(m.gpu)  # a GPU the catalogue lacks is one clear error before fitting
     base = load_params(base_path) if base_path else load_params()
-    free_list = [f.strip() for f in free.split(",") if f.strip()] if free else None
+    free_list = text_list(free) if free else None
     if scaling:
         from easlurm.model.fit.scaling import scaling_rows
 

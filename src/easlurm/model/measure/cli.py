@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import click
 
-from easlurm.cli import int_list, int_range
+from easlurm.cli import int_list, int_range, text_list
 from easlurm.errors import ConfigError, ModelError
 from easlurm.model.measure.steps import (
     TORCH_MODELS,
@@ -29,10 +29,6 @@ from easlurm.model.measure.steps import (
 from easlurm.progress import progressbar
 
 log = logging.getLogger(__name__)
-
-
-def _csv_list(text: str) -> list[str]:
-    return [v.strip() for v in text.split(",") if v.strip()]
 
 
 @click.command("measure")
@@ -168,7 +164,7 @@ def measure_cmd(
         ):
             if ctx.get_parameter_source(param) is not click.core.ParameterSource.DEFAULT:
                 raise ConfigError(f"{option}: not with --pairs ({why})")
-        prec = _csv_list(precisions)
+        prec = text_list(precisions)
         if len(prec) != 1:
             raise ConfigError(
                 "--precision: one value with --pairs (a job may name its own: MODEL:BATCH:PREC)"
@@ -183,9 +179,9 @@ def measure_cmd(
     if dry_run and not slurm:
         raise ConfigError("--dry-run: only with --slurm (it prints the job scripts)")
     configs = configurations(
-        _csv_list(models),
+        text_list(models),
         int_list(batches, "--batch"),
-        _csv_list(precisions),
+        text_list(precisions),
         optimizer,
         seq_len,
         image_size,
