@@ -3,6 +3,7 @@ source, every row reads as a measurement and every GPU is in the shipped catalog
 
 from __future__ import annotations
 
+import csv
 import subprocess
 import sys
 from pathlib import Path
@@ -20,13 +21,17 @@ CONVERTERS = {
     "convert-zeus-power-traces": ("zeus", "zeus_power_limits.csv"),
     "convert-dle-tables": ("dle", "dle_training.csv"),
 }
+#: converters of tables that are not measurements: script -> (raw folder, committed CSV)
+TABLE_CONVERTERS = {"convert-nvidia-smi-idle": ("nvidia_smi", "nvidia_smi_idle.csv")}
+#: GPUs the idle-power table collects beside the catalogue's
+IDLE_EXTRAS = {"a40", "v100-pcie"}
 #: traces the project holds out from fitting and evaluation: never converted or committed here
 HELD_OUT = ("summary_power_v100", "summary_power_a40", "pollux", "osdi21")
 
 
-@pytest.mark.parametrize("script", sorted(CONVERTERS))
+@pytest.mark.parametrize("script", sorted({**CONVERTERS, **TABLE_CONVERTERS}))
 def test_converter_reproduces_the_committed_csv(script: str, tmp_path: Path) -> None:
-    raw, csv_name = CONVERTERS[script]
+    raw, csv_name = {**CONVERTERS, **TABLE_CONVERTERS}[script]
     out = tmp_path / csv_name
     subprocess.run(
         [sys.executable, str(ROOT / "scripts" / script), str(PUBLIC / "raw" / raw), "-o", str(out)],
@@ -103,3 +108,51 @@ def test_readme_counts_rows_per_gpu_and_model() -> None:
     totals = [len(rows[f]) for f in files]
     lines.append("| " + " | ".join(["all", *map(str, totals), str(sum(totals))]) + " |")
     assert [line for line in lines if line not in readme] == []
+
+
+def _idle_rows() -> list[dict[str, str]]:
+    with (PUBLIC / "nvidia_smi_idle.csv").open(newline="") as fh:
+        return list(csv.DictReader(line for line in fh if not line.startswith("#")))
+
+
+def test_idle_readings_are_clocked_up_at_zero_utilisation_on_known_gpus() -> None:
+    """Every row is P0 or P2 at 0 % GPU-Util, of a catalogue GPU or one of the two marked extras, one per file."""
+    rows = _idle_rows()
+    catalogue = load_catalogue()
+    assert rows and all(r["perf_state"] in ("P0", "P2") and r["util_pct"] == "0" for r in rows)
+    assert {r["gpu"] for r in rows} - IDLE_EXTRAS <= set(catalogue.keys())
+    assert {r["gpu"] for r in rows} >= IDLE_EXTRAS | {"h100-sxm", "a100-40gb", "p100", "rtx6000"}
+    assert len({r["source"] for r in rows}) == len(rows)
+    assert [(r["gpu"], int(r["source"].split()[1])) for r in rows] == sorted(
+        (r["gpu"], int(r["source"].split()[1])) for r in rows
+    )
+    for r in rows:
+        assert 0 < int(r["power_w"]) <= int(r["power_cap_w"])
+        assert 0 <= int(r["memory_used_mib"]) < int(r["memory_total_mib"])
+    assert (PUBLIC / "raw" / "nvidia_smi" / "PROVENANCE.md").is_file()
+
+
+def test_idle_v100_sxm2_rows_split_by_memory_total() -> None:
+    """nvidia-smi prints both V100-SXM2 sizes as "Tesla V100-SXM2...": the memory total picks the key."""
+    sxm2 = [r for r in _idle_rows() if r["nvidia_smi_name"] == "Tesla V100-SXM2..."]
+    assert {r["gpu"] for r in sxm2} == {"v100", "v100-16gb"}
+    assert all((int(r["memory_total_mib"]) < 20_000) == (r["gpu"] == "v100-16gb") for r in sxm2)
+
+
+def test_idle_converter_rejects_a_busy_reading(tmp_path: Path) -> None:
+    """A reading at P8 or with a kernel running is not clocked-up idle: exit 2 naming the line, no CSV."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "readings.txt").write_text(
+        '# file 1 (find_string "Tesla T4")\n'
+        "|   0  Tesla T4            Off  | 00000000:00:04.0 Off |                    0 |\n"
+        "| N/A   42C    P0    26W /  70W |    100MiB / 15360MiB |     40%      Default |\n"
+    )
+    out = tmp_path / "idle.csv"
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "convert-nvidia-smi-idle"), str(raw), "-o", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 2 and "readings.txt:3" in res.stderr and "40 %" in res.stderr
+    assert not out.exists()
