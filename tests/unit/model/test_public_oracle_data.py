@@ -130,6 +130,10 @@ def test_idle_readings_are_clocked_up_at_zero_utilisation_on_known_gpus() -> Non
         assert 0 < int(r["power_w"]) <= int(r["power_cap_w"])
         assert 0 <= int(r["memory_used_mib"]) < int(r["memory_total_mib"])
     assert (PUBLIC / "raw" / "nvidia_smi" / "PROVENANCE.md").is_file()
+    gpus = {r["gpu"] for r in rows}
+    readme = (ROOT / "data" / "README.md").read_text()
+    assert f"{len(rows)} nvidia-smi readings of {len(gpus)} GPU types" in readme
+    assert "rtx3080" not in gpus  # the README names it as the catalogue GPU without a reading
 
 
 def test_idle_v100_sxm2_rows_split_by_memory_total() -> None:
