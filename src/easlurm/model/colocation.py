@@ -55,18 +55,18 @@ class GpuFacts:
 
     idle_w: float
     tdp_w: float
-    active_floor_w: float  # idle + the dynamic share of a GPU that holds work but waits (u_idle)
+    active_floor_w: float  # P0 idle + the dynamic share of a GPU that holds work but waits (u_idle)
     clock_floor_w: float  # power that does not follow the SM clock (p_floor_frac)
     memory_bytes: float
 
     @classmethod
     def of(cls, spec: GpuSpec, params: OracleParams) -> GpuFacts:
-        dyn = (spec.tdp_w - spec.idle_w) * params["c_p"]
+        dyn = (spec.tdp_w - spec.p0_w) * params["c_p"]
         return cls(
             idle_w=float(spec.idle_w),
             tdp_w=float(spec.tdp_w),
-            active_floor_w=spec.idle_w + dyn * params["u_idle"],
-            clock_floor_w=spec.idle_w + params["p_floor_frac"] * (spec.tdp_w - spec.idle_w),
+            active_floor_w=spec.p0_w + dyn * params["u_idle"],
+            clock_floor_w=spec.p0_w + params["p_floor_frac"] * (spec.tdp_w - spec.p0_w),
             memory_bytes=spec.memory_gb * 1e9,
         )
 
@@ -105,7 +105,7 @@ INFEASIBLE = CoRun(False, (0.0, 0.0), math.nan, (0.5, 0.5), "")
 
 def solo_of(pred: Any, i: int, workload: Workload, spec: GpuSpec, params: OracleParams) -> Solo:
     """Row `i` of an oracle Prediction (one GPU, no power limit) as a Solo."""
-    dyn = (spec.tdp_w - spec.idle_w) * params["c_p"]
+    dyn = (spec.tdp_w - spec.p0_w) * params["c_p"]
     tensor = workload.precision is not Precision.FP32
     u_c = params["u_comp"] if tensor else params["u_simt"]
 

@@ -122,6 +122,7 @@ class HardwareArrays:
     mem_bytes: np.ndarray
     tdp_w: np.ndarray
     idle_w: np.ndarray
+    p0_w: np.ndarray  # P0 idle: clocks up, no kernel running (GpuSpec.p0_w)
     link_bw: np.ndarray
     net_bw: np.ndarray
     gpus_per_node: np.ndarray
@@ -144,6 +145,7 @@ class HardwareArrays:
             mem_bytes=np.array([s.memory_gb * 1e9 for s in specs]),
             tdp_w=np.array([s.tdp_w for s in specs], dtype=np.float64),
             idle_w=np.array([s.idle_w for s in specs], dtype=np.float64),
+            p0_w=np.array([s.p0_w for s in specs], dtype=np.float64),
             link_bw=np.array([s.link_gbs * 1e9 for s in specs]),
             net_bw=np.array([s.net_gbs * 1e9 for s in specs]),
             gpus_per_node=np.array([s.gpus_per_node for s in specs], dtype=np.float64),
@@ -349,13 +351,14 @@ def evaluate(
         busy = (t_c * g_acc, t_m * g_acc + t_opt, t_gpu * g_acc + t_opt)
         return np.maximum(t_pass + t_opt + t_comm + t_over, t_input), *busy, t_comm
 
-    # eq. 4.14-4.15, by busy fractions: the active floor while the GPU holds work, compute and HBM on top
-    dyn = (hw.tdp_w - hw.idle_w) * p["c_p"]
+    # eq. 4.14-4.15, by busy fractions: the GPU at P0 (clocks up, memory clocked: nvidia-smi's reading of a
+    # GPU with nothing running), a small active share while a process holds it, compute and HBM on top
+    dyn = (hw.tdp_w - hw.p0_w) * p["c_p"]
 
     def power_of(step: np.ndarray, busy_c: np.ndarray, busy_m: np.ndarray, t_comm: np.ndarray) -> np.ndarray:
         u_c = np.where(on_tc, p["u_comp"], p["u_simt"])  # tensor cores, or the CUDA cores
         dynamic = p["u_idle"] * step + u_c * busy_c + p["u_mem"] * busy_m + p["u_comm"] * t_comm
-        return hw.idle_w + dyn * dynamic / step
+        return hw.p0_w + dyn * dynamic / step
 
     ones = np.ones_like(t_tc)
     step, busy_c, busy_m, busy_g, t_comm = step_of(ones)
@@ -364,7 +367,7 @@ def evaluate(
     # floor (HBM, leakage) scales, as clock^alpha. Compute time follows the clock; memory time does not until
     # the clock falls below a knee, so memory-bound work keeps its speed at lower limits (thesis 6.3.3).
     limit = np.where(np.isnan(power_limit_w), hw.tdp_w, power_limit_w)
-    floor = hw.idle_w + p["p_floor_frac"] * (hw.tdp_w - hw.idle_w)
+    floor = hw.p0_w + p["p_floor_frac"] * (hw.tdp_w - hw.p0_w)
     over = p_full > limit
     ratio = np.where(over, (limit - floor) / np.maximum(p_full - floor, 1e-9), 1.0)
     clock = np.clip(ratio, 1e-3, 1.0) ** (1.0 / p["cap_alpha"])

@@ -28,6 +28,13 @@ _NUMERIC = [
     "link_gbs",
     "net_gbs",
 ]
+#: numeric fields a GPU may leave out (GpuSpec says what stands in for them)
+_OPTIONAL_NUMERIC = ["p0_idle_w"]
+
+
+#: share of (TDP - idle) a GPU without a P0 reading is assumed to draw at P0 with nothing running: the median
+#: over the catalogue's GPUs that have readings (data/oracle/public/nvidia_smi_idle.csv)
+P0_SHARE_ESTIMATE = 0.09
 
 
 @dataclass(frozen=True)
@@ -54,10 +61,21 @@ class GpuSpec:
     net_kind: str = "infiniband"
     #: network adapters of a node; its GPUs share them (net_gbs x gpus_per_node is the node's bandwidth)
     nics_per_node: int = 8
+    #: board power in performance state P0 (clocks up) while no kernel runs, as nvidia-smi reads it on a GPU
+    #: a process holds: what a step draws while it waits on the host. None: not published for this GPU,
+    #: estimated from idle and TDP (`p0_w`)
+    p0_idle_w: float | None = None
     #: GPU architecture (one of ARCHITECTURES); "" when a user catalogue does not say (shared physics only)
     architecture: str = ""
     aliases: tuple[str, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def p0_w(self) -> float:
+        """P0 idle power: the catalogue's reading, else idle + P0_SHARE_ESTIMATE of (TDP - idle)."""
+        if self.p0_idle_w is not None:
+            return self.p0_idle_w
+        return self.idle_w + P0_SHARE_ESTIMATE * (self.tdp_w - self.idle_w)
 
     @property
     def tensor_core_precisions(self) -> tuple[Precision, ...]:
@@ -159,6 +177,14 @@ def parse_catalogue(doc: Any, source: str = "catalogue") -> Catalogue:
             values[name] = float(raw)
         if not values["idle_w"] < values["min_power_limit_w"] <= values["tdp_w"]:
             raise ModelError(f"{source}: gpus.{key}: need idle_w < min_power_limit_w <= tdp_w")
+        for name in _OPTIONAL_NUMERIC:
+            if name in entry:
+                raw = entry[name]
+                if not isinstance(raw, int | float) or isinstance(raw, bool) or raw < 0:
+                    raise ModelError(f"{source}: gpus.{key}.{name} must be a number >= 0, got {raw!r}")
+                values[name] = float(raw)
+        if "p0_idle_w" in values and not values["idle_w"] <= values["p0_idle_w"] < values["tdp_w"]:
+            raise ModelError(f"{source}: gpus.{key}: need idle_w <= p0_idle_w < tdp_w")
         arch = str(entry.get("architecture", "")).strip().lower()
         if arch and arch not in ARCHITECTURES:
             raise ModelError(
@@ -206,7 +232,7 @@ _TEXT_FIELDS = (
     "nics_per_node",
     "sources",
 )
-_FIELDS = (*_NUMERIC, *_TEXT_FIELDS)
+_FIELDS = (*_NUMERIC, *_OPTIONAL_NUMERIC, *_TEXT_FIELDS)
 
 
 def _field_lines(root: yaml.Node | None) -> dict[tuple[str, ...], int]:
@@ -258,7 +284,7 @@ def load_user_catalogue(path: str | Path, base: Catalogue | None = None) -> Cata
             if name not in _FIELDS:
                 raise fail((*where, str(name)), f"unknown field (known: {', '.join(_FIELDS)})")
         values: dict[str, Any] = {}
-        for name in _NUMERIC:
+        for name in (*_NUMERIC, *_OPTIONAL_NUMERIC):
             if name in entry:
                 raw = entry[name]
                 if not isinstance(raw, int | float) or isinstance(raw, bool) or not raw >= 0:
@@ -306,7 +332,10 @@ def load_user_catalogue(path: str | Path, base: Catalogue | None = None) -> Cata
                 and old.nics_per_node == old.gpus_per_node
             ):
                 values["nics_per_node"] = values["gpus_per_node"]  # one adapter per GPU, as before
-            merged_sources = {**old.sources, **{n: f"{p}" for n in values if n in _NUMERIC}}
+            merged_sources = {
+                **old.sources,
+                **{n: f"{p}" for n in values if n in _NUMERIC or n in _OPTIONAL_NUMERIC},
+            }
             merged_sources.update({str(k): str(v) for k, v in sources.items()})
             spec = dataclasses.replace(old, **values, sources=merged_sources)
         else:
@@ -326,6 +355,11 @@ def load_user_catalogue(path: str | Path, base: Catalogue | None = None) -> Cata
                 where,
                 f"need idle_w < min_power_limit_w <= tdp_w, got {spec.idle_w:g} / "
                 f"{spec.min_power_limit_w:g} / {spec.tdp_w:g} W",
+            )
+        if spec.p0_idle_w is not None and not spec.idle_w <= spec.p0_idle_w < spec.tdp_w:
+            raise fail(
+                (*where, "p0_idle_w"),
+                f"need idle_w <= p0_idle_w < tdp_w, got {spec.idle_w:g} / {spec.p0_idle_w:g} / {spec.tdp_w:g} W",
             )
         for alias in spec.aliases:
             other = next(

@@ -68,16 +68,21 @@ PARAM_SPECS: dict[str, tuple[float, float, float, str]] = {
         "share of a micro-batch pass in the backward, under which gradient buckets all-reduce",
     ),
     "c_p": (1.0, 0.3, 1.5, "global power calibration scalar (eq. 4.14)"),
-    "u_comp": (0.80, 0.0, 1.5, "dynamic power share while tensor/SM compute is busy"),
-    "u_simt": (0.80, 0.0, 1.5, "dynamic power share while FP32 compute runs on the CUDA cores"),
-    "u_mem": (0.55, 0.0, 1.5, "dynamic power share while HBM-bound work runs"),
+    "u_comp": (0.90, 0.0, 1.5, "dynamic power share while tensor/SM compute is busy"),
+    "u_simt": (0.90, 0.0, 1.5, "dynamic power share while FP32 compute runs on the CUDA cores"),
+    "u_mem": (0.65, 0.0, 1.5, "dynamic power share while HBM-bound work runs"),
     "u_comm": (0.25, 0.0, 1.0, "dynamic power share while communicating"),
-    "u_idle": (0.15, 0.0, 1.0, "dynamic power share of an active GPU waiting on the host (clocks up)"),
+    "u_idle": (
+        0.05,
+        0.0,
+        1.0,
+        "dynamic power share, above the P0 idle power, of a GPU a process holds while it waits on the host",
+    ),
     # between f*V^2 with V ~ f (alpha 3) and a voltage already at its floor at low limits (alpha 1); with a
     # fifth of the dynamic range that does not follow the clock (memory, fans, leakage)
     "cap_alpha": (2.0, 1.0, 4.0, "SM dynamic power ~ clock^alpha under a power limit"),
     "p_floor_frac": (
-        0.2,
+        0.1,
         0.0,
         0.8,
         "share of (TDP - idle) that does not follow the SM clock (HBM, leakage)",

@@ -206,10 +206,75 @@ def colocation(runs: Runs) -> dict[str, str]:
         "jobs shared",
     ]
     return {
+        "colocation/pairs": _coloc_pairs(),
         "colocation/table": table(header, rows),
         "colocation/findings": _coloc_findings(runs),
         "colocation/where": _coloc_where(runs),
     }
+
+
+#: the example pairs of docs/colocation.md: (first, second, sharing), as `easlurm model corun` names them
+COLOC_PAIRS = (
+    ("bert-base:16", "distilbert:8", "time-slice"),
+    ("resnet50:16", "vit-b16:16", "time-slice"),
+    ("bert-base:16", "gpt2:16", "time-slice"),
+    ("gpt2:16", "gpt2:16", "time-slice"),
+    ("resnet50:256", "resnet50:256", "mps"),
+    ("resnet50:16:fp32", "albert-base:32", "time-slice"),
+    ("resnet50:16:fp32", "albert-base:32", "mps"),
+    ("tinyllama-1.1b:32", "gpt2:16", "time-slice"),
+)
+
+
+def _coloc_pairs(gpu: str = "h100-sxm") -> str:
+    """What `easlurm model corun FIRST SECOND --gpu h100-sxm` says of each example pair (shipped parameters):
+    the energy per unit of work against running the two one after the other is the pair's power over the
+    alone powers weighted by the speeds (the same work done in the same time alone)."""
+    from easlurm.model.colocation import GpuFacts, Sharing, corun, predict_solo
+    from easlurm.model.measure.pairs import parse_job
+    from easlurm.model.oracle import Oracle
+    from easlurm.model.zoo import get_workload
+
+    oracle = Oracle()
+    facts = GpuFacts.of(oracle.catalogue.get(gpu), oracle.params)
+    rows = []
+    for first, second, sharing in COLOC_PAIRS:
+        solos = []
+        for text in (first, second):
+            job = parse_job(text, "bf16", "pair")
+            w = get_workload(
+                job.model, precision=job.precision, seq_len=job.seq_len, image_size=job.image_size
+            )
+            solos.append(predict_solo(oracle, w, job.batch, gpu))
+        a, b = solos
+        assert a is not None and b is not None
+        co = corun(a, b, facts, Sharing(sharing), oracle.params)
+        pair = f"{first} + {second}"
+        alone = f"{a.power_w:.0f} W" if first == second else f"{a.power_w:.0f}, {b.power_w:.0f} W"
+        if not co.feasible:
+            need = f"{a.peak_mem_bytes / 2**30:.1f} + {b.peak_mem_bytes / 2**30:.1f} GiB"
+            rows.append([pair, "any", "-", "-", f"infeasible: {need}", "-"])
+            continue
+        sequential = co.speed[0] * a.power_w + co.speed[1] * b.power_w
+        rows.append(
+            [
+                pair,
+                sharing,
+                f"{co.speed[0]:.2f} / {co.speed[1]:.2f}",
+                f"{co.throughput:.2f}",
+                f"{co.power_w:.0f} W ({alone})",
+                f"{co.power_w / sequential:.2f}",
+            ]
+        )
+    header = [
+        "pair",
+        "sharing",
+        "speeds",
+        "STP",
+        "GPU power (alone)",
+        "energy per unit of work vs one after the other",
+    ]
+    return table(header, rows)
 
 
 def _coloc_findings(runs: Runs) -> str:
@@ -239,10 +304,18 @@ def _coloc_findings(runs: Runs) -> str:
     )
     keys = ("throughput_jobs_per_h", "energy_per_job_j", "deadline_miss_rate")
     ps = [runs.p_paired(lg, "zeus", "share-always", k) for k in keys]
+    energy = pct_change(m(lg, "share-always", keys[1]), m(lg, "zeus", keys[1]))
     text += (
         "co-locating them anyway (`share-always`) loses "
         f"{-pct_change(m(lg, 'share-always', keys[0]), m(lg, 'zeus', keys[0])):.0f} % of the throughput, "
-        f"costs {pct_change(m(lg, 'share-always', keys[1]), m(lg, 'zeus', keys[1])):.0f} % more energy per "
+        + (
+            f"costs {energy:.0f} % more"
+            if energy >= 0.5
+            else f"uses {-energy:.0f} % less"
+            if energy <= -0.5
+            else "uses about as much"
+        )
+        + " energy per "
         f"job and makes {100 * m(lg, 'share-always', keys[2]):.0f} % of the urgent jobs late "
         f"(all p <= {p_text(max(x for x in ps if x is not None))}). "
     )

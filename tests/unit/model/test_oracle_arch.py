@@ -103,7 +103,7 @@ def test_step_at_a_limit_below_its_demand_slows_down_and_draws_the_limit():
     assert demand < spec.tdp_w
     limit = 0.6 * demand
     capped = _row(w, spec, limit, params)
-    floor = spec.idle_w + 0.2 * (spec.tdp_w - spec.idle_w)
+    floor = spec.p0_w + 0.2 * (spec.tdp_w - spec.p0_w)  # the P0 idle power and a share of the range above it
     clock = ((limit - floor) / (demand - floor)) ** 0.5
     assert float(capped.power_w[0]) == pytest.approx(limit)
     assert float(capped.clock_scale[0]) == pytest.approx(clock)

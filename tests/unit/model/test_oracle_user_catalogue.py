@@ -66,6 +66,8 @@ def test_override_by_alias_keeps_the_other_fields(tmp_path):
         ("gpus:\n  h100:\n    idle_w: 1\n    tdp: 5\n", 4, "gpus.h100.tdp: unknown field"),
         ("gpus:\n  x1:\n    tdp_w: 300\n", 2, "gpus.x1: new GPU needs fp32_tflops"),
         ("gpus:\n  h100:\n    idle_w: 250\n", 2, "need idle_w < min_power_limit_w <= tdp_w"),
+        ("gpus:\n  h100:\n    p0_idle_w: 900\n", 3, "gpus.h100.p0_idle_w: need idle_w <= p0_idle_w < tdp_w"),
+        ("gpus:\n  h100:\n    p0_idle_w: warm\n", 3, "gpus.h100.p0_idle_w: must be a number >= 0"),
         ("gpus:\n  h100:\n    aliases: [a100]\n", 3, "alias 'a100' already names a100-40gb"),
         ("gpus:\n  h100:\n    gpus_per_node: 0\n", 3, "gpus.h100.gpus_per_node"),
         ("gpus:\n  h100: 5\n", 2, "gpus.h100: must be a mapping"),

@@ -160,3 +160,28 @@ def test_idle_converter_rejects_a_busy_reading(tmp_path: Path) -> None:
     )
     assert res.returncode == 2 and "readings.txt:3" in res.stderr and "40 %" in res.stderr
     assert not out.exists()
+
+
+def test_catalogue_p0_idle_power_is_the_median_of_each_gpus_readings() -> None:
+    """The oracle's waiting power comes from this table: each catalogue GPU with readings lists their median
+    (rounded to the watt), and a GPU without readings is estimated with the median share of the others."""
+    import statistics
+
+    from easlurm.model.hardware import P0_SHARE_ESTIMATE
+
+    cat = load_catalogue()
+    by_gpu: dict[str, list[float]] = {}
+    for row in _idle_rows():
+        by_gpu.setdefault(row["gpu"], []).append(float(row["power_w"]))
+    shares = []
+    for key in cat:
+        spec = cat.get(key)
+        readings = by_gpu.get(key)
+        if readings is None:
+            assert spec.p0_idle_w is None, key
+            continue
+        assert spec.p0_idle_w == round(statistics.median(readings)), key
+        assert "nvidia_smi_idle.csv" in spec.sources["p0_idle_w"], key
+        shares.append((spec.p0_w - spec.idle_w) / (spec.tdp_w - spec.idle_w))
+    assert len(shares) >= 20
+    assert pytest.approx(statistics.median(shares), abs=0.005) == P0_SHARE_ESTIMATE

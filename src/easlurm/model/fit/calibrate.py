@@ -382,6 +382,8 @@ def calibrate(
             )
     archs = tuple(dict.fromkeys([*base.architectures, *architectures_of(rows, catalogue)]))
     base = base.replace([], [], architectures=archs)
+    if "t_input_step_s" in free:
+        base = base.replace(["t_input_step_s"], [input_step_start(rows, base)])
     prob = _Problem(rows, base, free, catalogue)
     t0, _ = prob.predict(np.zeros((len(free), 1)) + prob.encode(base).reshape(-1, 1))
     bad = [i for i in range(len(rows)) if not np.isfinite(t0[0, i])]
@@ -441,6 +443,17 @@ def calibrate(
     fit = score(params, rows, catalogue)
     log.info("calibrated %d parameters on %d rows: loss %.3f in %.1f s", len(free), len(rows), fit.loss, wall)
     return CalibrationResult(params, fit, tuple(free), prob.nfev + nfev, wall)
+
+
+def input_step_start(rows: Sequence[Measurement], base: OracleParams) -> float:
+    """Where the fit of a real loader's per-step time starts: the shortest real-input step measured.
+
+    The smallest batches of a real loader take about the loader's time whatever the GPU, but a start below
+    it leaves the input bound inactive (no gradient), and a search may then explain those steps by a
+    machine's host time instead: a different answer on every seed, and a wrong one on a GPU never fitted."""
+    steps = [m.step_time_s for m in rows if m.workload().real_input and m.step_time_s > 0]
+    lo, hi = bounds("t_input_step_s")
+    return float(np.clip(min(steps), lo, hi)) if steps else float(base["t_input_step_s"])
 
 
 def _evolve(
