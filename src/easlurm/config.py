@@ -49,6 +49,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "power_budget_w": None,
         # an energy policy's power limit may slow a job by at most this fraction (0.05: 5 %)
         "max_slowdown": 0.05,
+        # an energy policy spreads a job over nodes only when its EDP is within this fraction of the best packed
+        # option (None: the policy's own, 0.05 for energy policies; time policies never wait to pack)
+        "spread_slack": None,
         "aging_weight": 1.0,
         "preempt_cooldown_s": 300.0,
         "hold_ttl_s": 600.0,
@@ -170,6 +173,7 @@ RANGES: dict[str, tuple[Any, str]] = {
     "sched.power_budget_w": (_positive, "> 0"),
     "sched.aging_weight": (_non_negative, ">= 0"),
     "sched.max_slowdown": (lambda v: 0 <= v <= 10, "between 0 and 10 (a fraction: 0.05 is 5 %)"),
+    "sched.spread_slack": (lambda v: 0 <= v <= 10, "between 0 and 10 (a fraction: 0.05 is 5 %)"),
     "sched.preempt_cooldown_s": (_non_negative, ">= 0"),
     "sched.hold_ttl_s": (_positive, "> 0"),
     "sched.metrics_port": (_port, "a port between 1 and 65535"),
@@ -178,7 +182,7 @@ RANGES: dict[str, tuple[Any, str]] = {
     "sim.checkpoint_interval_s": (_positive, "> 0"),
 }
 #: settings that are a number although their default is None
-_NUMBERS = ("sched.power_budget_w", "sched.metrics_port", "sim.checkpoint_interval_s")
+_NUMBERS = ("sched.power_budget_w", "sched.metrics_port", "sim.checkpoint_interval_s", "sched.spread_slack")
 
 
 def check_setting(dotted: str, value: Any, where: str) -> Any:

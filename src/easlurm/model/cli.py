@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from easlurm.cli import LazyGroup, int_list, int_range, load_ctx_config
+from easlurm.cli import LazyGroup, int_list, int_range, load_ctx_config, text_list
 from easlurm.errors import ConfigError
 from easlurm.model.hardware import DEFAULT_GPU
 
@@ -196,10 +196,10 @@ def predict_cmd(
             model, precision=precision, seq_len=seq_len, image_size=image_size, optimizer=optimizer
         )
     oracle = ctx_oracle(ctx, params_path, hardware_path)
-    keys = [oracle.catalogue.resolve(g) for g in gpu_types.split(",") if g.strip()]
+    keys = [oracle.catalogue.resolve(g) for g in text_list(gpu_types)]
     limits = [math.nan]
     if power_limit:
-        limits = [parse_power_w(v, "--power-limit") for v in power_limit.split(",") if v.strip()]
+        limits = [parse_power_w(v, "--power-limit") for v in text_list(power_limit)]
     node_counts = int_list(nodes, "--nodes") if nodes else None
     pl = _placements(oracle, keys, int_list(gpus, "--gpus"), int_list(batch, "--batch"), limits, node_counts)
     pred = oracle.predict(workload, pl)

@@ -60,6 +60,9 @@ class DaemonConfig:
     aging_weight: float = 1.0
     #: the slowdown an energy policy's power limit may cost a job (`sched.max_slowdown`)
     max_slowdown: float = 0.05
+    #: how much more EDP a spread placement may cost than the best packed one (`sched.spread_slack`; None:
+    #: the policy's own)
+    spread_slack: float | None = None
     decision_log: Path | None = None
     env_dir: Path | None = None
     state_save_dir: str | None = None
@@ -144,6 +147,8 @@ class Daemon:
             oracle = build_oracle()
         self.oracle = oracle
         params: dict[str, Any] = {"aging_weight": cfg.aging_weight, "max_slowdown": cfg.max_slowdown}
+        if cfg.spread_slack is not None:
+            params["spread_slack"] = cfg.spread_slack
         if cfg.policy.startswith("aurachronos"):
             params["preempt_cooldown_s"] = cfg.preempt_cooldown_s
         self.policy = policy if policy is not None else get_policy(cfg.policy, **params)

@@ -124,7 +124,11 @@ class Metrics:
 
 
 def check_port(port: object) -> int:
-    """A TCP port number from a flag or the configuration, or a ConfigError naming the option."""
-    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-        raise ConfigError(f"--metrics-port (sched.metrics_port): {port!r} is not a TCP port (1-65535)")
-    return port
+    """A TCP port number from a flag or the configuration, or a ConfigError naming the option: the
+    configuration's own rule for `sched.metrics_port` (config.RANGES), so both say the same."""
+    from easlurm.config import check_setting
+
+    checked = check_setting("sched.metrics_port", port, "--metrics-port (sched.metrics_port)")
+    if checked is None:
+        raise ConfigError("--metrics-port (sched.metrics_port): no port given")
+    return int(checked)

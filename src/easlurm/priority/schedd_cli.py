@@ -143,6 +143,7 @@ def schedd_cmd(
         preempt_cooldown_s=float(sched["preempt_cooldown_s"]),
         aging_weight=float(sched["aging_weight"]),
         max_slowdown=float(sched["max_slowdown"]),
+        spread_slack=None if sched["spread_slack"] is None else float(sched["spread_slack"]),
         decision_log=Path(sched["decision_log"]) if sched["decision_log"] else None,
         env_dir=env_dir,
         state_save_dir=state_dir,

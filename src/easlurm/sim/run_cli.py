@@ -48,8 +48,10 @@ def _param(value: str) -> tuple[str, Any]:
 
 def policy_params_from_config(policy: str, sched: dict[str, Any]) -> dict[str, Any]:
     """The `sched` settings a policy takes: aging weight and the power limits' slowdown bound for all
-    (only the energy policies choose limits), cooldown for AuraChronos."""
+    (only the energy policies choose limits), the spread slack where set, cooldown for AuraChronos."""
     params: dict[str, Any] = {"aging_weight": sched["aging_weight"], "max_slowdown": sched["max_slowdown"]}
+    if sched.get("spread_slack") is not None:
+        params["spread_slack"] = sched["spread_slack"]
     if policy == "aurachronos":
         params["preempt_cooldown_s"] = sched["preempt_cooldown_s"]
     return params

@@ -143,3 +143,31 @@ def test_a_noisy_oracle_errs_alike_at_every_node_count_of_a_placement() -> None:
     ratio = noisy.step_time_s / clean.step_time_s
     assert np.allclose(ratio[:3], ratio[0]) and not np.isclose(ratio[3], ratio[0])
     assert noisy.step_time_s[0] < noisy.step_time_s[1] < noisy.step_time_s[2]
+
+
+def test_the_site_sets_the_spread_slack_for_the_simulator_and_the_daemon(
+    oracle: Oracle, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """`sched.spread_slack` (a file, the environment) reaches the policy `easlurm sim run` builds and the
+    one the daemon builds; unset, each policy keeps its own (0.05 for energy policies, none for time ones);
+    out of range it is refused where it is set."""
+    from easlurm.config import check_setting, load_config
+    from easlurm.priority.daemon import Daemon, DaemonConfig
+    from easlurm.sim.run_cli import policy_params_from_config
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))  # no user file
+    nowhere = tmp_path / "none.yaml"
+    sched = load_config(environ={}, system_file=nowhere).section("sched")
+    assert sched["spread_slack"] is None and "spread_slack" not in policy_params_from_config("zeus", sched)
+    env = {"EASLURM_SCHED__SPREAD_SLACK": "0"}
+    sched = load_config(environ=env, system_file=nowhere).section("sched")
+    never = get_policy("zeus", **policy_params_from_config("zeus", sched))
+    assert never.spread_slack == 0.0
+    pending = job("resnet50", malleable=False)
+    nodes = (node("a0", 2), node("a1", 2))
+    assert not never.decide(ClusterSnapshot(100.0, nodes, pending=(pending,)), oracle).starts
+    daemon = Daemon(None, DaemonConfig(policy="zeus", spread_slack=0.0), oracle=oracle)  # type: ignore[arg-type]
+    assert daemon.policy.spread_slack == 0.0
+    assert Daemon(None, DaemonConfig(policy="zeus"), oracle=oracle).policy.spread_slack == 0.05  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="f: must be between 0 and 10"):
+        check_setting("sched.spread_slack", -0.1, "f")
