@@ -55,6 +55,7 @@ class WorkloadArrays:
     #: 1.0 where the samples come from a real data loader, with the pixels of one input image (0: not an image)
     input_real: np.ndarray
     input_px: np.ndarray
+    dw: np.ndarray  # depthwise convolution FLOPs per sample (Workload.flops_dw)
 
     @staticmethod
     def row(w: Workload, params: OracleParams) -> tuple[float, ...]:
@@ -89,6 +90,7 @@ class WorkloadArrays:
             w.opt_temp_bytes,
             1.0 if w.real_input else 0.0,
             float(w.image_size**2) if w.real_input and w.image_size else 0.0,
+            w.flops_dw,
         )
 
     @classmethod
@@ -318,6 +320,8 @@ def evaluate(
         + w.attn / (peak_attn * p["beta_attn"])
     )
     t_alu = micro * w.alu / (hw.peak_fp32 * p["beta_alu"]) * (p["c_alu"] * w.s_alu)
+    # depthwise convolutions: CUDA-core kernels with little reuse, added to the rest (they do not overlap it)
+    t_dw = micro * w.dw / (hw.peak_fp32 * p["beta_dw"])
     # eq. 4.13: HBM time with the L2 factor; tensor-core convolutions of NCHW tensors add layout transforms
     f_l2 = np.clip((w.ws * micro + w.ws_fixed) / hw.l2_bytes, p["lambda_miss"], 1.0)
     c_mem = p["c_mem"] * w.s_mem
@@ -341,7 +345,7 @@ def evaluate(
         """(step time, compute-busy, memory-busy, kernel-busy, exposed communication time) at an SM clock
         fraction."""
         t_c = t_tc / clock
-        t_m = np.maximum(t_mem * np.maximum(1.0, p["mem_clock_knee"] / clock), t_alu / clock)
+        t_m = np.maximum(t_mem * np.maximum(1.0, p["mem_clock_knee"] / clock), t_alu / clock) + t_dw / clock
         t_gpu = t_c + t_m + t_kern
         t_micro = np.maximum(t_gpu, t_host)
         t_pass = t_micro * g_acc

@@ -50,6 +50,8 @@ class WorkloadBuilder:
             "attn_b",
             "conv_io",
             "host_ops",
+            "dw_f",
+            "dw_b",
         ]:
             self._t[key] = 0.0
 
@@ -154,9 +156,10 @@ class WorkloadBuilder:
         in_elems = c_in * (h_out * stride) * (w_out * stride)
         out_elems = c_out * pixels
         if groups > 1 and depth < DENSE_CONV_MIN_DEPTH:
-            # depthwise / thin grouped convolution: too little reuse for tensor cores, bound by HBM traffic
-            t["alu_f"] += repeat * f
-            t["alu_b"] += repeat * 2.0 * f
+            # depthwise / thin grouped convolution: too little reuse for tensor cores; its kernels run far
+            # below the CUDA-core peak (beta_dw)
+            t["dw_f"] += repeat * f
+            t["dw_b"] += repeat * 2.0 * f
             t["elem"] += repeat * out_elems
         else:
             t["conv_f"] += repeat * f
@@ -376,6 +379,8 @@ class WorkloadBuilder:
             flops_attn_b=t["attn_b"],
             conv_io_bytes=t["conv_io"],
             host_ops=t["host_ops"],
+            flops_dw_f=t["dw_f"],
+            flops_dw_b=t["dw_b"],
             seq_len=seq_len,
             image_size=image_size,
         )

@@ -21,6 +21,8 @@ PARAM_SPECS: dict[str, tuple[float, float, float, str]] = {
     "beta_conv": (0.60, 0.05, 1.0, "achievable fraction of the convolution peak"),
     "beta_attn": (0.40, 0.05, 1.0, "achievable fraction of the peak in fused attention (SDPA) kernels"),
     "beta_alu": (0.50, 0.01, 1.0, "achievable fraction of the FP32 ALU peak"),
+    # depthwise convolutions are a few % of a MobileNet/ShuffleNet's FLOPs and a large share of its GPU time
+    "beta_dw": (0.01, 1e-3, 1.0, "achieved fraction of the FP32 CUDA-core peak in depthwise convolutions"),
     "r_gemm_m": (256.0, 1.0, 1e5, "GEMM M saturation reference (eq. 4.11)"),
     "r_gemm_k": (64.0, 1.0, 1e5, "GEMM K saturation reference"),
     "r_gemm_n": (64.0, 1.0, 1e5, "GEMM N saturation reference"),

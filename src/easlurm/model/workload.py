@@ -110,6 +110,10 @@ class Workload:
         0.0  # activations in/out of tensor-core convolutions, fwd + bwd (layout transforms)
     )
     host_ops: float = 0.0  # forward operations the host dispatches per micro-batch (backward follows them)
+    #: depthwise (and other thin grouped) convolutions, kept apart from the ALU work: their kernels reach a
+    #: small fraction of the CUDA-core peak (`beta_dw`), whatever their FLOP count says
+    flops_dw_f: float = 0.0
+    flops_dw_b: float = 0.0
     #: the samples come from a real data loader (decoding, augmentation on host workers); False: synthetic
     #: tensors already on the GPU, as the benchmarks the oracle is mostly fitted on
     real_input: bool = False
@@ -131,9 +135,13 @@ class Workload:
         return self.flops_alu_f + self.flops_alu_b
 
     @property
+    def flops_dw(self) -> float:
+        return self.flops_dw_f + self.flops_dw_b
+
+    @property
     def flops_forward(self) -> float:
         """Forward FLOPs per sample (2 per multiply-add)."""
-        return self.flops_gemm_f + self.flops_conv_f + self.flops_alu_f + self.flops_attn_f
+        return self.flops_gemm_f + self.flops_conv_f + self.flops_alu_f + self.flops_attn_f + self.flops_dw_f
 
     @property
     def macs_forward(self) -> float:
@@ -142,7 +150,7 @@ class Workload:
 
     @property
     def flops_total(self) -> float:
-        return self.flops_gemm + self.flops_conv + self.flops_alu + self.flops_attn
+        return self.flops_gemm + self.flops_conv + self.flops_alu + self.flops_attn + self.flops_dw
 
     @property
     def grad_bytes(self) -> float:

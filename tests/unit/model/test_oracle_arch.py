@@ -345,3 +345,25 @@ def test_staged_calibration_recovers_shared_and_architecture_parameters_together
     for name in free:
         assert res.params.vector([name])[0] == pytest.approx(truth.vector([name])[0], rel=0.05), name
     assert res.fit.loss < 1.0
+
+
+def test_depthwise_convolutions_add_their_time_at_their_own_efficiency():
+    """Closed form: halving `beta_dw` adds micro x dw FLOPs / (FP32 peak x beta_dw) to a step bound by the
+    GPU; calibration frees `beta_dw` only for rows that hold depthwise work."""
+    from easlurm.model.oracle import Oracle, Placements
+    from easlurm.model.zoo import get_workload
+
+    w = get_workload("shufflenet-v2-cifar", precision="fp32", image_size=32)
+    assert w.flops_dw > 0.01 * w.flops_total and get_workload("resnet50").flops_dw == 0
+    spec = load_catalogue().get("rtx6000")
+    beta = 0.01
+    steps = [
+        Oracle(OracleParams({"beta_dw": b})).predict_rows([w], Placements.of([1], [512], ["rtx6000"], [NAN]))
+        for b in (beta, beta / 2)
+    ]
+    added = 512 * w.flops_dw / (spec.fp32_tflops * 1e12 * beta)
+    assert all(float(s.power_w[0]) < spec.tdp_w for s in steps)  # below the TDP: no clock lost to the limit
+    assert float(steps[1].step_time_s[0] - steps[0].step_time_s[0]) == pytest.approx(added, rel=1e-9)
+    row = dict(batch=512, precision="fp32", n_gpus=1, gpu="rtx6000", step_time_s=0.2)
+    assert "beta_dw" in default_free([Measurement(model="shufflenet-v2-cifar", image_size=32, **row)])
+    assert "beta_dw" not in default_free([Measurement(model="resnet50", **row)])

@@ -323,6 +323,8 @@ def default_free(rows: Sequence[Measurement], catalogue: Catalogue | None = None
         free += ["beta_attn"]
     if any(w.flops_conv > 0.3 * w.flops_total for w in wls):
         free += ["beta_conv", "k_layout"]
+    if any(w.flops_dw > 0.01 * w.flops_total for w in wls):
+        free += ["beta_dw"]
     if any(m.n_gpus > 1 for m in rows):
         free += ["t_sync_s", *comm_free(rows, catalogue)]
     if any(m.avg_power_w is not None for m in rows):
