@@ -137,7 +137,7 @@ class Daemon:
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        from easlurm.priority.policies import get_policy
+        from easlurm.priority.policies import get_policy, policy_params
 
         self.client = client
         self.cfg = cfg
@@ -146,11 +146,7 @@ class Daemon:
 
             oracle = build_oracle()
         self.oracle = oracle
-        params: dict[str, Any] = {"aging_weight": cfg.aging_weight, "max_slowdown": cfg.max_slowdown}
-        if cfg.spread_slack is not None:
-            params["spread_slack"] = cfg.spread_slack
-        if cfg.policy.startswith("aurachronos"):
-            params["preempt_cooldown_s"] = cfg.preempt_cooldown_s
+        params = policy_params(cfg.policy, asdict(cfg))
         self.policy = policy if policy is not None else get_policy(cfg.policy, **params)
         self.metrics = metrics or Metrics(enabled=False)
         self.clock = clock

@@ -46,17 +46,6 @@ def _param(value: str) -> tuple[str, Any]:
     return key.strip(), tuple(parsed) if isinstance(parsed, list) else parsed
 
 
-def policy_params_from_config(policy: str, sched: dict[str, Any]) -> dict[str, Any]:
-    """The `sched` settings a policy takes: aging weight and the power limits' slowdown bound for all
-    (only the energy policies choose limits), the spread slack where set, cooldown for AuraChronos."""
-    params: dict[str, Any] = {"aging_weight": sched["aging_weight"], "max_slowdown": sched["max_slowdown"]}
-    if sched.get("spread_slack") is not None:
-        params["spread_slack"] = sched["spread_slack"]
-    if policy == "aurachronos":
-        params["preempt_cooldown_s"] = sched["preempt_cooldown_s"]
-    return params
-
-
 @click.command("run")
 @click.option("--policy", required=True, help="Policy name (pollux, zeus, hades, aurachronos, charon, ...).")
 @click.option(
@@ -144,10 +133,11 @@ def run_cmd(
         },
     )
     from easlurm.model.build import apply_oracle_config
+    from easlurm.priority.policies import policy_params
 
     apply_oracle_config(cfg, hardware_path)
     sim, sched = cfg.section("sim"), cfg.section("sched")
-    merged = {**policy_params_from_config(policy.lower(), sched), **dict(_param(p) for p in params)}
+    merged = {**policy_params(policy, sched), **dict(_param(p) for p in params)}
     spec = SimSpec(
         policy=policy.lower(),
         scenario=scenario,

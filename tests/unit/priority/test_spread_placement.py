@@ -8,7 +8,7 @@ import pytest
 
 from easlurm.errors import ConfigError
 from easlurm.model import Oracle
-from easlurm.priority.policies import get_policy
+from easlurm.priority.policies import get_policy, policy_params
 from easlurm.priority.snapshot import ClusterSnapshot, Decision, NodeState, PendingJob, StartJob
 
 TIME_POLICIES = ("pollux", "themis", "chronos")
@@ -153,15 +153,14 @@ def test_the_site_sets_the_spread_slack_for_the_simulator_and_the_daemon(
     out of range it is refused where it is set."""
     from easlurm.config import check_setting, load_config
     from easlurm.priority.daemon import Daemon, DaemonConfig
-    from easlurm.sim.run_cli import policy_params_from_config
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))  # no user file
     nowhere = tmp_path / "none.yaml"
     sched = load_config(environ={}, system_file=nowhere).section("sched")
-    assert sched["spread_slack"] is None and "spread_slack" not in policy_params_from_config("zeus", sched)
+    assert sched["spread_slack"] is None and "spread_slack" not in policy_params("zeus", sched)
     env = {"EASLURM_SCHED__SPREAD_SLACK": "0"}
     sched = load_config(environ=env, system_file=nowhere).section("sched")
-    never = get_policy("zeus", **policy_params_from_config("zeus", sched))
+    never = get_policy("zeus", **policy_params("zeus", sched))
     assert never.spread_slack == 0.0
     pending = job("resnet50", malleable=False)
     nodes = (node("a0", 2), node("a1", 2))

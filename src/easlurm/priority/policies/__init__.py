@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from easlurm.errors import ConfigError
@@ -48,6 +49,18 @@ REGISTRY: dict[str, tuple[type[BatchPacker], dict[str, Any]]] = {
 POLICY_NAMES: tuple[str, ...] = tuple(REGISTRY)
 
 
+def policy_params(policy: str, sched: Mapping[str, Any]) -> dict[str, Any]:
+    """The site's `sched` settings a policy takes (for `easlurm schedd` and `easlurm sim run` alike): aging
+    weight and the power limits' slowdown bound for all (only the energy policies choose limits), the spread
+    slack where set, cooldown for AuraChronos."""
+    params: dict[str, Any] = {"aging_weight": sched["aging_weight"], "max_slowdown": sched["max_slowdown"]}
+    if sched.get("spread_slack") is not None:
+        params["spread_slack"] = sched["spread_slack"]
+    if policy.lower().startswith("aurachronos"):
+        params["preempt_cooldown_s"] = sched["preempt_cooldown_s"]
+    return params
+
+
 def get_policy(name: str, **params: Any) -> BatchPacker:
     """A fresh policy; `params` (aging_weight, preempt_cooldown_s, power_budget_w, ...) override defaults."""
     try:
@@ -73,4 +86,5 @@ __all__ = [
     "Zeus",
     "ZeusShare",
     "get_policy",
+    "policy_params",
 ]
