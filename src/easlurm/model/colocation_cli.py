@@ -41,32 +41,10 @@ def corun_cmd(
 ) -> None:
     """Predict two jobs (MODEL:BATCH[:PRECISION], as `model measure --pairs` names them) sharing one GPU:
     speeds, slowdowns, power."""
-    from easlurm.model.colocation import GpuFacts, Sharing, corun, predict_solo
-    from easlurm.model.measure.pairs import parse_job
-    from easlurm.model.zoo import get_workload
-
     oracle = ctx_oracle(ctx, params_path, hardware_path)
     key = oracle.catalogue.resolve(gpu)
-    solos = []
-    for text, name in ((first, "FIRST"), (second, "SECOND")):
-        job = parse_job(text, "bf16", name)
-        if job.mode != "train":
-            raise ConfigError(f"{name}: the oracle predicts training steps; {text!r} is {job.mode}")
-        model, batch = job.model, job.batch
-        workload = get_workload(
-            model, precision=job.precision, seq_len=job.seq_len, image_size=job.image_size
-        )
-        solo = predict_solo(oracle, workload, batch, key)
-        if solo is None:
-            raise ConfigError(f"{name}: {model} batch {batch} does not fit one {key}")
-        solos.append((text, solo))
-    co = corun(
-        solos[0][1],
-        solos[1][1],
-        GpuFacts.of(oracle.catalogue.get(key), oracle.params),
-        Sharing(sharing),
-        oracle.params,
-    )
+    (a, b), co = predict_pair(oracle, first, second, key, sharing)
+    solos = [(first, a), (second, b)]
     doc: dict[str, Any] = {
         "schema_version": 1,
         "gpu": key,
@@ -106,6 +84,29 @@ def corun_cmd(
         f"{sharing}: speeds {co.speed[0]:.2f} / {co.speed[1]:.2f}  throughput {co.throughput:.2f}  "
         f"GPU power {co.power_w:.0f} W (split {co.job_power_w(0):.0f} / {co.job_power_w(1):.0f} W)"
     )
+
+
+def predict_pair(oracle: Any, first: str, second: str, gpu: str, sharing: str) -> tuple[tuple[Any, Any], Any]:
+    """Each job alone (a Solo) and the two sharing one GPU (a CoRun), for jobs named MODEL:BATCH[:PRECISION]
+    (bf16 unless named); what `easlurm model corun` prints and docs/colocation.md quotes."""
+    from easlurm.model.colocation import GpuFacts, Sharing, corun, predict_solo
+    from easlurm.model.measure.pairs import parse_job
+    from easlurm.model.zoo import get_workload
+
+    solos = []
+    for text, name in ((first, "FIRST"), (second, "SECOND")):
+        job = parse_job(text, "bf16", name)
+        if job.mode != "train":
+            raise ConfigError(f"{name}: the oracle predicts training steps; {text!r} is {job.mode}")
+        workload = get_workload(
+            job.model, precision=job.precision, seq_len=job.seq_len, image_size=job.image_size
+        )
+        solo = predict_solo(oracle, workload, job.batch, gpu)
+        if solo is None:
+            raise ConfigError(f"{name}: {job.model} batch {job.batch} does not fit one {gpu}")
+        solos.append(solo)
+    facts = GpuFacts.of(oracle.catalogue.get(gpu), oracle.params)
+    return (solos[0], solos[1]), corun(solos[0], solos[1], facts, Sharing(sharing), oracle.params)
 
 
 @click.command("calibrate-pairs")

@@ -230,25 +230,13 @@ def _coloc_pairs(gpu: str = "h100-sxm") -> str:
     """What `easlurm model corun FIRST SECOND --gpu h100-sxm` says of each example pair (shipped parameters):
     the energy per unit of work against running the two one after the other is the pair's power over the
     alone powers weighted by the speeds (the same work done in the same time alone)."""
-    from easlurm.model.colocation import GpuFacts, Sharing, corun, predict_solo
-    from easlurm.model.measure.pairs import parse_job
+    from easlurm.model.colocation_cli import predict_pair
     from easlurm.model.oracle import Oracle
-    from easlurm.model.zoo import get_workload
 
     oracle = Oracle()
-    facts = GpuFacts.of(oracle.catalogue.get(gpu), oracle.params)
     rows = []
     for first, second, sharing in COLOC_PAIRS:
-        solos = []
-        for text in (first, second):
-            job = parse_job(text, "bf16", "pair")
-            w = get_workload(
-                job.model, precision=job.precision, seq_len=job.seq_len, image_size=job.image_size
-            )
-            solos.append(predict_solo(oracle, w, job.batch, gpu))
-        a, b = solos
-        assert a is not None and b is not None
-        co = corun(a, b, facts, Sharing(sharing), oracle.params)
+        (a, b), co = predict_pair(oracle, first, second, gpu, sharing)
         pair = f"{first} + {second}"
         alone = f"{a.power_w:.0f} W" if first == second else f"{a.power_w:.0f}, {b.power_w:.0f} W"
         if not co.feasible:
