@@ -170,19 +170,15 @@ def parse_catalogue(doc: Any, source: str = "catalogue") -> Catalogue:
         if not isinstance(entry, Mapping):
             raise ModelError(f"{source}: gpus.{key} must be a mapping")
         values: dict[str, float] = {}
-        for name in _NUMERIC:
+        for name in (*_NUMERIC, *_OPTIONAL_NUMERIC):
+            if name in _OPTIONAL_NUMERIC and name not in entry:
+                continue
             raw = entry.get(name)
             if not isinstance(raw, int | float) or isinstance(raw, bool) or raw < 0:
                 raise ModelError(f"{source}: gpus.{key}.{name} must be a number >= 0, got {raw!r}")
             values[name] = float(raw)
         if not values["idle_w"] < values["min_power_limit_w"] <= values["tdp_w"]:
             raise ModelError(f"{source}: gpus.{key}: need idle_w < min_power_limit_w <= tdp_w")
-        for name in _OPTIONAL_NUMERIC:
-            if name in entry:
-                raw = entry[name]
-                if not isinstance(raw, int | float) or isinstance(raw, bool) or raw < 0:
-                    raise ModelError(f"{source}: gpus.{key}.{name} must be a number >= 0, got {raw!r}")
-                values[name] = float(raw)
         if "p0_idle_w" in values and not values["idle_w"] <= values["p0_idle_w"] < values["tdp_w"]:
             raise ModelError(f"{source}: gpus.{key}: need idle_w <= p0_idle_w < tdp_w")
         arch = str(entry.get("architecture", "")).strip().lower()
