@@ -87,7 +87,7 @@ PARAM_SPECS: dict[str, tuple[float, float, float, str]] = {
         0.1,
         0.0,
         0.8,
-        "share of (TDP - idle) that does not follow the SM clock (HBM, leakage)",
+        "share of (TDP - P0 idle) above the P0 idle power that does not follow the SM clock (HBM, leakage)",
     ),
     "mem_clock_knee": (0.8, 0.1, 1.0, "SM clock fraction below which memory-bound work slows down"),
     "mem_act_scale": (1.0, 0.1, 5.0, "activation memory held for backward relative to the layer count"),
