@@ -12,7 +12,7 @@ from easlurm.errors import ConfigError, ModelError
 from easlurm.model.equations import RESERVED_BYTES, USABLE_MEMORY_FRACTION
 from easlurm.model.hardware import GpuSpec
 from easlurm.model.params import OracleParams
-from easlurm.model.workload import Precision, Workload
+from easlurm.model.workload import Workload
 
 
 class Sharing(StrEnum):
@@ -103,24 +103,28 @@ class CoRun:
 INFEASIBLE = CoRun(False, (0.0, 0.0), math.nan, (0.5, 0.5), "")
 
 
-def solo_of(pred: Any, i: int, workload: Workload, spec: GpuSpec, params: OracleParams) -> Solo:
+def solo_of(pred: Any, i: int, spec: GpuSpec, params: OracleParams) -> Solo:
     """Row `i` of an oracle Prediction (one GPU, no power limit) as a Solo."""
     dyn = (spec.tdp_w - spec.p0_w) * params["c_p"]
-    tensor = workload.precision is not Precision.FP32
-    u_c = params["u_comp"] if tensor else params["u_simt"]
 
     def at(arr: Any) -> float:
         return math.nan if arr is None else float(arr[i])
 
+    power, busy_c, busy_m = at(pred.power_w), at(pred.compute_busy), at(pred.hbm_busy)
+    hbm_w = dyn * params["u_mem"]
+    # what compute draws is what the solo's power leaves above its floor and HBM: a share of the range on
+    # tensor cores, energy per FLOP on the CUDA cores (equations.evaluate)
+    active_floor = GpuFacts.of(spec, params).active_floor_w
+    compute_w = max(power - active_floor - busy_m * hbm_w, 0.0) / busy_c if busy_c > 0 else 0.0
     return Solo(
         step_time_s=at(pred.step_time_s),
-        power_w=at(pred.power_w),
-        compute_busy=at(pred.compute_busy),
-        hbm_busy=at(pred.hbm_busy),
+        power_w=power,
+        compute_busy=busy_c,
+        hbm_busy=busy_m,
         gpu_busy=at(pred.gpu_busy),
         peak_mem_bytes=at(pred.peak_mem_gib) * 2**30,
-        compute_w=dyn * u_c,
-        hbm_w=dyn * params["u_mem"],
+        compute_w=compute_w,
+        hbm_w=hbm_w,
     )
 
 
@@ -132,7 +136,7 @@ def predict_solo(oracle: Any, workload: Workload, batch: int, gpu_type: str) -> 
     if pred.feasible is not None and not bool(pred.feasible[0]):
         return None
     spec = oracle.catalogue.get(gpu_type)
-    solo = solo_of(pred, 0, workload, spec, oracle.params)
+    solo = solo_of(pred, 0, spec, oracle.params)
     if not (math.isfinite(solo.step_time_s) and math.isfinite(solo.gpu_busy)):
         return None
     return solo

@@ -356,13 +356,20 @@ def evaluate(
         return np.maximum(t_pass + t_opt + t_comm + t_over, t_input), *busy, t_comm
 
     # eq. 4.14-4.15, by busy fractions: the GPU at P0 (clocks up, memory clocked: nvidia-smi's reading of a
-    # GPU with nothing running), a small active share while a process holds it, compute and HBM on top
+    # GPU with nothing running), a small active share while a process holds it, tensor-core compute and HBM
+    # on top. Work on the CUDA cores costs energy per FLOP instead: a board's TDP is not what its CUDA cores
+    # draw at full rate (a P100's is sized for its FP64 units, a T4's holds far less than its FP32 rate),
+    # while the energy of the same work is close on GPUs of one process generation (docs/oracle-gpus.md).
     dyn = (hw.tdp_w - hw.p0_w) * p["c_p"]
+    simt_flops = np.where(on_tc, 0.0, w.gemm + w.conv + w.attn) * np.where(
+        code == 3, 0.5, 1.0
+    )  # FP16: packed
+    simt_j = p["c_p"] * p["e_simt_pj"] * 1e-12 * micro * g_acc * simt_flops
 
     def power_of(step: np.ndarray, busy_c: np.ndarray, busy_m: np.ndarray, t_comm: np.ndarray) -> np.ndarray:
-        u_c = np.where(on_tc, p["u_comp"], p["u_simt"])  # tensor cores, or the CUDA cores
+        u_c = np.where(on_tc, p["u_comp"], 0.0)
         dynamic = p["u_idle"] * step + u_c * busy_c + p["u_mem"] * busy_m + p["u_comm"] * t_comm
-        return hw.p0_w + dyn * dynamic / step
+        return hw.p0_w + (dyn * dynamic + simt_j) / step
 
     ones = np.ones_like(t_tc)
     step, busy_c, busy_m, busy_g, t_comm = step_of(ones)

@@ -71,7 +71,9 @@ PARAM_SPECS: dict[str, tuple[float, float, float, str]] = {
     ),
     "c_p": (1.0, 0.3, 1.5, "global power calibration scalar (eq. 4.14)"),
     "u_comp": (0.90, 0.0, 1.5, "dynamic power share while tensor/SM compute is busy"),
-    "u_simt": (0.90, 0.0, 1.5, "dynamic power share while FP32 compute runs on the CUDA cores"),
+    # the dynamic energy of the same FP32 step on a P100 and an RTX 6000 (16 and 12 nm) agrees within a few %
+    # (docs/oracle-gpus.md); the prior was set after seeing those two sweeps
+    "e_simt_pj": (20.0, 1.0, 100.0, "energy per FLOP of work run on the CUDA cores (pJ; FP32 rate)"),
     "u_mem": (0.65, 0.0, 1.5, "dynamic power share while HBM-bound work runs"),
     "u_comm": (0.25, 0.0, 1.0, "dynamic power share while communicating"),
     "u_idle": (
@@ -112,8 +114,9 @@ PARAM_SPECS: dict[str, tuple[float, float, float, str]] = {
     ),
 }
 
-#: parameters earlier versions had; a parameter file naming them still loads (the value is ignored)
-RETIRED_PARAMS = frozenset({"bw_eff_frac"})
+#: parameters earlier versions had; a parameter file naming them (or their architecture factors) still loads
+#: (the value is ignored): u_simt, a share of the TDP range, became e_simt_pj, energy per FLOP
+RETIRED_PARAMS = frozenset({"bw_eff_frac", "u_simt"})
 
 #: the communication parameters (fitted on multi-GPU rows only: `easlurm model calibrate --free comm`)
 COMM_PARAMS = (
@@ -151,7 +154,7 @@ ARCH_PARAMS = (
     "t_fixed_s",
     "c_p",
     "u_comp",
-    "u_simt",
+    "e_simt_pj",
     "u_mem",
     "u_idle",
     "cap_alpha",
@@ -195,6 +198,8 @@ class OracleParams:
         scalars = {}
         for key, value in self.scalars.items():
             group, _, op = key.partition(".")
+            if group in ARCHITECTURES and op in RETIRED_PARAMS:
+                continue
             if group in ARCHITECTURES:
                 if op not in ARCH_PARAMS:
                     raise ModelError(

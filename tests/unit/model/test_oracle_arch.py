@@ -139,6 +139,50 @@ def test_small_tdp_card_saturates_at_its_tdp():
     assert _step(oracle, w, "t4x")[1] == pytest.approx(70.0)
 
 
+def _fp32_gemm_workload():
+    b = WorkloadBuilder("fp32")
+    b.linear(4096, 4096, 4096, repeat=8)
+    return b.build("gemm32", optimizer="sgd")
+
+
+def test_cuda_core_work_costs_energy_per_flop_not_a_share_of_the_tdp():
+    """Closed form: FP32 work on the CUDA cores adds c_p x e_simt_pj x its FLOPs to the step's energy, so a
+    board with half the FP32 rate spends the same energy on the same work over a longer step (a lower power),
+    whatever its TDP; tensor-core work keeps its share of the power range."""
+    params = OracleParams({**BARE, "u_mem": 0.0, "u_idle": 0.0, "c_p": 1.0, "e_simt_pj": 20.0})
+    fast = dataclasses.replace(load_catalogue().get("rtx6000"), min_power_limit_w=100.0)
+    slow = dataclasses.replace(fast, fp32_tflops=fast.fp32_tflops / 2)
+    w = _fp32_gemm_workload()
+    flops = 64 * (w.flops_gemm + w.flops_conv + w.flops_attn)
+    for spec in (fast, slow):
+        res = _row(w, spec, 10_000.0, params)
+        above_p0 = (float(res.power_w[0]) - spec.p0_w) * float(res.step_time_s[0])
+        assert above_p0 == pytest.approx(20e-12 * flops, rel=1e-6)
+    p_fast = float(_row(w, fast, 10_000.0, params).power_w[0])
+    p_slow = float(_row(w, slow, 10_000.0, params).power_w[0])
+    assert p_slow < p_fast
+    twice = OracleParams({**params.values, "e_simt_pj": 40.0})
+    res = _row(w, fast, 10_000.0, twice)
+    assert (float(res.power_w[0]) - fast.p0_w) * float(res.step_time_s[0]) == pytest.approx(
+        40e-12 * flops, rel=1e-6
+    )
+    tensor = _row(_gemm_workload(), fast, 10_000.0, twice)
+    assert float(tensor.power_w[0]) == pytest.approx(
+        float(_row(_gemm_workload(), fast, 10_000.0, params).power_w[0])
+    )
+
+
+def test_shipped_parameters_hold_low_tdp_boards_at_their_tdp_on_fp32_work():
+    """docs/oracle-gpus.md: with energy per FLOP on the CUDA cores, FP32 ResNet-50 needs more than a T4's or an
+    A10's TDP, so both are predicted at it, slower than their rate; on tensor cores the T4 stays under it."""
+    oracle = Oracle(load_params())
+    fp32 = get_workload("resnet50", precision="fp32")
+    for gpu, tdp in (("t4", 70.0), ("a10", 150.0)):
+        _, power = _step(oracle, fp32, gpu, batch=128)
+        assert power == pytest.approx(tdp)
+    assert _step(oracle, get_workload("resnet50", precision="fp16"), "t4", batch=128)[1] < 70.0
+
+
 #: per-architecture factors the synthetic "truth" holds (Hopper is the reference: its factors are 1.0)
 TRUE_FACTORS = {
     "volta.beta_gemm": 0.7,
@@ -183,6 +227,21 @@ def test_default_free_set_has_factors_for_all_but_the_reference_architecture():
     assert {n.split(".")[0] for n in names} == {"ampere", "volta"}
     assert "volta.c_p" in names and "volta.beta_gemm" in names
     assert set(names) <= set(default_free(rows))
+
+
+def test_power_factors_are_fitted_for_all_but_the_most_power_measured_architecture():
+    """The power reference is the architecture with the most power rows, even when another has more GPU
+    types: a GPU of an architecture without power then takes measured power physics, not the bare priors."""
+    rows = synthetic_arch_rows(OracleParams(BARE))
+    rows = [m if m.gpu == "v100" else dataclasses.replace(m, avg_power_w=None) for m in rows]
+    rows += [dataclasses.replace(m, gpu="a100-80gb", avg_power_w=None) for m in rows if m.gpu == "a100-40gb"]
+    names = arch_free(rows)
+    assert not any(
+        n.startswith("volta.") and n.split(".")[1] in ("c_p", "u_comp", "e_simt_pj", "u_mem") for n in names
+    )
+    assert "volta.beta_gemm" in names  # time factors: Ampere (two GPU types) is the time reference
+    assert not any(n.startswith("ampere.") for n in names)
+    assert not any(n.split(".")[1] == "c_p" for n in names)
 
 
 def test_leave_one_gpu_out_never_trains_on_the_held_out_gpu():

@@ -117,6 +117,14 @@ def test_placements_validate_their_node_count():
 def test_a_parameter_file_naming_a_retired_parameter_still_loads():
     doc = {"schema_version": 1, "params": {"bw_eff_frac": 0.5, "bw_eff_pcie": 0.3}}
     assert params_from_doc(doc, "x.yaml")["bw_eff_pcie"] == 0.3
+    # u_simt (a share of the TDP range) became e_simt_pj (energy per FLOP): its value and factors are ignored
+    doc = {
+        "schema_version": 1,
+        "params": {"u_simt": 0.9},
+        "scalars": {"turing.u_simt": 1.1, "turing.c_p": 1.2},
+    }
+    loaded = params_from_doc(doc, "x.yaml")
+    assert loaded.scalars == {"turing.c_p": 1.2} and "u_simt" not in loaded.values
 
 
 def test_measurements_carry_their_node_count(tmp_path):

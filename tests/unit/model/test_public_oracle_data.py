@@ -80,6 +80,41 @@ def test_zeus_rows_carry_limit_and_power_and_no_held_out_trace_is_here() -> None
     assert not [n for n in names if any(h in n for h in HELD_OUT)]
 
 
+def test_same_work_costs_about_the_same_dynamic_energy_on_the_p100_and_the_rtx6000() -> None:
+    """The figures docs/oracle-gpus.md gives for energy per FLOP on the CUDA cores: at the top limit, the energy
+    above P0 idle of one step of the same job on both Zeus machines, their speed ratio and the P100's draw."""
+    rows = read_measurements(PUBLIC / "zeus_power_limits.csv")
+    catalogue = load_catalogue()
+    top = {"p100": 250.0, "rtx6000": 260.0}
+
+    def at_top(gpu: str, model: str, batch: int) -> tuple[float, float]:
+        (m,) = [
+            r for r in rows if (r.gpu, r.model, r.batch, r.power_limit_w) == (gpu, model, batch, top[gpu])
+        ]
+        assert m.avg_power_w is not None
+        return (m.avg_power_w - catalogue.get(gpu).p0_w) * m.step_time_s, m.step_time_s
+
+    (p100_rn, t_p100_rn), (rtx_rn, t_rtx_rn) = (
+        at_top("p100", "resnet50", 128),
+        at_top("rtx6000", "resnet50", 128),
+    )
+    assert (round(p100_rn), round(rtx_rn)) == (86, 87)
+    (p100_sn, t_p100_sn), (rtx_sn, t_rtx_sn) = (
+        at_top("p100", "shufflenet-v2-cifar", 1024),
+        at_top("rtx6000", "shufflenet-v2-cifar", 1024),
+    )
+    assert (round(p100_sn), round(rtx_sn)) == (37, 32)
+    assert (round(t_p100_rn / t_rtx_rn, 2), round(t_p100_sn / t_rtx_sn, 2)) == (1.25, 1.74)
+    p100 = [
+        r.avg_power_w for r in rows if r.gpu == "p100" and r.model == "resnet50" and r.power_limit_w >= 200
+    ]  # type: ignore[operator]
+    rtx = [
+        r.avg_power_w for r in rows if r.gpu == "rtx6000" and r.model == "resnet50" and r.power_limit_w == 260
+    ]
+    assert (round(min(p100)), round(max(p100))) == (152, 167)  # type: ignore[type-var]
+    assert (round(min(rtx)), round(max(rtx))) == (230, 237)  # type: ignore[type-var]
+
+
 def test_dle_rows_complement_the_published_resnet_file_and_skip_out_of_memory_cells() -> None:
     rows = read_measurements(PUBLIC / "dle_training.csv")
     published = read_measurements(ROOT / "data" / "oracle" / "published_resnet50_dle.csv")

@@ -267,15 +267,27 @@ def architectures_of(rows: Sequence[Measurement], catalogue: Catalogue | None = 
     return sorted(count, key=lambda a: (len(types[a]), count[a]), reverse=True)
 
 
+#: the power terms an architecture's own rows fit (`arch_free`)
+POWER_FACTORS = ("c_p", "u_comp", "e_simt_pj", "u_mem")
+
+
 def arch_free(rows: Sequence[Measurement], catalogue: Catalogue | None = None) -> list[str]:
-    """Per-architecture factors the rows inform, for every architecture but the most measured one (the
-    reference the shared physics is fitted to): efficiencies of the work its rows do, HBM and host costs, and
-    power terms where its rows have power. The response to a power limit (`cap_alpha`, `p_floor_frac`,
+    """Per-architecture factors the rows inform: for every architecture but the most measured one (the
+    reference the shared time physics is fitted to), efficiencies of the work its rows do and HBM and host
+    costs; for every architecture with power but the one with the most power rows (the power reference),
+    the power terms. A GPU whose architecture has no power rows then takes the power physics of the most
+    measured one, not the bare priors. The response to a power limit (`cap_alpha`, `p_floor_frac`,
     `mem_clock_knee`) stays shared: every sweep informs it, and a GPU never swept takes it."""
     cat = catalogue or load_catalogue()
     archs = architectures_of(rows, cat)
+    powered = Counter(cat.get(m.gpu).architecture for m in rows if m.avg_power_w is not None)
+    power_ref = max((a for a in archs if powered[a]), key=lambda a: powered[a], default="")
     out: list[str] = []
-    for arch in archs[1:]:
+    for arch in archs:
+        if arch != power_ref and powered[arch]:
+            out += [f"{arch}.{n}" for n in POWER_FACTORS]
+        if arch == archs[0]:
+            continue
         mine = [m for m in rows if cat.get(m.gpu).architecture == arch]
         wls = [m.workload() for m in mine]
         names = ["c_mem", "t_host_op_s", "t_fixed_s"]
@@ -286,8 +298,6 @@ def arch_free(rows: Sequence[Measurement], catalogue: Catalogue | None = None) -
         precs = {m.precision.lower() for m in mine}
         if "fp32" in precs and len(precs) > 1:
             names.append("c_fp32")
-        if any(m.avg_power_w is not None for m in mine):
-            names += ["c_p", "u_comp", "u_simt", "u_mem"]
         out += [f"{arch}.{n}" for n in names]
     return out
 
@@ -330,7 +340,7 @@ def default_free(rows: Sequence[Measurement], catalogue: Catalogue | None = None
     if any(m.avg_power_w is not None for m in rows):
         free += ["c_p", "u_comp", "u_mem", "u_idle"]
         if any(m.precision.lower() == "fp32" for m in rows):
-            free += ["u_simt"]
+            free += ["e_simt_pj"]
         if any(m.power_limit_w is not None for m in rows):
             free += ["cap_alpha", "p_floor_frac", "mem_clock_knee"]
     real = [w for w in wls if w.real_input]
