@@ -361,10 +361,9 @@ def evaluate(
     # draw at full rate (a P100's is sized for its FP64 units, a T4's holds far less than its FP32 rate),
     # while the energy of the same work is close on GPUs of one process generation (docs/oracle-gpus.md).
     dyn = (hw.tdp_w - hw.p0_w) * p["c_p"]
-    simt_flops = np.where(on_tc, 0.0, w.gemm + w.conv + w.attn) * np.where(
-        code == 3, 0.5, 1.0
-    )  # FP16: packed
-    simt_j = p["c_p"] * p["e_simt_pj"] * 1e-12 * micro * g_acc * simt_flops
+    # FLOPs per sample on the CUDA cores; packed FP16 (Pascal) does two per FP32 operation
+    simt_flops = np.where(on_tc, 0.0, w.gemm + w.conv + w.attn) * np.where(code == 3, 0.5, 1.0)
+    simt_j = p["e_simt_pj"] * 1e-12 * micro * g_acc * simt_flops
 
     def power_of(step: np.ndarray, busy_c: np.ndarray, busy_m: np.ndarray, t_comm: np.ndarray) -> np.ndarray:
         u_c = np.where(on_tc, p["u_comp"], 0.0)

@@ -69,7 +69,7 @@ PARAM_SPECS: dict[str, tuple[float, float, float, str]] = {
         1.0,
         "share of a micro-batch pass in the backward, under which gradient buckets all-reduce",
     ),
-    "c_p": (1.0, 0.3, 1.5, "global power calibration scalar (eq. 4.14)"),
+    "c_p": (1.0, 0.3, 1.5, "scale of the power shares of the range above the P0 idle power (eq. 4.14)"),
     "u_comp": (0.90, 0.0, 1.5, "dynamic power share while tensor/SM compute is busy"),
     # the dynamic energy of the same FP32 step on a P100 and an RTX 6000 (16 and 12 nm) agrees within a few %
     # (docs/oracle-gpus.md); the prior was set after seeing those two sweeps

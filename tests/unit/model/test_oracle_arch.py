@@ -146,10 +146,10 @@ def _fp32_gemm_workload():
 
 
 def test_cuda_core_work_costs_energy_per_flop_not_a_share_of_the_tdp():
-    """Closed form: FP32 work on the CUDA cores adds c_p x e_simt_pj x its FLOPs to the step's energy, so a
+    """Closed form: FP32 work on the CUDA cores adds e_simt_pj x its FLOPs to the step's energy, so a
     board with half the FP32 rate spends the same energy on the same work over a longer step (a lower power),
     whatever its TDP; tensor-core work keeps its share of the power range."""
-    params = OracleParams({**BARE, "u_mem": 0.0, "u_idle": 0.0, "c_p": 1.0, "e_simt_pj": 20.0})
+    params = OracleParams({**BARE, "u_mem": 0.0, "u_idle": 0.0, "c_p": 0.7, "e_simt_pj": 20.0})
     fast = dataclasses.replace(load_catalogue().get("rtx6000"), min_power_limit_w=100.0)
     slow = dataclasses.replace(fast, fp32_tflops=fast.fp32_tflops / 2)
     w = _fp32_gemm_workload()

@@ -40,7 +40,8 @@ def synthetic_rows(params=TRUE):
 def test_calibration_recovers_known_parameters():
     rows = synthetic_rows()
     free = ["beta_gemm", "c_mem", "t_fixed_s", "c_p", "u_mem", "albert.mem"]
-    res = calibrate(rows, free=free, maxiter=60, seed=0)
+    # c_p and u_mem are told apart by the BF16 rows alone (FP32 work costs energy per FLOP): more generations
+    res = calibrate(rows, free=free, maxiter=150, seed=0)
     for name in free:
         assert res.params.vector([name])[0] == pytest.approx(TRUE.vector([name])[0], rel=0.02), name
     assert res.fit.loss < 0.1
