@@ -10,6 +10,8 @@ from easlurm.model.layers import WorkloadBuilder
 from easlurm.model.workload import Optimizer, Precision, Workload
 
 MODEL_NAMES: tuple[str, ...] = (
+    "resnet18",
+    "resnet18-cifar",
     "resnet50",
     "vgg16",
     "vit-b16",
@@ -27,6 +29,9 @@ MODEL_NAMES: tuple[str, ...] = (
 
 _ALIASES = {
     "resnet-50": "resnet50",
+    "resnet-18": "resnet18",
+    "resnet-18-cifar": "resnet18-cifar",
+    "resnet18-cifar10": "resnet18-cifar",
     "vgg-16": "vgg16",
     "vit-b-16": "vit-b16",
     "vit-b/16": "vit-b16",
@@ -316,8 +321,37 @@ def _shufflenet(b: WorkloadBuilder, image: int, widths: tuple[int, int, int], cl
     b.loss(1, classes)
 
 
+def _resnet_basic(b: WorkloadBuilder, image: int, blocks: tuple[int, ...], classes: int) -> None:
+    """ResNet-18/34: stages of basic blocks (two 3x3 convolutions), a 1x1 projection where the shape
+    changes; small images get the CIFAR stem."""
+    if image <= SMALL_IMAGE:
+        h = _conv_bn(b, 3, 64, 3, image, 1)
+    else:
+        h = _conv_bn(b, 3, 64, 7, image, 2)
+        hp = _out(h, 3, 2, 1)
+        b.pool(64 * h * h, 64 * hp * hp)
+        h = hp
+    c_in = 64
+    for width, repeats, stride in zip((64, 128, 256, 512), blocks, (1, 2, 2, 2)):
+        for i in range(repeats):
+            s = stride if i == 0 else 1
+            h1 = _conv_bn(b, c_in, width, 3, h, s)
+            _conv_bn(b, width, width, 3, h1, act=None)
+            if s != 1 or c_in != width:
+                _conv_bn(b, c_in, width, 1, h, s, act=None)
+            b.elementwise(width * h1 * h1)
+            b.activation(width * h1 * h1, "relu")
+            h, c_in = h1, width
+    b.pool(c_in * h * h, c_in)
+    b.linear(1, c_in, classes)
+    b.loss(1, classes)
+
+
 #: name -> (family, kind "vision"/"text", default size, builder(builder, size))
 _MODELS: dict[str, tuple[str, str, int, Callable[[WorkloadBuilder, int], None]]] = {
+    "resnet18": ("cnn", "vision", 224, lambda b, s: _resnet_basic(b, s, (2, 2, 2, 2), 1000)),
+    # CIFAR-10 ResNet-18 (3x3 stride-1 stem, no max-pool), as CIFAR training code and the Pollux traces use it
+    "resnet18-cifar": ("cnn", "vision", 32, lambda b, s: _resnet_basic(b, s, (2, 2, 2, 2), 10)),
     "resnet50": ("cnn", "vision", 224, _resnet50),
     "vgg16": ("cnn", "vision", 224, _vgg16),
     "shufflenet-small": (

@@ -16,6 +16,23 @@ def test_resnet50_forward_is_about_4_1_gmacs_at_224():
     assert w.n_params == pytest.approx(25.56e6, rel=0.005)
 
 
+@pytest.mark.parametrize(
+    ("name", "image", "params", "macs"),
+    [
+        # torchvision's resnet18 (11,689,512 parameters, 1.81 GFLOPS as it documents MACs)
+        ("resnet18", 224, 11_689_512, 1.814e9),
+        # the CIFAR-10 ResNet-18 of CIFAR training code (3x3 stride-1 stem, no max-pool, 10 classes):
+        # 11,173,962 parameters, 0.56 G multiply-adds per 32x32 image
+        ("resnet18-cifar", 32, 11_173_962, 0.556e9),
+    ],
+)
+def test_resnet18_matches_its_published_size(name, image, params, macs):
+    w = get_workload(name, image_size=image)
+    assert w.n_params == params
+    assert w.macs_forward == pytest.approx(macs, rel=0.005)
+    assert get_workload("ResNet-18").n_params == get_workload("resnet18").n_params
+
+
 def test_bert_base_has_110m_parameters():
     w = get_workload("bert-base")
     assert w.n_params == pytest.approx(110e6, rel=0.01)
