@@ -34,7 +34,7 @@ _OPTIONAL_NUMERIC = ["p0_idle_w"]
 
 #: share of (TDP - idle) a GPU without a P0 reading is assumed to draw at P0 with nothing running: the median
 #: over the catalogue's GPUs that have readings (data/oracle/public/nvidia_smi_idle.csv)
-P0_SHARE_ESTIMATE = 0.09
+P0_SHARE_ESTIMATE = 0.074
 
 
 @dataclass(frozen=True)

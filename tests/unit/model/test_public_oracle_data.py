@@ -24,7 +24,7 @@ CONVERTERS = {
 #: converters of tables that are not measurements: script -> (raw folder, committed CSV)
 TABLE_CONVERTERS = {"convert-nvidia-smi-idle": ("nvidia_smi", "nvidia_smi_idle.csv")}
 #: GPUs the idle-power table collects beside the catalogue's
-IDLE_EXTRAS = {"a40", "v100-pcie"}
+IDLE_EXTRAS = {"a40"}
 #: traces the project holds out from fitting and evaluation: never converted or committed here
 HELD_OUT = ("summary_power_v100", "summary_power_a40", "pollux", "osdi21")
 
