@@ -83,11 +83,16 @@ def _conv_bn(
     return ho
 
 
-def _resnet50(b: WorkloadBuilder, image: int, classes: int = 1000) -> None:
-    h = _conv_bn(b, 3, 64, 7, image, 2)
+def _pooled_stem(b: WorkloadBuilder, image: int, c_out: int, k: int) -> int:
+    """The ImageNet stem: a k x k stride-2 convolution and a 3x3 stride-2 max-pool; returns the map height."""
+    h = _conv_bn(b, 3, c_out, k, image, 2)
     hp = _out(h, 3, 2, 1)
-    b.pool(64 * h * h, 64 * hp * hp)
-    h, c_in = hp, 64
+    b.pool(c_out * h * h, c_out * hp * hp)
+    return hp
+
+
+def _resnet50(b: WorkloadBuilder, image: int, classes: int = 1000) -> None:
+    h, c_in = _pooled_stem(b, image, 64, 7), 64
     for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
         for i in range(blocks):
             s = stride if i == 0 else 1
@@ -288,16 +293,14 @@ SHUFFLENET_WIDTHS = {"0.5x": (48, 96, 192), "1.0x": (116, 232, 464)}
 SMALL_IMAGE = 64
 
 
+def _stem(b: WorkloadBuilder, image: int, c_out: int, k: int) -> int:
+    """The CIFAR stem (a 3x3 stride-1 convolution) for images of at most SMALL_IMAGE, else the pooled one."""
+    return _conv_bn(b, 3, c_out, 3, image, 1) if image <= SMALL_IMAGE else _pooled_stem(b, image, c_out, k)
+
+
 def _shufflenet(b: WorkloadBuilder, image: int, widths: tuple[int, int, int], classes: int) -> None:
     """ShuffleNet-V2: depthwise-separable blocks with channel split and shuffle, stages of 4/8/4 units."""
-    if image <= SMALL_IMAGE:
-        h = _conv_bn(b, 3, 24, 3, image, 1)
-    else:
-        h = _conv_bn(b, 3, 24, 3, image, 2)
-        hp = _out(h, 3, 2, 1)
-        b.pool(24 * h * h, 24 * hp * hp)
-        h = hp
-    c_in = 24
+    h, c_in = _stem(b, image, 24, 3), 24
     for c_out, repeats in zip(widths, (4, 8, 4)):
         half = c_out // 2
         # down-sampling block: two branches, each ending at c_out/2 channels
@@ -324,14 +327,7 @@ def _shufflenet(b: WorkloadBuilder, image: int, widths: tuple[int, int, int], cl
 def _resnet_basic(b: WorkloadBuilder, image: int, blocks: tuple[int, ...], classes: int) -> None:
     """ResNet-18/34: stages of basic blocks (two 3x3 convolutions), a 1x1 projection where the shape
     changes; small images get the CIFAR stem."""
-    if image <= SMALL_IMAGE:
-        h = _conv_bn(b, 3, 64, 3, image, 1)
-    else:
-        h = _conv_bn(b, 3, 64, 7, image, 2)
-        hp = _out(h, 3, 2, 1)
-        b.pool(64 * h * h, 64 * hp * hp)
-        h = hp
-    c_in = 64
+    h, c_in = _stem(b, image, 64, 7), 64
     for width, repeats, stride in zip((64, 128, 256, 512), blocks, (1, 2, 2, 2)):
         for i in range(repeats):
             s = stride if i == 0 else 1
