@@ -112,7 +112,30 @@ def _shipped() -> Catalogue:
 
 @functools.lru_cache(maxsize=8)
 def _user(path: str, mtime_ns: int) -> Catalogue:
-    return load_user_catalogue(path, _shipped())
+    cat = load_user_catalogue(path, _shipped())
+    _warn_limit_response(path, cat)
+    return cat
+
+
+def _warn_limit_response(path: str, cat: Catalogue) -> None:
+    """Warn about each GPU the file adds or changes whose figures imply an implausible response to its
+    minimum power limit (model/limit_check.py), once per file version."""
+    import logging
+
+    from easlurm.model.limit_check import limit_responses
+    from easlurm.model.oracle import Oracle
+
+    shipped = _shipped()
+    changed = [k for k in cat if k not in shipped or cat.get(k) != shipped.get(k)]
+    for r in limit_responses(Oracle(_shipped_params(), cat), changed):
+        problem = r.problem()
+        if problem:
+            logging.getLogger(__name__).warning(
+                "%s: gpus.%s: FP32 ResNet-50 is predicted %s; check tdp_w, min_power_limit_w, p0_idle_w",
+                path,
+                r.gpu,
+                problem,
+            )
 
 
 def default_catalogue() -> Catalogue:

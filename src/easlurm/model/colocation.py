@@ -9,7 +9,12 @@ from enum import StrEnum
 from typing import Any
 
 from easlurm.errors import ConfigError, ModelError
-from easlurm.model.equations import RESERVED_BYTES, USABLE_MEMORY_FRACTION
+from easlurm.model.equations import (
+    RESERVED_BYTES,
+    USABLE_MEMORY_FRACTION,
+    clock_floor_w,
+    clock_under_limit,
+)
 from easlurm.model.hardware import GpuSpec
 from easlurm.model.params import OracleParams
 from easlurm.model.workload import Workload
@@ -56,7 +61,7 @@ class GpuFacts:
     idle_w: float
     tdp_w: float
     active_floor_w: float  # P0 idle + the dynamic share of a GPU that holds work but waits (u_idle)
-    clock_floor_w: float  # power that does not follow the SM clock (p_floor_frac)
+    clock_floor_w: float  # power that does not follow the SM clock (equations.clock_floor_w)
     memory_bytes: float
 
     @classmethod
@@ -66,7 +71,7 @@ class GpuFacts:
             idle_w=float(spec.idle_w),
             tdp_w=float(spec.tdp_w),
             active_floor_w=spec.p0_w + dyn * params["u_idle"],
-            clock_floor_w=spec.p0_w + params["p_floor_frac"] * (spec.tdp_w - spec.p0_w),
+            clock_floor_w=float(clock_floor_w(spec.tdp_w, spec.p0_w, spec.min_power_limit_w, params.values)),
             memory_bytes=spec.memory_gb * 1e9,
         )
 
@@ -193,8 +198,7 @@ def corun(a: Solo, b: Solo, gpu: GpuFacts, mode: Sharing, p: Mapping[str, float]
     speed = [base[i] / (1.0 + q * occupancy[1 - i]) for i in range(2)]
     power = _power(jobs, speed, gpu)
     if power > gpu.tdp_w:
-        ratio = (gpu.tdp_w - gpu.clock_floor_w) / max(power - gpu.clock_floor_w, 1e-9)
-        clock = min(max(ratio, 1e-3), 1.0) ** (1.0 / float(p["cap_alpha"]))
+        clock = float(clock_under_limit(power, gpu.tdp_w, gpu.clock_floor_w, p))
         speed = [s * clock for s in speed]
         power = gpu.tdp_w
     kernel = [speed[i] * jobs[i].gpu_busy for i in range(2)]

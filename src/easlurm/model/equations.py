@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -125,6 +126,7 @@ class HardwareArrays:
     tdp_w: np.ndarray
     idle_w: np.ndarray
     p0_w: np.ndarray  # P0 idle: clocks up, no kernel running (GpuSpec.p0_w)
+    min_limit_w: np.ndarray  # the lowest power limit the board accepts
     link_bw: np.ndarray
     net_bw: np.ndarray
     gpus_per_node: np.ndarray
@@ -148,6 +150,7 @@ class HardwareArrays:
             tdp_w=np.array([s.tdp_w for s in specs], dtype=np.float64),
             idle_w=np.array([s.idle_w for s in specs], dtype=np.float64),
             p0_w=np.array([s.p0_w for s in specs], dtype=np.float64),
+            min_limit_w=np.array([s.min_power_limit_w for s in specs], dtype=np.float64),
             link_bw=np.array([s.link_gbs * 1e9 for s in specs]),
             net_bw=np.array([s.net_gbs * 1e9 for s in specs]),
             gpus_per_node=np.array([s.gpus_per_node for s in specs], dtype=np.float64),
@@ -220,6 +223,22 @@ def peak_memory(w: WorkloadArrays, micro: np.ndarray, p: Mapping[str, float]) ->
     """Peak memory of one GPU: FP32 weights, gradients and optimizer state, the optimizer's temporaries, and the
     activations kept for the backward pass of one micro-batch."""
     return w.static_mem + w.opt_temp + p["mem_act_scale"] * w.act_mem * micro
+
+
+def clock_floor_w(tdp_w: Any, p0_w: Any, min_limit_w: Any, p: Mapping[str, float]) -> Any:
+    """Power that does not follow the SM clock under a limit (HBM, leakage, board): `p_floor_frac` of the
+    range above the P0 idle power, and at most `p_floor_limit_frac` of the board's minimum limit. NVIDIA
+    sets that minimum where the board still runs under load at its lowest clocks and voltage, where it
+    draws less than its P0 idle reading (taken at full clocks and voltage): a GPU whose P0 idle is high
+    against its minimum limit (A40: 84 of 100 W) would otherwise have nothing left to run at that limit."""
+    return np.minimum(p0_w + p["p_floor_frac"] * (tdp_w - p0_w), p["p_floor_limit_frac"] * min_limit_w)
+
+
+def clock_under_limit(power_w: Any, limit_w: Any, floor_w: Any, p: Mapping[str, float]) -> Any:
+    """SM clock fraction at which a draw of `power_w` at full clock fits under `limit_w`: the part above
+    `floor_w` scales as clock^cap_alpha (thesis 6.3.3). 1.0 where the draw is already under the limit."""
+    ratio = np.where(power_w > limit_w, (limit_w - floor_w) / np.maximum(power_w - floor_w, 1e-9), 1.0)
+    return np.clip(ratio, 1e-3, 1.0) ** (1.0 / p["cap_alpha"])
 
 
 def all_reduce(
@@ -377,10 +396,8 @@ def evaluate(
     # floor (HBM, leakage) scales, as clock^alpha. Compute time follows the clock; memory time does not until
     # the clock falls below a knee, so memory-bound work keeps its speed at lower limits (thesis 6.3.3).
     limit = np.where(np.isnan(power_limit_w), hw.tdp_w, power_limit_w)
-    floor = hw.p0_w + p["p_floor_frac"] * (hw.tdp_w - hw.p0_w)
     over = p_full > limit
-    ratio = np.where(over, (limit - floor) / np.maximum(p_full - floor, 1e-9), 1.0)
-    clock = np.clip(ratio, 1e-3, 1.0) ** (1.0 / p["cap_alpha"])
+    clock = clock_under_limit(p_full, limit, clock_floor_w(hw.tdp_w, hw.p0_w, hw.min_limit_w, p), p)
     if np.any(over):
         step, busy_c, busy_m, busy_g, t_comm = step_of(clock * ones)
     power = n * np.minimum(p_full, limit)

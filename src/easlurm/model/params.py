@@ -91,6 +91,14 @@ PARAM_SPECS: dict[str, tuple[float, float, float, str]] = {
         0.8,
         "share of (TDP - P0 idle) above the P0 idle power that does not follow the SM clock (HBM, leakage)",
     ),
+    # the one public sweep down to its minimum limit (Quadro RTX 6000, 100 W) holds a fitted floor of 0.77 of
+    # that limit; 0.8 leaves it (and the P100's) as fitted and bounds the floor of boards with a high P0 idle
+    "p_floor_limit_frac": (
+        0.8,
+        0.3,
+        0.95,
+        "highest share of the minimum power limit that does not follow the SM clock (the floor under a cap)",
+    ),
     "mem_clock_knee": (0.8, 0.1, 1.0, "SM clock fraction below which memory-bound work slows down"),
     "mem_act_scale": (1.0, 0.1, 5.0, "activation memory held for backward relative to the layer count"),
     # co-location of two jobs on one GPU (model/colocation.py, docs/colocation.md); priors, not yet fitted

@@ -103,7 +103,11 @@ def test_step_at_a_limit_below_its_demand_slows_down_and_draws_the_limit():
     assert demand < spec.tdp_w
     limit = 0.6 * demand
     capped = _row(w, spec, limit, params)
-    floor = spec.p0_w + 0.2 * (spec.tdp_w - spec.p0_w)  # the P0 idle power and a share of the range above it
+    # the P0 idle power and a share of the range above it, at most a share of the minimum limit
+    floor = min(
+        spec.p0_w + 0.2 * (spec.tdp_w - spec.p0_w), params["p_floor_limit_frac"] * spec.min_power_limit_w
+    )
+    assert floor < spec.p0_w + 0.2 * (spec.tdp_w - spec.p0_w)  # the bound is what this case checks
     clock = ((limit - floor) / (demand - floor)) ** 0.5
     assert float(capped.power_w[0]) == pytest.approx(limit)
     assert float(capped.clock_scale[0]) == pytest.approx(clock)
