@@ -234,7 +234,7 @@ def clock_floor_w(tdp_w: Any, p0_w: Any, min_limit_w: Any, p: Mapping[str, float
     return np.minimum(p0_w + p["p_floor_frac"] * (tdp_w - p0_w), p["p_floor_limit_frac"] * min_limit_w)
 
 
-def clock_under_limit(power_w: Any, limit_w: Any, floor_w: Any, p: Mapping[str, float]) -> Any:
+def clock_under_limit(power_w: Any, limit_w: Any, floor_w: Any, p: Mapping[str, float] | OracleParams) -> Any:
     """SM clock fraction at which a draw of `power_w` at full clock fits under `limit_w`: the part above
     `floor_w` scales as clock^cap_alpha (thesis 6.3.3). 1.0 where the draw is already under the limit."""
     ratio = np.where(power_w > limit_w, (limit_w - floor_w) / np.maximum(power_w - floor_w, 1e-9), 1.0)
