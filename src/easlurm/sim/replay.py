@@ -23,8 +23,9 @@ from easlurm.sim.replay_window import align, savings, savings_section
 from easlurm.sim.traces.baseline import RecordedBaseline
 from easlurm.sim.traces.calibration import CalibratedOracle, Calibrator, ClassCheck
 from easlurm.sim.traces.mapping import Mapped, MappingStats, ReplayOptions, TraceMapper, map_trace
-from easlurm.sim.traces.reader import open_trace
+from easlurm.sim.traces.reader import open_trace, trace_format
 from easlurm.sim.traces.record import TraceStats
+from easlurm.sim.traces.swf_gpus import SwfMachine, swf_machine
 from easlurm.units import format_duration, format_number
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,8 @@ class ReplayResult:
     unknown_start_jobs: int = 0  # replayed jobs whose recorded start the trace does not say
     #: every row's energy is over [0, window_s] and the whole target cluster (sim/replay_window.py)
     window_s: float | None = None
+    #: what the replay assumed that the trace does not say (where the cluster came from, processors per GPU)
+    assumptions: list[str] = field(default_factory=list)
 
     def run(self, policy: str, seed: int | None = None) -> dict[str, Any]:
         """The result of one policy (its first seed unless `seed` is given); KeyError when absent."""
@@ -104,6 +107,7 @@ class ReplayResult:
                 "sized_like_trace": self.cluster_sized,
             },
             "notices": list(self.notices),
+            "assumptions": list(self.assumptions),
             "arrival_jobs_per_h": self.arrival_jobs_per_h,
             "window_s": self.window_s,
             "unexplained_waits": self.baseline.get("unexplained_waits", []),
@@ -125,8 +129,11 @@ def _idle_by_type(mapper: TraceMapper) -> dict[str, float]:
     return {t: float(mapper.catalogue.get(t).idle_w) for t in mapper.cluster_types}
 
 
-def size_cluster(trace: str, fmt: str, skip_bad: bool, trace_options: dict[str, Any]) -> tuple[Any, str]:
-    """(a cluster sized like the trace's record, the sentence that announces it); one quiet read."""
+def size_cluster(
+    trace: str, fmt: str, skip_bad: bool, trace_options: dict[str, Any], machine: SwfMachine | None = None
+) -> tuple[Any, str]:
+    """(a cluster sized like the trace's record, the sentence that announces it); one quiet read. An SWF
+    log's `machine` (its header's MaxProcs and MaxNodes) bounds the size."""
     from easlurm.model.build import default_catalogue
     from easlurm.sim.cluster import ClusterSpec
     from easlurm.sim.traces.reader import SubmitOrder
@@ -135,7 +142,10 @@ def size_cluster(trace: str, fmt: str, skip_bad: bool, trace_options: dict[str, 
     quiet = TraceStats(quiet=True)
     source = open_trace(trace, fmt, skip_bad=skip_bad, stats=quiet, **trace_options)
     size = measure(SubmitOrder(source, stats=quiet), default_catalogue())
-    sized = cluster_for(size)
+    bound: dict[str, int | None] = {}
+    if machine is not None:
+        bound = {"max_gpus": machine.max_gpus, "max_nodes": machine.max_nodes, "node_gpus": machine.node_gpus}
+    sized = cluster_for(size, **bound)
     if sized is None:
         default = ClusterSpec.default()
         return default, (
@@ -143,6 +153,11 @@ def size_cluster(trace: str, fmt: str, skip_bad: bool, trace_options: dict[str, 
             f"{default.name} ({default.n_gpus} GPUs) is the target"
         )
     types = ", ".join(f"{p} {t}" for t, p in size.peak_by_type.items())
+    if machine is not None and machine.max_gpus is not None:
+        types += (
+            f"; within the machine of the log's header, MaxProcs {machine.max_procs:,} = {machine.max_gpus:,} GPUs"
+            + (f" on MaxNodes {machine.max_nodes:,}" if machine.max_nodes is not None else "")
+        )
     if size.estimated:
         return sized, (
             f"no --cluster given: the target is a cluster sized like the trace's own, {sized.name} "
@@ -190,6 +205,7 @@ def replay(
     on_notice: Callable[[str], None] | None = None,
     max_slowdown: float | None = None,
     compare_limits: bool = False,
+    cluster_source: str | None = None,
 ) -> ReplayResult:
     """Replay `trace` on `cluster` (a ClusterSpec) under each policy; the recorded schedule is the baseline.
 
@@ -204,7 +220,9 @@ def replay(
     `max_slowdown` bounds the slowdown of the power limits the energy policies choose (default: theirs);
     `compare_limits` also runs each of them without limits (`name+nolimit`), so that the report can
     tell the saving of the limits from that of the placement. Every row's energy is then put on one
-    window and the same GPUs (sim/replay_window.py).
+    window and the same GPUs (sim/replay_window.py). `cluster_source` says where `cluster` came from (for
+    the report's assumptions). An SWF log needs `trace_options["procs_per_gpu"]`, its own `ProcsPerGPU`
+    header or a `cluster`: ConfigError otherwise (a CPU log is not silently a GPU cluster).
     """
     from easlurm.model.build import build_oracle
     from easlurm.model.oracle import NoisyOracle
@@ -221,9 +239,19 @@ def replay(
             on_notice(sentence)
 
     sized = cluster is None
+    assumptions: list[str] = []
+    machine = None
+    if trace_format(trace, fmt, trace_options.get("delimiter")) == "swf":
+        machine = swf_machine(trace, trace_options.get("procs_per_gpu"), cluster_given=not sized)
+        trace_options = {**trace_options, "procs_per_gpu": machine.procs_per_gpu}
     if cluster is None:
-        cluster, sentence = size_cluster(trace, fmt, skip_bad, trace_options)
+        cluster, sentence = size_cluster(trace, fmt, skip_bad, trace_options, machine)
         notice(sentence)
+        assumptions.append(f"cluster: {cluster.name}, sized like the trace's own record (no --cluster given)")
+    else:
+        assumptions.append(f"cluster: {cluster.name}, from {cluster_source or 'the caller'}")
+    if machine is not None:
+        assumptions.append(machine.sentence())
     truth = build_oracle()
     stats = TraceStats()
     mapper = TraceMapper(cluster, truth, options)
@@ -264,6 +292,7 @@ def replay(
         cluster_sized=sized,
         notices=notices,
         unknown_start_jobs=baseline.unknown_start,
+        assumptions=assumptions,
     )
     if mapper.stats.mapped >= 2 and last_submit_s > first_submit_s:
         result.arrival_jobs_per_h = mapper.stats.mapped / ((last_submit_s - first_submit_s) / 3600.0)
@@ -427,7 +456,13 @@ def _trace_section(result: ReplayResult) -> str:
         "",
         f"Trace `{result.trace}`: {st.rows} records read, {st.jobs} jobs, {st.steps_folded} step rows "
         f"folded into their jobs, {st.skipped_bad} malformed records skipped (--skip-bad), "
-        f"{st.reordered} jobs moved to keep submit order.",
+        f"{st.reordered} jobs moved to keep submit order."
+        + (
+            f" {st.repeated_headers} repeated header lines (concatenated dumps) skipped: they are not "
+            "records, and are counted neither as jobs nor as malformed."
+            if st.repeated_headers
+            else ""
+        ),
         "",
         f"Replayed: {mp.mapped} jobs ({mp.named} name their model; the others get a workload class "
         "from runtime and GPU count, see docs/replay.md). Baseline row `recorded`: the trace's own "
@@ -553,7 +588,10 @@ def write_replay_report(result: ReplayResult, out_dir: str | Path, *, html_too: 
         md.write_text(
             f"# Replay of {Path(result.trace).name}\n\nNo job of the trace was replayed: there is nothing "
             "to compare (no table, plots or tests). The section below says what was read and why nothing "
-            "was replayable.\n" + _trace_section(result)
+            "was replayable."
+            + (" Assumed: " + "; ".join(result.assumptions) + "." if result.assumptions else "")
+            + "\n"
+            + _trace_section(result)
         )
         if html_too:
             import html
@@ -581,6 +619,8 @@ def write_replay_report(result: ReplayResult, out_dir: str | Path, *, html_too: 
             f" The `{BASELINE_LABEL}` row covers only the {result.mapping.mapped - unknown:,} jobs whose start "
             f"the trace says; {unknown:,} started at unknown times (SWF wait -1)."
         )
+    if result.assumptions:
+        arrival += " Assumed: " + "; ".join(result.assumptions) + "."
     files = write_report(
         records,
         out,

@@ -52,9 +52,8 @@ DEFAULT_POLICIES = "pollux,zeus,hades,aurachronos,charon"
 @click.option(
     "--procs-per-gpu",
     type=int_range(1, 1 << 20),
-    default=1,
-    show_default=True,
-    help="SWF: processors per GPU.",
+    default=None,
+    help="SWF: processors per GPU (required for an SWF log without a ProcsPerGPU header, unless --cluster).",
 )
 @click.option(
     "--seed",
@@ -128,7 +127,7 @@ def replay_cmd(
     skip_bad: bool,
     columns: str | None,
     delimiter: str | None,
-    procs_per_gpu: int,
+    procs_per_gpu: int | None,
     seed: int,
     n_seeds: int,
     noise_sigma: float | None,
@@ -180,7 +179,7 @@ def replay_cmd(
         deadline_slack=deadline_slack,
         max_jobs=max_jobs,
     )
-    trace_options: dict[str, Any] = {"procs_per_gpu": procs_per_gpu}
+    trace_options: dict[str, Any] = {} if procs_per_gpu is None else {"procs_per_gpu": procs_per_gpu}
     if delimiter is not None:
         if not delimiter:
             raise ConfigError("--delimiter: empty")
@@ -225,12 +224,17 @@ def replay_cmd(
             on_notice=notice_line,
             max_slowdown=float(cfg.get("sched.max_slowdown")),
             compare_limits=compare_limits,
+            cluster_source=(
+                None
+                if not cluster_file
+                else f"--cluster {cluster_file}"
+                if cluster_path
+                else f"the sim.cluster setting ({cluster_file})"
+            ),
         )
     md = write_replay_report(result, out_dir, html_too=html_too)
     st = result.trace_stats
-    not_replayed = sum(result.mapping.excluded.values()) + sum(
-        n for reason, n in st.excluded.items() if reason != "repeated_header"
-    )
+    not_replayed = sum(result.mapping.excluded.values()) + sum(st.excluded.values())
     click.echo(
         f"{result.mapping.mapped} of {st.jobs} jobs replayed under {len(names)} policies "
         f"({st.skipped_bad} malformed skipped, {not_replayed} not replayed, by reason in the report)"

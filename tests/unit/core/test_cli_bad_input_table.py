@@ -40,6 +40,8 @@ def C(names: str, *argv: str, config: str | None = None) -> Case:
 
 
 T, P, M = str(TRACE), str(PLAN), str(MEASUREMENTS)
+#: an SWF log that says nothing of GPUs (processors only): refused without --procs-per-gpu or --cluster
+SWF = str(ROOT / "tests" / "fixtures" / "traces" / "public" / "swf_unknown_wait.swf")
 OUT = "{tmp}/out"
 
 #: id -> case; the id reads "class-command".
@@ -180,6 +182,7 @@ CASES: dict[str, Case] = {
     "negative-noise-run": C("--noise-sigma", "sim", "run", "--policy", "zeus", "--noise-sigma", "-1"),
     "negative-noise-replay": C("--noise-sigma", "sim", "replay", T, "--noise-sigma", "-1", "--out", OUT),
     "negative-max-jobs-replay": C("--max-jobs", "sim", "replay", T, "--max-jobs", "-3", "--out", OUT),
+    "swf-without-gpus-replay": C("--procs-per-gpu", "sim", "replay", SWF, "--out", OUT),
     "negative-procs-per-gpu-replay": C(
         "--procs-per-gpu", "sim", "replay", T, "--procs-per-gpu", "0", "--out", OUT
     ),

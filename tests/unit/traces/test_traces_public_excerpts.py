@@ -60,7 +60,9 @@ def test_truncated_gzip_is_one_line_exit_2(tmp_path: Path, capsys: pytest.Captur
     cut.write_bytes(packed[: len(packed) // 2])
     with pytest.raises(TraceError, match=r"log\.swf\.gz:\d+: gzip archive truncated"):
         list(open_trace(cut))
-    rc = main(["sim", "replay", str(cut), "-O", str(tmp_path / "out"), "--policies", "zeus"])
+    rc = main(
+        ["sim", "replay", str(cut), "-O", str(tmp_path / "out"), "--policies", "zeus", "--procs-per-gpu", "1"]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "gzip archive truncated" in err[0] and "Traceback" not in err[0]
 
@@ -73,7 +75,11 @@ def test_concatenated_monthly_dumps_merge_duplicate_ids() -> None:
     ids = [m.trace.job_id for m in mapped]
     assert sorted(ids) == ["9001", "9002", "9003", "9010"]
     assert next(m for m in mapped if m.trace.job_id == "9002").trace.state == "COMPLETED"
-    assert stats.excluded["duplicate_id"] == 2 and stats.excluded["repeated_header"] == 1
+    assert (
+        stats.excluded["duplicate_id"] == 2
+        and stats.repeated_headers == 1
+        and "repeated_header" not in stats.excluded
+    )
     # every job read is accounted for: replayed, or excluded by a counted reason
     assert stats.jobs == len(ids) + stats.excluded["duplicate_id"] + sum(mapper.stats.excluded.values())
 
@@ -162,7 +168,13 @@ def test_peak_of_a_trace_without_starts_is_estimated_from_submit_and_run_time() 
     ]
     size = measure(jobs, default_catalogue())
     assert (size.jobs, size.estimated, size.peak_gpus, size.largest_job_gpus) == (3, 3, 8, 8)
-    res = replay(PUB / "swf_unknown_wait.swf", None, ["zeus"], simulate_fn=_fake_sim)
+    res = replay(
+        PUB / "swf_unknown_wait.swf",
+        None,
+        ["zeus"],
+        simulate_fn=_fake_sim,
+        trace_options={"procs_per_gpu": 1},
+    )
     assert res.cluster_sized and res.cluster_gpus >= 8
     note = res.notices[0]
     assert "an estimate of the most GPUs its record ran at once" in note
@@ -172,7 +184,13 @@ def test_peak_of_a_trace_without_starts_is_estimated_from_submit_and_run_time() 
 def test_report_of_a_trace_without_starts_says_why_the_recorded_row_is_blank(tmp_path: Path) -> None:
     from easlurm.sim.replay import write_replay_report
 
-    res = replay(PUB / "swf_unknown_wait.swf", None, ["zeus", "pollux"], simulate_fn=_fake_sim)
+    res = replay(
+        PUB / "swf_unknown_wait.swf",
+        None,
+        ["zeus", "pollux"],
+        simulate_fn=_fake_sim,
+        trace_options={"procs_per_gpu": 1},
+    )
     md = write_replay_report(res, tmp_path / "r", html_too=False).read_text()
     assert "jobs/h (their submit times span 11 min)" in md and "Load (jobs/h)" not in md
     assert "The `recorded` row is blank: the trace does not say when any of its jobs started" in md

@@ -68,6 +68,9 @@ class CsvReader:
                         )
                     self.stats.missing_fields.update(c for c in OPTIONAL if c not in header)
                     continue
+                if [f.strip().lower() for f in fields] == header:
+                    self.stats.repeated_headers += 1  # concatenated files: not a record, not a job
+                    continue
                 self.stats.rows += 1
                 where = f"{self.path}:{reader.line_num}"
                 if len(fields) != len(header):

@@ -47,6 +47,11 @@ def detect_format(path: str | Path) -> str:
     raise TraceError(f"{path}: cannot tell the trace format (use --format {'/'.join(FORMATS)})")
 
 
+def trace_format(path: str | Path, fmt: str = "auto", delimiter: str | None = None) -> str:
+    """The format `open_trace` reads `path` as (a `delimiter` implies sacct)."""
+    return ("sacct" if delimiter else detect_format(path)) if fmt == "auto" else fmt
+
+
 def open_trace(
     path: str | Path,
     fmt: str = "auto",
@@ -63,7 +68,7 @@ def open_trace(
     if not Path(path).is_file():
         raise TraceError(f"{path}: trace file not found")
     delimiter = options.get("delimiter")
-    kind = ("sacct" if delimiter else detect_format(path)) if fmt == "auto" else fmt
+    kind = trace_format(path, fmt, delimiter)
     stats = stats if stats is not None else TraceStats()
     if kind == "sacct":
         return SacctTextReader(
@@ -72,7 +77,7 @@ def open_trace(
     if kind == "sacct-json":
         return SacctJsonReader(path, skip_bad=skip_bad, stats=stats)
     if kind == "swf":
-        return SwfReader(path, skip_bad=skip_bad, stats=stats, procs_per_gpu=options.get("procs_per_gpu", 1))
+        return SwfReader(path, skip_bad=skip_bad, stats=stats, procs_per_gpu=options.get("procs_per_gpu"))
     if kind == "csv":
         return CsvReader(path, skip_bad=skip_bad, stats=stats)
     raise TraceError(f"unknown trace format {fmt!r} (known: auto, {', '.join(FORMATS)})")

@@ -100,6 +100,8 @@ class TraceStats:
     missing_fields: set[str] = field(default_factory=set)
     reordered: int = 0
     stopped_early: bool = False  # --max-jobs: the rest of the file was not read
+    #: header lines met again inside the file (concatenated dumps): neither jobs nor malformed records
+    repeated_headers: int = 0
 
     max_examples: int = 20
     quiet: bool = False  # a later pass over the same file: count, but do not warn again
@@ -130,4 +132,5 @@ class TraceStats:
             "missing_fields": sorted(self.missing_fields),
             "reordered": self.reordered,
             "stopped_early": self.stopped_early,
+            "repeated_headers": self.repeated_headers,
         }

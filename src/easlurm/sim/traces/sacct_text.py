@@ -280,15 +280,15 @@ class SacctTextReader:
             header_line,
         )
         for lineno, fields in records:
-            self.stats.rows += 1
             if trailing:
                 fields = fields[:-1]
             raw_id = fields[job_i].strip()
             m = JOBID.match(raw_id)
+            if m is None and raw_id.lower() == jobcol and [f.strip().lower() for f in fields] == cols:
+                self.stats.repeated_headers += 1  # concatenated dumps: not a record, not a job
+                continue
+            self.stats.rows += 1
             if m is None:
-                if raw_id.lower() == jobcol and [f.strip().lower() for f in fields] == cols:
-                    self.stats.exclude("repeated_header")
-                    continue
                 self.stats.bad(f"{self.path}:{lineno}: field JobID: cannot parse {raw_id!r}", self.skip_bad)
                 continue
             if m.group("step") is not None:

@@ -90,17 +90,29 @@ def measure(jobs: Iterable[TraceJob], catalogue: Any) -> TraceSize:
     return TraceSize(count, _peak(total[:, 0], total[:, 1], total[:, 2]), by_type, largest, estimated)
 
 
-def cluster_for(size: TraceSize) -> Any:
-    """Whole nodes of NODE_GPUS (or the largest job's GPUs) per type, holding each type's peak; None
-    when no job ran with GPUs (the caller keeps its default)."""
+def cluster_for(
+    size: TraceSize,
+    *,
+    max_gpus: int | None = None,
+    max_nodes: int | None = None,
+    node_gpus: int | None = None,
+) -> Any:
+    """Whole nodes of `node_gpus` (default NODE_GPUS; more when the largest job needs more: the replay
+    places a job on one node) per type, holding each type's peak; None when no job ran with GPUs (the
+    caller keeps its default). `max_gpus` and `max_nodes` (the machine an SWF header describes) bound it:
+    an estimated peak never sizes a cluster beyond the machine the log ran on."""
     from easlurm.sim.cluster import ClusterSpec
 
     if not size.peak_by_type:
         return None
-    per_node = max(NODE_GPUS, size.largest_job_gpus)
-    groups = [
-        (max(1, math.ceil(peak / per_node)), per_node, gpu_type)
-        for gpu_type, peak in size.peak_by_type.items()
-    ]
-    spec = ClusterSpec.mixed(groups)
+    per_node = max(node_gpus or NODE_GPUS, size.largest_job_gpus)
+    if max_gpus is not None:
+        per_node = max(1, min(per_node, max_gpus))
+    counts = {t: max(1, math.ceil(peak / per_node)) for t, peak in size.peak_by_type.items()}
+    cap = max(1, max_gpus // per_node) if max_gpus is not None else None
+    if max_nodes is not None:
+        cap = min(cap, max_nodes) if cap is not None else max_nodes
+    while cap is not None and sum(counts.values()) > cap and max(counts.values()) > 1:
+        counts[max(counts, key=lambda t: counts[t])] -= 1
+    spec = ClusterSpec.mixed([(n, per_node, gpu_type) for gpu_type, n in counts.items()])
     return ClusterSpec(spec.nodes, f"like-trace-{spec.n_gpus}")

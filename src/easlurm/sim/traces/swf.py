@@ -1,7 +1,8 @@
 """Streaming reader for the Standard Workload Format (Parallel Workloads Archive), header comments included.
 
 SWF counts processors, not GPUs: a job's GPUs are ceil(processors / procs_per_gpu) (allocated
-processors, else requested), procs_per_gpu=1 by default. Times are seconds from the log start;
+processors, else requested); procs_per_gpu is the caller's, else the log's `; ProcsPerGPU:` header, else 1
+(the replay refuses a log nobody said this of: easlurm.sim.traces.swf_gpus). Times are seconds from the log start;
 the `; UnixStartTime:` header, when it holds a number, makes them absolute (archive logs also say
 `UNKNOWN`: times stay relative). -1 means unknown: a job with an unknown wait but a known run time
 ran (its start is unknown, its work is not); a cancelled job (status 5) with no run time never did.
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from easlurm.sim.traces.record import TraceJob, TraceStats
 from easlurm.sim.traces.source import open_text
+from easlurm.sim.traces.swf_gpus import PROCS_PER_GPU_KEY, header_int
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +53,14 @@ class SwfReader:
         *,
         skip_bad: bool = False,
         stats: TraceStats | None = None,
-        procs_per_gpu: int = 1,
+        procs_per_gpu: int | None = None,
     ) -> None:
         self.path = str(path)
         self.skip_bad = skip_bad
         self.stats = stats if stats is not None else TraceStats()
         self.stats.path = self.path
-        self.procs_per_gpu = max(1, int(procs_per_gpu))
+        self._ppg_given = procs_per_gpu is not None
+        self.procs_per_gpu = max(1, int(procs_per_gpu or 1))
         self.header: dict[str, str] = {}
         self.origin_s = 0.0  # UnixStartTime, when the header gives one
 
@@ -67,6 +70,8 @@ class SwfReader:
         if not sep or not key or " " in key or key in self.header:
             return
         self.header[key] = value
+        if key == PROCS_PER_GPU_KEY and not self._ppg_given:
+            self.procs_per_gpu = header_int(self.header, key) or 1
         if key == "UnixStartTime":
             try:
                 origin = float(value)

@@ -1,0 +1,124 @@
+"""Replays whose numbers look like results and are not: a CPU log read as GPUs, repeated headers counted
+as jobs, identical rows ranked apart, a flat Pareto axis, and a saving shown without its uncertainty."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from easlurm.errors import ConfigError
+from easlurm.sim.cluster import ClusterSpec
+from easlurm.sim.replay import replay, write_replay_report
+from easlurm.sim.traces import TraceStats
+from easlurm.sim.traces.reader import open_trace
+
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "traces"
+#: A CPU log of the archive's kind: a 128-processor machine on 2 nodes, two 128-processor jobs whose waits
+#: are unknown and whose runs overlap if they never waited (an estimated peak of 256 processors).
+CPU_SWF = """\
+; Version: 2.2
+; Computer: a CPU machine
+; MaxNodes: 2
+; MaxProcs: 128
+; UnixStartTime: UNKNOWN
+1 0 -1 3600 128 -1 -1 128 7200 -1 1 1 1 -1 1 1 -1 -1
+2 60 -1 3600 128 -1 -1 128 7200 -1 1 2 1 -1 1 1 -1 -1
+3 120 -1 600 16 -1 -1 16 7200 -1 1 3 1 -1 1 1 -1 -1
+"""
+
+
+def _fake_sim(cluster: Any, jobs: Any, policy: Any, **kw: Any) -> dict[str, Any]:
+    """Every job starts at submit; its energy is 1 kJ."""
+    got = list(jobs)
+    rows = [
+        {
+            "job_id": j.job_id,
+            "submit_s": j.submit_s,
+            "start_s": j.submit_s,
+            "end_s": j.submit_s + 60.0,
+            "energy_j": 1e3,
+        }
+        for j in got
+    ]
+    return {"metrics": {"completed_jobs": float(len(got)), "energy_j": 1e3 * len(got)}, "jobs": rows}
+
+
+def _cpu_log(tmp_path: Path) -> Path:
+    p = tmp_path / "cpu.swf"
+    p.write_text(CPU_SWF)
+    return p
+
+
+def test_a_cpu_swf_log_is_refused_without_procs_per_gpu_or_cluster(tmp_path: Path) -> None:
+    """A log that counts processors and says nothing of GPUs is not silently a GPU cluster."""
+    with pytest.raises(
+        ConfigError, match=r"cpu\.swf: an SWF log counts processors.*--procs-per-gpu N.*--cluster"
+    ):
+        replay(_cpu_log(tmp_path), None, ["zeus"], simulate_fn=_fake_sim)
+
+
+def test_the_sized_cluster_stays_within_the_headers_max_procs(tmp_path: Path) -> None:
+    """The estimated peak (256 processors) is twice MaxProcs: the cluster holds the machine's 128 GPUs, not 256."""
+    res = replay(
+        _cpu_log(tmp_path), None, ["zeus"], simulate_fn=_fake_sim, trace_options={"procs_per_gpu": 1}
+    )
+    assert res.cluster_sized and res.cluster_gpus == 128
+    assert "MaxProcs 128 = 128 GPUs on MaxNodes 2" in res.notices[0]
+    four = replay(
+        _cpu_log(tmp_path), None, ["zeus"], simulate_fn=_fake_sim, trace_options={"procs_per_gpu": 4}
+    )
+    assert four.cluster_gpus == 32  # 128 processors at 4 per GPU
+
+
+def test_the_report_says_what_was_assumed(tmp_path: Path) -> None:
+    """Processors per GPU and who said so, where the cluster came from, and that the workload is assumed."""
+    res = replay(
+        _cpu_log(tmp_path),
+        ClusterSpec.uniform(2, 8, "a100-40gb"),
+        ["zeus"],
+        simulate_fn=_fake_sim,
+        cluster_source="--cluster c.yaml",
+    )
+    md = write_replay_report(res, tmp_path / "out", html_too=False).read_text()
+    assert "Assumed: cluster: " in md and "from --cluster c.yaml" in md
+    assert "1 processor per GPU (the default with --cluster" in md and "assumed workload" in md
+    sized = replay(
+        _cpu_log(tmp_path), None, ["zeus"], simulate_fn=_fake_sim, trace_options={"procs_per_gpu": 2}
+    )
+    assert any("2 processors per GPU (--procs-per-gpu)" in a for a in sized.assumptions)
+    assert any("sized like the trace's own record" in a for a in sized.assumptions)
+
+
+def test_a_procs_per_gpu_header_is_gpu_information(tmp_path: Path) -> None:
+    """easlurm's converters write `; ProcsPerGPU:`: such a log replays without the option."""
+    p = tmp_path / "gpu.swf"
+    p.write_text(CPU_SWF.replace("; MaxNodes: 2\n", "; MaxNodes: 2\n; ProcsPerGPU: 16\n"))
+    jobs = list(open_trace(p))
+    assert [j.n_gpus for j in jobs] == [8, 8, 1]
+    res = replay(p, None, ["zeus"], simulate_fn=_fake_sim)
+    assert res.cluster_gpus == 8 and any("the log's ProcsPerGPU header" in a for a in res.assumptions)
+
+
+def test_a_repeated_csv_header_is_neither_a_job_nor_a_bad_record(tmp_path: Path) -> None:
+    """Two CSV files concatenated: the second header is skipped and counted apart."""
+    one = (FIX / "minimal.csv").read_text()
+    both = tmp_path / "both.csv"
+    both.write_text(one + "\n".join(line for line in one.splitlines() if not line.startswith("#")) + "\n")
+    stats = TraceStats()
+    jobs = list(open_trace(both, stats=stats))
+    single = list(open_trace(FIX / "minimal.csv"))
+    assert len(jobs) == 2 * len(single) == stats.jobs == stats.rows
+    assert stats.repeated_headers == 1 and stats.skipped_bad == 0 and not stats.excluded
+
+
+def test_a_repeated_sacct_header_is_not_reported_as_a_job_not_replayed(tmp_path: Path) -> None:
+    """The concatenated monthly dumps: the report's "Not replayed" table has no header row in it."""
+    res = replay(
+        FIX / "public" / "sacct_concat_months.psv", ClusterSpec.default(), ["zeus"], simulate_fn=_fake_sim
+    )
+    assert res.trace_stats.repeated_headers == 1 and "repeated_header" not in res.trace_stats.excluded
+    md = write_replay_report(res, tmp_path / "out", html_too=False).read_text()
+    assert "repeated_header |" not in md
+    assert "1 repeated header lines (concatenated dumps) skipped" in md
