@@ -72,11 +72,26 @@ def same_point_labels(
     return groups
 
 
+#: The smallest half-span of a Pareto axis, relative to its values: a gap below the runs' noise (a few
+#: 0.01 % between policies) must not fill the whole axis and look like a result.
+MIN_REL_HALF_SPAN = 0.02
+
+
+def axis_limits(lo: float, hi: float, rel: float = MIN_REL_HALF_SPAN) -> tuple[float, float]:
+    """Limits around [lo, hi] spanning at least +-`rel` of the larger magnitude (5 % margin otherwise),
+    so that a tiny difference stays visibly tiny; +-1 around zero values."""
+    center, half = (lo + hi) / 2.0, (hi - lo) / 2.0 * 1.05
+    half = max(half, rel * max(abs(lo), abs(hi)))
+    if half <= 0.0:
+        half = 1.0
+    return center - half, center + half
+
+
 def plot_pareto(
     throughput: Sequence[MetricSummary], energy: Sequence[MetricSummary], out: Path, title: str
 ) -> Path | None:
     """Throughput (jobs/h) against energy (MJ; the summaries are in J) per policy, 95% CI bars, the Pareto
-    front dashed."""
+    front dashed; each axis spans at least +-2 % of its values (`axis_limits`)."""
     pairs = [(t, e) for t, e in zip(throughput, energy) if t.mean is not None and e.mean is not None]
     if not pairs:
         return None
@@ -93,6 +108,11 @@ def plot_pareto(
         ax.plot(
             [points[i][0] for i in front], [points[i][1] for i in front], "k--", lw=1, label="Pareto front"
         )
+    # the extent of every point with its CI bar, widened to the minimum span
+    xs = [v for (t, _), (x, _) in zip(pairs, points) for v in (x - _err(t)[0], x + _err(t)[1])]
+    ys = [v for (_, e), (_, y) in zip(pairs, points) for v in (y - _err(e)[0] * 1e-6, y + _err(e)[1] * 1e-6)]
+    ax.set_xlim(*axis_limits(min(xs), max(xs)))
+    ax.set_ylim(*axis_limits(min(ys), max(ys)))
     ax.set_xlabel("throughput (jobs/h)")
     ax.set_ylabel("energy (MJ)")
     ax.set_title(title)

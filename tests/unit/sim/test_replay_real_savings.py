@@ -122,3 +122,31 @@ def test_a_repeated_sacct_header_is_not_reported_as_a_job_not_replayed(tmp_path:
     md = write_replay_report(res, tmp_path / "out", html_too=False).read_text()
     assert "repeated_header |" not in md
     assert "1 repeated header lines (concatenated dumps) skipped" in md
+
+
+def test_pareto_axes_do_not_spread_a_difference_below_the_noise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """0.0002 jobs/h between two policies at 10 jobs/h: the axis spans at least +-2 %, so the points sit
+    together instead of at its two ends."""
+    pytest.importorskip("matplotlib")
+    from easlurm.sim import plots
+    from easlurm.sim.stats import MetricSummary
+
+    def s(label: str, metric: str, mean: float) -> MetricSummary:
+        return MetricSummary(("replay", "t", None, label), metric, 1, mean, None, None, None)
+
+    saved: list[Any] = []
+    monkeypatch.setattr(plots, "_save", lambda fig, out: saved.append(fig) or out)
+    plots.plot_pareto(
+        [s("zeus", "throughput_jobs_per_h", 10.0), s("pollux", "throughput_jobs_per_h", 10.0002)],
+        [s("zeus", "energy_j", 5e9), s("pollux", "energy_j", 5.0001e9)],
+        tmp_path / "p.png",
+        "t",
+    )
+    ax = saved[0].axes[0]
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    assert x1 - x0 >= 0.04 * 10.0 and y1 - y0 >= 0.04 * 5000.0
+    assert plots.axis_limits(0.0, 0.0) == (-1.0, 1.0)
+    lo, hi = plots.axis_limits(1.0, 3.0)  # a real spread keeps its own span (5 % margin)
+    assert lo == pytest.approx(0.95) and hi == pytest.approx(3.05)
