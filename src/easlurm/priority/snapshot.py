@@ -59,6 +59,8 @@ class RunningJob:
     precision: str = "bf16"
     seq_len: int | None = None
     image_size: int | None = None
+    #: the job's time limit (s) as Slurm knows it (None: none given); what a backfill plan reserves
+    time_limit_s: float | None = None
 
     def work_lost_gpu_s(self, now_s: float) -> float:
         """GPU-seconds a preemption now would throw away (since the last checkpoint, else the start)."""
@@ -97,8 +99,13 @@ class JobRequest:
     shareable: bool = False
     #: the job asked to run at its GPUs' default power limit (SPEC `nolimit`): no policy caps it
     default_power_limit: bool = False
+    #: the job's time limit (s) as submitted (a trace's Timelimit; None: none given), which Slurm's
+    #: backfill plans with; see docs/baselines.md
+    time_limit_s: float | None = None
 
     def __post_init__(self) -> None:
+        if self.time_limit_s is not None and not self.time_limit_s > 0:
+            raise ConfigError(f"job {self.job_id}: time_limit_s must be > 0, got {self.time_limit_s}")
         if self.total_steps <= 0:
             raise ConfigError(f"job {self.job_id}: total_steps must be > 0, got {self.total_steps}")
         if not self.batch_options or not self.gpu_options:

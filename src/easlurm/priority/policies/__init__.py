@@ -13,6 +13,7 @@ from easlurm.priority.policies.charon_pl import CharonPL
 from easlurm.priority.policies.chronos import Chronos
 from easlurm.priority.policies.hades import Hades
 from easlurm.priority.policies.pollux import Pollux
+from easlurm.priority.policies.slurm_baseline import SlurmBaseline, StaticCap
 from easlurm.priority.policies.themis import Themis
 from easlurm.priority.policies.zeus import Zeus
 from easlurm.priority.policies.zeus_share import ZeusShare
@@ -45,8 +46,36 @@ REGISTRY: dict[str, tuple[type[BatchPacker], dict[str, Any]]] = {
     "charon": (Charon, {}),
     "charon-thesis": (Charon, {"adaptive": False}),
     "charon-pl": (CharonPL, {}),
+    "slurm": (SlurmBaseline, {}),
+    "static-cap": (StaticCap, {}),
 }
 POLICY_NAMES: tuple[str, ...] = tuple(REGISTRY)
+#: `static-cap-NN`: the site-wide limit at NN % of TDP (an integer, 1..100)
+STATIC_CAP_PREFIX = "static-cap-"
+
+
+def _entry(name: str) -> tuple[type[BatchPacker], dict[str, Any]]:
+    """The class and fixed parameters of a policy name, `static-cap-NN` included; ConfigError otherwise."""
+    key = name.lower()
+    if key in REGISTRY:
+        return REGISTRY[key]
+    if key.startswith(STATIC_CAP_PREFIX):
+        pct = key[len(STATIC_CAP_PREFIX) :]
+        if not (pct.isdigit() and 1 <= int(pct) <= 100):
+            raise ConfigError(
+                f"policy {name!r}: the cap is a whole percentage of TDP, 1..100 (e.g. static-cap-70)"
+            )
+        return StaticCap, {"cap_frac": int(pct) / 100.0}
+    raise ConfigError(f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES)}, static-cap-NN)")
+
+
+def known_policy(name: str) -> bool:
+    """Whether `get_policy` knows the name (`static-cap-NN` for any NN in 1..100 included)."""
+    try:
+        _entry(name)
+    except ConfigError:
+        return False
+    return True
 
 
 def policy_params(policy: str, sched: Mapping[str, Any]) -> dict[str, Any]:
@@ -63,10 +92,10 @@ def policy_params(policy: str, sched: Mapping[str, Any]) -> dict[str, Any]:
 
 def get_policy(name: str, **params: Any) -> BatchPacker:
     """A fresh policy; `params` (aging_weight, preempt_cooldown_s, power_budget_w, ...) override defaults."""
-    try:
-        cls, fixed = REGISTRY[name.lower()]
-    except KeyError:
-        raise ConfigError(f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES)})") from None
+    cls, fixed = _entry(name)
+    clash = [k for k in fixed if k in params and params[k] != fixed[k]]
+    if clash:
+        raise ConfigError(f"policy {name!r}: {', '.join(clash)} is set by the name; drop the parameter")
     policy = cls(**{**fixed, **params})
     policy.name = name.lower()
     return policy
@@ -82,9 +111,12 @@ __all__ = [
     "Hades",
     "Policy",
     "Pollux",
+    "SlurmBaseline",
+    "StaticCap",
     "Themis",
     "Zeus",
     "ZeusShare",
     "get_policy",
+    "known_policy",
     "policy_params",
 ]
