@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from easlurm.sim.differences import QUEUED_AFTER_S
+from easlurm.sim.replay_savings import JobEnergies, intervals
 from easlurm.sim.replay_window import align, savings, savings_section
 from easlurm.sim.traces.baseline import RecordedBaseline
 from easlurm.sim.traces.calibration import CalibratedOracle, Calibrator, ClassCheck
@@ -58,6 +59,8 @@ class ReplayResult:
     window_s: float | None = None
     #: what the replay assumed that the trace does not say (where the cluster came from, processors per GPU)
     assumptions: list[str] = field(default_factory=list)
+    #: each job's energy in the record and under each policy (seed mean): the savings' intervals
+    job_energies: JobEnergies | None = field(default=None, repr=False)
 
     def run(self, policy: str, seed: int | None = None) -> dict[str, Any]:
         """The result of one policy (its first seed unless `seed` is given); KeyError when absent."""
@@ -92,6 +95,15 @@ class ReplayResult:
             )
         return out
 
+    def savings_per_job(self) -> list[dict[str, Any]]:
+        """Per policy, the energy per job saved against the record and its split (replay_window.savings),
+        with the 95% interval over jobs and its verdict (replay_savings) where per-job energies are known."""
+        rows = savings([(r["label"], r["result"].get("metrics", {})) for r in self.records()], BASELINE_LABEL)
+        if self.job_energies is not None:
+            for row, interval in zip(rows, intervals(self.job_energies, rows, self.seed)):
+                row.update(interval.to_dict())
+        return rows
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": 1,
@@ -111,9 +123,7 @@ class ReplayResult:
             "arrival_jobs_per_h": self.arrival_jobs_per_h,
             "window_s": self.window_s,
             "unexplained_waits": self.baseline.get("unexplained_waits", []),
-            "savings_per_job": savings(
-                [(r["label"], r["result"].get("metrics", {})) for r in self.records()], BASELINE_LABEL
-            ),
+            "savings_per_job": self.savings_per_job(),
             "rows": [
                 {"label": r["label"], "seed": r["spec"]["seed"], "metrics": _clean(r["result"]["metrics"])}
                 for r in self.records()
@@ -293,6 +303,7 @@ def replay(
         notices=notices,
         unknown_start_jobs=baseline.unknown_start,
         assumptions=assumptions,
+        job_energies=JobEnergies(baseline.job_energy_j(lambda key: power_model.step(*key)[1])),
     )
     if mapper.stats.mapped >= 2 and last_submit_s > first_submit_s:
         result.arrival_jobs_per_h = mapper.stats.mapped / ((last_submit_s - first_submit_s) / 3600.0)
@@ -349,6 +360,8 @@ def replay(
             wall = time.perf_counter() - t1
             run = sim.to_dict() if hasattr(sim, "to_dict") else dict(sim)
             waits.add_rows(run.get("jobs"))
+            if result.job_energies is not None:
+                result.job_energies.add(name + suffix, run.get("jobs"))
             run.pop("jobs", None)  # per-job rows stay out of the report records (100k jobs)
             run.pop("spec", None)
             run.setdefault("metrics", {})["replay_wall_s"] = wall
@@ -642,6 +655,7 @@ def write_replay_report(result: ReplayResult, out_dir: str | Path, *, html_too: 
         result.baseline.get("unexplained_waits", []),
         int(result.baseline.get("metrics", {}).get("unexplained_wait_jobs") or 0),
         float(result.baseline.get("metrics", {}).get("unexplained_wait_s") or 0.0),
+        saved=result.savings_per_job(),
     )
     with open(files.markdown, "a") as fh:
         fh.write(section)

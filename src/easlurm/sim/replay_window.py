@@ -14,6 +14,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from easlurm.sim.replay_savings import MIN_JOBS
+
 #: the run metrics that hold energy (J)
 ENERGY_KEY, IDLE_KEY, BUSY_KEY, PER_JOB_KEY = "energy_j", "idle_energy_j", "busy_energy_j", "energy_per_job_j"
 
@@ -116,6 +118,20 @@ def _signed(joules: float | None) -> str:
     return ("-" if joules < 0 else "") + format_energy(abs(joules))
 
 
+def _saved_cell(r: Mapping[str, Any]) -> str:
+    """The saving with its interval, or "no difference" (and why) where there is none to claim."""
+    total, verdict = r.get("total_j"), r.get("verdict")
+    if verdict is None or total is None:
+        return _signed(total)
+    if verdict == "too few jobs":
+        jobs = int(r.get("jobs_paired") or 0)
+        return f"no difference ({jobs} job{'s' if jobs != 1 else ''}: too few for an interval)"
+    interval = f"[{_signed(r.get('ci_low_j'))}, {_signed(r.get('ci_high_j'))}]"
+    if verdict == "no difference":
+        return f"no difference ({_signed(total)}, 95% interval {interval})"
+    return f"{_signed(total)} {interval}"
+
+
 def savings_section(
     rows: Sequence[tuple[str, Mapping[str, Any]]],
     baseline: str,
@@ -125,9 +141,12 @@ def savings_section(
     unexplained: Sequence[Mapping[str, Any]],
     unexplained_jobs: int,
     unexplained_s: float,
+    saved: Sequence[Mapping[str, Any]] | None = None,
 ) -> str:
     """Markdown: the common window, each policy's energy per job saved against the baseline and where it
-    comes from, and the recorded waits no replay can explain."""
+    comes from, and the recorded waits no replay can explain. `saved` (default: `savings(rows, baseline)`)
+    may carry each saving's interval (`ci_low_j`, `ci_high_j`, `jobs_paired`, `verdict`): a saving is
+    then shown with it, and as "no difference" where the interval holds zero or the jobs are too few."""
     from easlurm.units import format_duration, format_energy, format_power
 
     lines = ["", "## Where the energy goes", ""]
@@ -148,9 +167,18 @@ def savings_section(
         "| Policy | Saved per job | Busy | Idle | Limits | Sharing | Placement |",
         "|---|---|---|---|---|---|---|",
     ]
-    for r in savings(rows, baseline):
-        cells = [r["total_j"], r["busy_j"], r["idle_j"], r["limits_j"], r["sharing_j"], r["placement_j"]]
-        lines.append(f"| {r['label']} | " + " | ".join(_signed(c) for c in cells) + " |")
+    for r in saved if saved is not None else savings(rows, baseline):
+        cells = [r["busy_j"], r["idle_j"], r["limits_j"], r["sharing_j"], r["placement_j"]]
+        lines.append(f"| {r['label']} | {_saved_cell(r)} | " + " | ".join(_signed(c) for c in cells) + " |")
+    if saved is not None and any("verdict" in r for r in saved):
+        lines += [
+            "",
+            "A saving is the mean over the jobs replayed with a recorded energy, with its 95% interval: each "
+            "job is paired with its own record, its busy energy saved is averaged over the seeds and the "
+            "jobs are resampled (seeded bootstrap); idle energy belongs to the schedule and is added as is. "
+            f"Where the interval holds zero, or fewer than {MIN_JOBS} jobs are paired, the row says "
+            '"no difference" and its split is not a result.',
+        ]
     base = [m for label, m in rows if label == baseline]
     if base and base[0].get("busy_energy_per_job_j") is not None:
         lines += [

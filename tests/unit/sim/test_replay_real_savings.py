@@ -42,7 +42,15 @@ def _fake_sim(cluster: Any, jobs: Any, policy: Any, **kw: Any) -> dict[str, Any]
         }
         for j in got
     ]
-    return {"metrics": {"completed_jobs": float(len(got)), "energy_j": 1e3 * len(got)}, "jobs": rows}
+    busy = 1e3 * len(got)
+    end = max((r["end_s"] for r in rows), default=0.0)
+    metrics = {
+        "completed_jobs": float(len(got)),
+        "energy_j": busy,
+        "busy_energy_j": busy,
+        "idle_energy_j": 0.0,
+    }
+    return {"metrics": {**metrics, "simulated_s": end}, "jobs": rows}
 
 
 def _cpu_log(tmp_path: Path) -> Path:
@@ -150,3 +158,39 @@ def test_pareto_axes_do_not_spread_a_difference_below_the_noise(
     assert plots.axis_limits(0.0, 0.0) == (-1.0, 1.0)
     lo, hi = plots.axis_limits(1.0, 3.0)  # a real spread keeps its own span (5 % margin)
     assert lo == pytest.approx(0.95) and hi == pytest.approx(3.05)
+
+
+def test_a_saving_on_one_job_is_no_difference(tmp_path: Path) -> None:
+    """The issue's "Saved per job: 32.63 J" on a one-job trace: too few jobs for an interval, so no result."""
+    trace = tmp_path / "one.csv"
+    trace.write_text("job_id,submit,start,duration,gpus,gpu_type,model\nj1,0,0,3600,1,a100,resnet50\n")
+    res = replay(trace, ClusterSpec.uniform(1, 8, "a100-40gb"), ["zeus"], simulate_fn=_fake_sim)
+    (row,) = res.savings_per_job()
+    assert row["total_j"] is not None and row["jobs_paired"] == 1 and row["verdict"] == "too few jobs"
+    md = write_replay_report(res, tmp_path / "out", html_too=False).read_text()
+    assert "| zeus | no difference (1 job: too few for an interval) |" in md
+
+
+def test_a_saving_is_shown_with_its_interval_and_only_when_it_excludes_zero() -> None:
+    """Paired per-job differences, resampled: a clear saving has an interval above zero; noise around the
+    record holds zero and is "no difference"."""
+    import numpy as np
+
+    from easlurm.sim.replay_savings import JobEnergies, intervals
+
+    rng = np.random.default_rng(1)
+    energies = JobEnergies({f"j{i}": 1000.0 + 10.0 * i for i in range(40)})
+    energies.add("zeus", [{"job_id": f"j{i}", "energy_j": 0.8 * (1000.0 + 10.0 * i)} for i in range(40)])
+    for _seed in range(2):  # two seeds of noise around the record: their mean is paired
+        noisy = 1000.0 + 10.0 * np.arange(40) + rng.normal(0.0, 50.0, 40)
+        energies.add("pollux", [{"job_id": f"j{i}", "energy_j": float(e)} for i, e in enumerate(noisy)])
+    energies.add("pollux", [{"job_id": "not-in-record", "energy_j": 1.0}])
+    rows = [{"label": "zeus", "total_j": 250.0}, {"label": "pollux", "total_j": 3.0}]
+    zeus, pollux = intervals(energies, rows)
+    assert zeus.verdict == "saves" and zeus.jobs == 40 and zeus.low_j is not None and zeus.low_j > 0
+    assert zeus.low_j <= zeus.saved_j <= (zeus.high_j or 0.0)  # the interval is around the row's own figure
+    assert pollux.verdict == "no difference" and pollux.jobs == 40
+    from easlurm.sim.replay_window import _saved_cell
+
+    assert _saved_cell({**rows[1], **pollux.to_dict()}).startswith("no difference (3.00J, 95% interval [")
+    assert _saved_cell({**rows[0], **zeus.to_dict()}).startswith("250.00J [")

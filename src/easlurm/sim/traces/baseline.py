@@ -118,6 +118,18 @@ class RecordedBaseline:
         measured = m.trace.measured_energy_j
         self._measured_j.append(np.nan if measured is None else measured)
 
+    def job_energy_j(self, power_of: Callable[[tuple[str, int, int, str]], float]) -> dict[str, float]:
+        """Each job's busy energy over its recorded run (job id -> J) under `power_of` (as `result` uses it):
+        what a simulated run's per-job energy is paired with."""
+        by_index = [0.0] * len(self._placements)
+        for key, i in self._placements.items():
+            by_index[i] = power_of(key)
+        start, end = self._cols["start"], self._cols["end"]
+        return {
+            job_id: by_index[k] * max(e - s, 0.0)
+            for job_id, k, s, e in zip(self._ids, self._placement, start, end)
+        }
+
     @property
     def users_known(self) -> bool:
         """False when the trace names no user (every job is the mapping's "unknown")."""
