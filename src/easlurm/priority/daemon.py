@@ -224,7 +224,9 @@ class Daemon:
         t1 = time.perf_counter()
         snap = self.snapshot(inputs)
         decision = call_policy(self.policy, snap, self.oracle)
-        ranking = queue_order(self.policy, snap, self.oracle)
+        # Slurm's own scheduling (`slurm`, `static-cap`): its decision is logged, Slurm is left alone
+        alone = bool(getattr(self.policy, "leaves_slurm_alone", False))
+        ranking = [] if alone else queue_order(self.policy, snap, self.oracle)
         t2 = time.perf_counter()
         ctx = PlanContext(
             now_s=now,
@@ -233,13 +235,13 @@ class Daemon:
             declared=frozenset(j for j, s in inputs.specs.items() if schedulable(s)),
             site_factors=factors,
             hold_ttl_s=self.cfg.hold_ttl_s,
-            gate_all=snap.power_budget_w is not None,
+            gate_all=snap.power_budget_w is not None and not alone,
             recently_requeued=frozenset(
                 j for j, t in self._requeued_at.items() if now - t < self.cfg.preempt_cooldown_s
             ),
             ttl_spent=frozenset(self._ttl_spent),
         )
-        actions = plan(decision, snap, ctx, ranking)
+        actions = plan(Decision() if alone else decision, snap, ctx, ranking)
         outcome = execute(actions, self.client, self.cfg.env_dir, self.cfg.dry_run)
         if self.cfg.env_dir is not None and not self.cfg.dry_run:
             # files of jobs Slurm no longer knows (in any state): ids are reused after a reset

@@ -19,7 +19,7 @@ from easlurm.model.cli import HARDWARE_OPTION
 log = logging.getLogger(__name__)
 
 #: The policies an operator can run (the -rigid/-malleable variants are reachable by configuration).
-CHOICES = ("zeus", "hades", "aurachronos", "charon", "pollux", "themis", "chronos")
+CHOICES = ("zeus", "hades", "aurachronos", "charon", "pollux", "themis", "chronos", "slurm", "static-cap")
 
 
 def scheduler_env_dir(spool: str, env_dir: str | None, dry_run: bool) -> Path:
@@ -123,7 +123,7 @@ def schedd_cmd(
     apply_oracle_config(cfg, hardware_path)
     sched = cfg.section("sched")
     name = str(sched["policy"]).lower()
-    if name.split("-")[0] not in CHOICES:
+    if name.split("-")[0] not in CHOICES and not name.startswith("static-cap"):
         raise ConfigError(f"--policy: unknown policy {name!r} (known: {', '.join(CHOICES)})")
     client = CliSchedClient(debug=debug, echo=lambda m: click.echo(m, err=True))
     if sched["state_save_dir"]:

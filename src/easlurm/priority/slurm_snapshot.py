@@ -201,6 +201,7 @@ def pending_job(
         preemptions=job.restarts,
         shareable=share,
         default_power_limit=spec.nolimit,
+        time_limit_s=job.time_limit_s,
     )
 
 
@@ -289,6 +290,7 @@ def build_snapshot(
                 model=declared.model if declared is not None else None,
                 shareable=bool(spec is not None and spec.share and job.shards),
                 colocated_with=pairs.get(job.job_id),
+                time_limit_s=job.time_limit_s,
             )
         )
     pending.sort(key=lambda p: (p.submit_s, int(p.job_id) if p.job_id.isdigit() else 0))

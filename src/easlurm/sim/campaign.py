@@ -341,16 +341,16 @@ def parse_index_list(text: str) -> list[int]:
 def check_names(plan: CampaignPlan) -> None:
     """Refuse unknown policy and scenario names before any run starts (skipped where the simulator is absent)."""
     try:
-        from easlurm.priority.policies import POLICY_NAMES
+        from easlurm.priority.policies import POLICY_NAMES, known_policy
         from easlurm.sim.scenarios import SCENARIOS
     except ImportError:
         return
     for i, exp in enumerate(plan.experiments):
         for j, pol in enumerate(exp.policies):
-            if pol.policy.lower() not in POLICY_NAMES:
+            if not known_policy(pol.policy):
                 raise ConfigError(
                     f"{plan.source}: experiments[{i}].policies[{j}]: unknown policy {pol.policy!r} "
-                    f"(known: {', '.join(POLICY_NAMES)})"
+                    f"(known: {', '.join(POLICY_NAMES)}, static-cap-NN)"
                 )
         for scenario in exp.scenarios:
             if scenario.lower() not in {k.lower() for k in SCENARIOS}:

@@ -145,7 +145,7 @@ def replay_cmd(
 ) -> None:
     """Replay TRACE (sacct -P or --json dump, SWF, CSV) through POLICIES; the trace's own schedule is the baseline."""
     from easlurm.files import check_writable, reading
-    from easlurm.priority.policies import POLICY_NAMES
+    from easlurm.priority.policies import POLICY_NAMES, known_policy
     from easlurm.sim.cluster import ClusterSpec
     from easlurm.sim.replay import replay, write_replay_report
     from easlurm.sim.traces.mapping import ReplayOptions
@@ -164,10 +164,11 @@ def replay_cmd(
 
     apply_oracle_config(cfg, hardware_path)
     names = [p.strip().lower() for p in policies.split(",") if p.strip()]
-    unknown = [p for p in names if p not in POLICY_NAMES]
+    unknown = [p for p in names if not known_policy(p)]
     if unknown or not names:
         raise ConfigError(
-            f"--policies: unknown {', '.join(unknown) or '(empty)'} (known: {', '.join(POLICY_NAMES)})"
+            f"--policies: unknown {', '.join(unknown) or '(empty)'} "
+            f"(known: {', '.join(POLICY_NAMES)}, static-cap-NN)"
         )
     cluster_file = cfg.get("sim.cluster")
     cluster = ClusterSpec.from_yaml(cluster_file) if cluster_file else None

@@ -370,6 +370,7 @@ class Simulator:
             precision=spec.precision,
             seq_len=spec.seq_len,
             image_size=spec.image_size,
+            time_limit_s=pend.time_limit_s,
         )
         run = Run(rec, node_i, st, sps, power_w, now, remaining, state)
         run.alone_samples_per_s, run.alone_power_w = alone_sps, alone_power_w

@@ -297,6 +297,7 @@ class TraceMapper:
             partition=job.partition,
             recorded_start_s=job.start_s - t0 if job.start_s is not None else None,
             recorded_end_s=job.end_s - t0 if job.end_s is not None else None,
+            time_limit_s=job.timelimit_s if job.timelimit_s and job.timelimit_s > 0 else None,
         )
         self.stats.mapped += 1
         self.stats.by_model[model] += 1
