@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from easlurm.sim.differences import QUEUED_AFTER_S
+from easlurm.sim.identical import DIGEST_KEY, outcome_digest
 from easlurm.sim.replay_savings import JobEnergies, intervals
 from easlurm.sim.replay_window import align, savings, savings_section
 from easlurm.sim.traces.baseline import RecordedBaseline
@@ -362,6 +363,7 @@ def replay(
             waits.add_rows(run.get("jobs"))
             if result.job_energies is not None:
                 result.job_energies.add(name + suffix, run.get("jobs"))
+            run[DIGEST_KEY] = outcome_digest(run.get("jobs"))  # identical rows are merged in the report
             run.pop("jobs", None)  # per-job rows stay out of the report records (100k jobs)
             run.pop("spec", None)
             run.setdefault("metrics", {})["replay_wall_s"] = wall
@@ -642,6 +644,7 @@ def write_replay_report(result: ReplayResult, out_dir: str | Path, *, html_too: 
             "description": arrival,
             "plots": {"replay": ["pareto", "power", "fairness"]},
             "baseline_labels": [BASELINE_LABEL],
+            "merge_identical": True,
         },
         html_too=html_too,
     )

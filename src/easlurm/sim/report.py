@@ -212,10 +212,16 @@ def write_report(
     """Write report.md (+ report.html), plots/*.png, summary.csv and tests.csv from run records.
 
     A record is what the campaign saves per run (index, run_id, experiment, label, spec, result); the
-    trace replay builds the same shape, so both share this report.
+    trace replay builds the same shape, so both share this report. With `merge_identical` in
+    `report_cfg`, policies whose runs are identical are one row (easlurm.sim.identical).
     """
     cfg = report_cfg or {}
     out = Path(out_dir)
+    merged: list[str] = []
+    if cfg.get("merge_identical"):
+        from easlurm.sim.identical import merge
+
+        records, merged = merge(records, frozenset(cfg.get("baseline_labels") or ()))
     rows = [row_of(r) for r in records]
     metrics = metric_columns(rows)
     summaries = summarize(rows, metrics, n_boot=n_boot, seed=seed)
@@ -234,6 +240,8 @@ def write_report(
         f"bootstrap 95% CI of the mean ({n_boot} resamples). Data: results.csv (one row per run), "
         "summary.csv (every metric), tests.csv (Mann-Whitney U between every pair of policies)."
     )
+    for sentence in merged:
+        doc.p(sentence)
     reference = cfg.get("reference") or []
     if reference:
         _reference_section(doc, reference, summaries)

@@ -194,3 +194,44 @@ def test_a_saving_is_shown_with_its_interval_and_only_when_it_excludes_zero() ->
 
     assert _saved_cell({**rows[1], **pollux.to_dict()}).startswith("no difference (3.00J, 95% interval [")
     assert _saved_cell({**rows[0], **zeus.to_dict()}).startswith("250.00J [")
+
+
+def test_identical_rows_are_merged_and_explained(tmp_path: Path) -> None:
+    """zeus and charon without a budget give every job the same start, end and energy: one row
+    "zeus = charon", said to be identical and why; pollux, whose jobs use more energy here, stays apart."""
+
+    def sim(cluster: Any, jobs: Any, policy: Any, **kw: Any) -> dict[str, Any]:
+        out = _fake_sim(cluster, jobs, policy, **kw)
+        if policy == "pollux":
+            for row in out["jobs"]:
+                row["energy_j"] = 2e3
+            out["metrics"]["energy_j"] *= 2.0
+        return out
+
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "job_id,submit,start,duration,gpus,gpu_type,model\n"
+        + "".join(f"j{i},{600 * i},{600 * i},3600,1,a100,resnet50\n" for i in range(3))
+    )
+    res = replay(trace, ClusterSpec.uniform(1, 8, "a100-40gb"), ["zeus", "charon", "pollux"], simulate_fn=sim)
+    md = write_replay_report(res, tmp_path / "out", html_too=False).read_text()
+    assert (
+        "zeus = charon: identical outcomes (every run gave the same start, end and energy for every job" in md
+    )
+    assert "no power budget was given, and charon differs" in md and "no job waited more than 60 s" in md
+    table = [line for line in md.splitlines() if line.startswith("| t.csv |")]
+    assert [line.split(" | ")[1] for line in table] == ["recorded", "zeus = charon", "pollux"]
+
+
+def test_runs_that_differ_in_one_job_are_not_merged() -> None:
+    """Same summary figures are not enough where job digests say otherwise."""
+    from easlurm.sim.identical import identical_groups, outcome_digest
+
+    def rec(label: str, energy: float) -> dict[str, Any]:
+        rows = [{"job_id": "a", "start_s": 0.0, "end_s": 1.0, "energy_j": energy}]
+        spec = {"scenario": "s", "seed": 0, "load_jobs_per_h": None}
+        result = {"metrics": {"energy_j": 1.0}, "outcome_digest": outcome_digest(rows)}
+        return {"experiment": "e", "label": label, "spec": spec, "result": result}
+
+    assert identical_groups([rec("zeus", 1.0), rec("hades", 1.0)]) == [(("e", "s", None), ["zeus", "hades"])]
+    assert identical_groups([rec("zeus", 1.0), rec("hades", 1.5)]) == []

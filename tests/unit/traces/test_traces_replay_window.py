@@ -124,5 +124,5 @@ def test_cli_compare_limits_reports_both_rows_and_where_the_energy_goes(tmp_path
     done = CliRunner().invoke(cli, [*args, "--max-slowdown", "0.1", "--no-html", "--out", str(out)])
     assert done.exit_code == 0, done.output
     md = (out / "report.md").read_text()
-    assert "| zeus+nolimit |" in md and "## Where the energy goes" in md
+    assert "zeus+nolimit |" in md and "## Where the energy goes" in md
     assert "pollux+nolimit" not in md  # the baselines never choose a limit: nothing to compare
