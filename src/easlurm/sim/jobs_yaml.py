@@ -24,6 +24,7 @@ jobs:
     deadline: 2h          # optional, after the submit time (makes the job urgent)
     share: true           # may share a GPU with another shareable job (docs/colocation.md)
     nolimit: true         # run at the GPUs' default power limit (no policy caps it)
+    time_limit: 4h        # optional, as sbatch --time: what the `slurm` policy backfills with
 """
 
 _KEYS = {
@@ -44,6 +45,7 @@ _KEYS = {
     "share",
     "power_limits",
     "nolimit",
+    "time_limit",
 }
 
 
@@ -90,6 +92,10 @@ def _job(entry: Any, where: str, index: int) -> JobSpec:
     nolimit = entry.get("nolimit", False)
     if not isinstance(nolimit, bool):
         raise ConfigError(f"{where}.nolimit: must be true or false, got {nolimit!r}")
+    limit = entry.get("time_limit")
+    time_limit_s = None if limit is None else parse_duration_s(limit, f"{where}.time_limit")
+    if time_limit_s is not None and not time_limit_s > 0:
+        raise ConfigError(f"{where}.time_limit: must be > 0, got {limit!r}")
     urgent = entry.get("urgent", deadline_s is not None)
     malleable = entry.get("malleable", True)
     for key, value in (("urgent", urgent), ("malleable", malleable)):
@@ -120,6 +126,7 @@ def _job(entry: Any, where: str, index: int) -> JobSpec:
         else (),
         shareable=share,
         default_power_limit=nolimit,
+        time_limit_s=time_limit_s,
     )
 
 
