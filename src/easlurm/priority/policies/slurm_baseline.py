@@ -132,32 +132,38 @@ class SlurmBaseline(BatchPacker):
         if not snapshot.pending:
             return Decision()
         cyc = self.cycle(snapshot, oracle)
-        ok = self.rows(cyc)
-        profile = Profile.build(
-            snapshot.time_s, cyc.node_free, releases(snapshot, self.planned_end_s(snapshot))
-        )
+        keep = np.flatnonzero(self.rows(cyc))  # grouped by job, jobs in queue order
+        bounds = np.searchsorted(cyc.job_of[keep], np.arange(len(cyc.jobs) + 1))
+        m_all = np.ones(len(cyc.job_of), dtype=np.int64) if cyc.n_nodes is None else cyc.n_nodes
+        share = -(-cyc.n_gpus // m_all)  # GPUs each node must hold for the option
+        queue = self.queue(snapshot)[: self.bf_max_job_test]
+        # the smallest share any job from here on needs: once no node has that many free now, nothing
+        # more can start now and the rest of the plan cannot change this decision
+        need = [min(share[keep[bounds[j] : bounds[j + 1]]], default=1 << 30) for j in queue]
+        later_need = np.minimum.accumulate(np.asarray(need[::-1] or [0]))[::-1]
+        ends = self.planned_end_s(snapshot)
+        profile = Profile.build(snapshot.time_s, cyc.node_free, releases(snapshot, ends))
         horizon_s = snapshot.time_s + self.bf_window_s
         starts: list[StartJob] = []
-        for j in self.queue(snapshot)[: self.bf_max_job_test]:
-            options = np.flatnonzero((cyc.job_of == j) & ok)
+        for i, j in enumerate(queue):
+            if max(cyc.node_free, default=0) < later_need[i]:
+                break
+            options = keep[bounds[j] : bounds[j + 1]]
             if not len(options):
                 continue
             limit_s = self.time_limit_s(cyc.jobs[j], cyc.time_s[options])
             window = profile.window_min(limit_s)
             rows = int(np.searchsorted(profile.times_s, horizon_s, side="right"))
-            best: tuple[int, int] | None = None  # (row, option)
+            best: tuple[int, int, np.ndarray] | None = None  # (row, option, its nodes)
             for pos in options.tolist():
                 nodes = np.flatnonzero(cyc.node_code == cyc.code[pos])
-                m = 1 if cyc.n_nodes is None else int(cyc.n_nodes[pos])
-                row = earliest_row(window, nodes, int(cyc.n_gpus[pos]), m, rows)
+                row = earliest_row(window, nodes, int(cyc.n_gpus[pos]), int(m_all[pos]), rows)
                 if row >= 0 and (best is None or row < best[0]):
-                    best = (row, pos)
+                    best = (row, pos, nodes)
             if best is None:
                 continue  # not within the backfill window: no reservation, as Slurm
-            row, pos = best
-            nodes = np.flatnonzero(cyc.node_code == cyc.code[pos])
-            m = 1 if cyc.n_nodes is None else int(cyc.n_nodes[pos])
-            alloc = choose_nodes(window[row], nodes, int(cyc.n_gpus[pos]), m)
+            row, pos, nodes = best
+            alloc = choose_nodes(window[row], nodes, int(cyc.n_gpus[pos]), int(m_all[pos]))
             assert alloc is not None
             begin_s = float(profile.times_s[row])
             profile.take(begin_s, begin_s + limit_s, alloc)
