@@ -26,6 +26,7 @@ _SHARED_KEYS = (
     "cluster",
     "noise_sigma",
     "checkpoint_interval_s",
+    "power_saving",
 )
 _TOP_KEYS = {*_SHARED_KEYS, "name", "description", "experiments", "report"}
 _EXPERIMENT_KEYS = {*_SHARED_KEYS, "name", "description"}
@@ -56,6 +57,8 @@ class Experiment:
     cluster: str | None = None
     noise_sigma: float = 0.10
     checkpoint_interval_s: float | None = None
+    #: changes to the cluster's power saving (SimSpec.power_saving)
+    power_saving: tuple[tuple[str, Any], ...] = ()
     description: str = ""
 
 
@@ -100,6 +103,7 @@ class CampaignPlan:
                                 noise_sigma=exp.noise_sigma,
                                 checkpoint_interval_s=exp.checkpoint_interval_s,
                                 policy_params=pol.params,
+                                power_saving=exp.power_saving,
                             )
                             run_id = make_run_id(exp.name, scenario, pol.label, load, seed)
                             if run_id in seen:
@@ -230,8 +234,23 @@ def _parse_experiment(raw: Mapping[str, Any], source: str, where: str, base_dir:
         cluster=cluster,
         noise_sigma=float(sigma),
         checkpoint_interval_s=ckpt_s,
+        power_saving=_parse_power_saving(raw.get("power_saving"), f"{at}.power_saving"),
         description=str(raw.get("description", "")),
     )
+
+
+def _parse_power_saving(value: Any, where: str) -> tuple[tuple[str, Any], ...]:
+    """A plan's `power_saving:` mapping, checked now (a bad value fails the plan, not run 37);
+    `none` or `{suspend_time_s: none}` turns the cluster's own off."""
+    from easlurm.sim.node_power import PowerSaving
+
+    if value is None:
+        return ()
+    if isinstance(value, str) and value.strip().lower() in ("none", "off"):
+        value = {"suspend_time_s": "none"}
+    if PowerSaving.from_dict(value, where) is not None and isinstance(value, Mapping):
+        return tuple(sorted((str(k), v) for k, v in value.items()))
+    return (("suspend_time_s", "none"),)
 
 
 def _as_list(value: Any) -> list[Any]:

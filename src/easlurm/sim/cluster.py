@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from easlurm.errors import ConfigError, ModelError
 from easlurm.model.colocation import parse_sharing
+from easlurm.sim.node_power import PowerSaving, default_idle_w, default_off_w, node_power
 
 
 @dataclass(frozen=True)
@@ -19,15 +21,31 @@ class NodeSpec:
     gpu_type: str
     n_gpus: int
     sharing: str = "none"
+    #: base power when on, GPUs excluded, and draw when powered down (W); None: the estimate for the
+    #: node's GPU count (sim/node_power.py)
+    idle_w: float | None = None
+    off_w: float | None = None
+
+    @property
+    def base_w(self) -> float:
+        """Power (W) of the powered-on node beyond its GPUs."""
+        return default_idle_w(self.n_gpus) if self.idle_w is None else self.idle_w
+
+    @property
+    def powered_off_w(self) -> float:
+        """Power (W) of the powered-down node (its GPUs draw nothing)."""
+        return default_off_w(self.n_gpus) if self.off_w is None else self.off_w
 
 
 @dataclass(frozen=True)
 class ClusterSpec:
     """A list of nodes. YAML: `nodes: [{name: a100n, gpu_type: a100-40gb, gpus: 8, count: 1}, ...]`
-    (`count` > 1 expands to name0, name1, ...; optional `sharing: none | time-slice | mps`)."""
+    (`count` > 1 expands to name0, name1, ...; optional `sharing: none | time-slice | mps`, `idle_w` and
+    `off_w`), and optional `power_saving: {suspend_time_s: 600, ...}` (Slurm's power saving)."""
 
     nodes: tuple[NodeSpec, ...]
     name: str = "cluster"
+    power_saving: PowerSaving | None = None
 
     def __post_init__(self) -> None:
         if not self.nodes:
@@ -60,8 +78,13 @@ class ClusterSpec:
                 raise ModelError(
                     f"cluster {self.name}: unknown GPU type {n.gpu_type!r} (known: {', '.join(catalogue.keys())})"
                 )
-            nodes.append(NodeSpec(n.name, catalogue.resolve(n.gpu_type), n.n_gpus, n.sharing))
-        return ClusterSpec(tuple(nodes), self.name)
+            nodes.append(dataclasses.replace(n, gpu_type=catalogue.resolve(n.gpu_type)))
+        return ClusterSpec(tuple(nodes), self.name, self.power_saving)
+
+    @property
+    def base_w(self) -> float:
+        """Power (W) of every node on and idle beyond its GPUs."""
+        return sum(n.base_w for n in self.nodes)
 
     @classmethod
     def default(cls) -> ClusterSpec:
@@ -90,12 +113,15 @@ class ClusterSpec:
     def from_dict(cls, doc: Any, source: str = "cluster") -> ClusterSpec:
         if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list):
             raise ConfigError(f"{source}: expected a mapping with a 'nodes' list")
+        unknown_top = set(doc) - {"name", "nodes", "power_saving"}
+        if unknown_top:
+            raise ConfigError(f"{source}: unknown key(s) {', '.join(sorted(map(str, unknown_top)))}")
         nodes: list[NodeSpec] = []
         for i, entry in enumerate(doc["nodes"]):
             where = f"{source}: nodes[{i}]"
             if not isinstance(entry, dict):
                 raise ConfigError(f"{where}: expected a mapping")
-            unknown = set(entry) - {"name", "gpu_type", "gpus", "count", "sharing"}
+            unknown = set(entry) - {"name", "gpu_type", "gpus", "count", "sharing", "idle_w", "off_w"}
             if unknown:
                 raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
             try:
@@ -105,12 +131,16 @@ class ClusterSpec:
             except (KeyError, TypeError, ValueError) as exc:
                 raise ConfigError(f"{where}: needs gpu_type (str), gpus (int), optional count (int)") from exc
             sharing = parse_sharing(entry.get("sharing", "none"), f"{where}.sharing").value
+            idle_w, off_w = node_power(entry, gpus, where)
             name = str(entry.get("name", gpu_type.split("-")[0] + "n"))
             if count == 1 and "count" not in entry:
-                nodes.append(NodeSpec(name, gpu_type, gpus, sharing))
+                nodes.append(NodeSpec(name, gpu_type, gpus, sharing, idle_w, off_w))
             else:
-                nodes.extend(NodeSpec(f"{name}{j}", gpu_type, gpus, sharing) for j in range(count))
-        return cls(tuple(nodes), str(doc.get("name", source)))
+                nodes.extend(
+                    NodeSpec(f"{name}{j}", gpu_type, gpus, sharing, idle_w, off_w) for j in range(count)
+                )
+        saving = PowerSaving.from_dict(doc.get("power_saving"), f"{source}: power_saving")
+        return cls(tuple(nodes), str(doc.get("name", source)), saving)
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> ClusterSpec:

@@ -146,13 +146,13 @@ def _budget_capacity(runs: Runs, budget: float, n: int) -> str:
 
     jct = lambda lab: num(runs.mean(e, lab, "mean_jct_s"), 1 / 3600)  # noqa: E731
     miss = lambda lab: f"{100 * runs.mean(e, lab, 'deadline_miss_rate'):.0f}"  # noqa: E731
-    mean_w = {lab: runs.mean(e, lab, "mean_power_w") for lab in ("charon", "charon-thesis", "charon-pl")}
+    mean_w = {lab: runs.mean(e, lab, "mean_gpu_power_w") for lab in ("charon", "charon-thesis", "charon-pl")}
     idle = {lab: _never_started(runs, e, lab) for lab in ("charon", "charon-thesis")}
     return (
         f"A100 utilisation: `charon-thesis` {util('charon-thesis', 'util_a100_40gb')}, `charon` "
         f"{util('charon', 'util_a100_40gb')}, `charon-pl` {util('charon-pl', 'util_a100_40gb')} "
         f"(H100: {util('charon-thesis', 'util_h100_sxm')}, {util('charon', 'util_h100_sxm')}, "
-        f"{util('charon-pl', 'util_h100_sxm')}). Mean power: {mean_w['charon-thesis']:.0f} W, "
+        f"{util('charon-pl', 'util_h100_sxm')}). Mean GPU power: {mean_w['charon-thesis']:.0f} W, "
         f"{mean_w['charon']:.0f} W ({100 * mean_w['charon'] / budget:.0f} % of the budget) and "
         f"{mean_w['charon-pl']:.0f} W. Jobs never started: {idle['charon-thesis'][0]} of "
         f"{idle['charon-thesis'][1]} under the thesis's rule, {idle['charon'][0]} under `charon`. "

@@ -23,6 +23,12 @@ def jain_index(values: Sequence[float]) -> float:
     return float(x.sum() ** 2 / (len(x) * (x * x).sum()))
 
 
+def _gpu_energy_j(ledger: PowerLedger, end_s: float) -> float:
+    """The GPUs' own energy (what a power budget bounds): the integral of the ledger's GPU power."""
+    t, p = ledger.gpu_series()
+    return float(np.sum(p * np.diff(np.append(t, end_s))))
+
+
 def job_rows(records: Sequence[JobRecord]) -> list[dict[str, Any]]:
     rows = []
     for r in records:
@@ -51,6 +57,7 @@ def job_rows(records: Sequence[JobRecord]) -> list[dict[str, Any]]:
                 "met_deadline": met,
                 "preemptions": r.preemptions,
                 "shared_s": r.shared_s,
+                "resume_wait_s": r.resume_wait_s,
             }
         )
     return rows
@@ -87,7 +94,7 @@ def compute(
             gpu_s_by_user[r.spec.user] = gpu_s_by_user.get(r.spec.user, 0.0) + r.gpu_s
     total_gpu_s = sum(gpu_s_by_user.values())
     shares = {u: v / total_gpu_s for u, v in sorted(gpu_s_by_user.items())} if total_gpu_s > 0 else {}
-    energy_j = ledger.busy_j + ledger.idle_j
+    energy_j = ledger.total_j
     metrics: dict[str, float] = {
         "submitted_jobs": float(len(records)),
         "completed_jobs": float(len(done)),
@@ -95,6 +102,8 @@ def compute(
         "energy_j": energy_j,
         "busy_energy_j": ledger.busy_j,
         "idle_energy_j": ledger.idle_j,
+        "off_energy_j": ledger.off_j,
+        "cycle_energy_j": ledger.cycle_j,
         "energy_per_job_j": energy_j / len(done) if done else NAN,
         "mean_jct_s": float(jct.mean()) if len(jct) else NAN,
         "p95_jct_s": float(np.percentile(jct, 95)) if len(jct) else NAN,
@@ -102,7 +111,9 @@ def compute(
         "deadline_miss_rate": missed / len(judged) if judged else NAN,
         "jain_index": jain_index([float(np.mean(v)) for v in by_user.values()]),
         "mean_power_w": energy_j / end_s if end_s > 0 else NAN,
-        "max_power_w": ledger.max_w(),
+        "mean_gpu_power_w": _gpu_energy_j(ledger, end_s) / end_s if end_s > 0 else NAN,
+        "max_power_w": ledger.max_gpu_w(),
+        "max_cluster_power_w": ledger.max_w(),
         "power_budget_w": NAN if power_budget_w is None else float(power_budget_w),
         "time_over_budget_s": ledger.time_above_s(power_budget_w) if power_budget_w is not None else NAN,
         "preemptions": float(sum(r.preemptions for r in records)),

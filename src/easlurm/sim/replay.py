@@ -20,6 +20,7 @@ from typing import Any
 
 from easlurm.sim.differences import QUEUED_AFTER_S
 from easlurm.sim.identical import DIGEST_KEY, outcome_digest
+from easlurm.sim.node_power import add_node_base, apply_power_saving
 from easlurm.sim.replay_savings import JobEnergies, intervals
 from easlurm.sim.replay_window import align, savings, savings_section
 from easlurm.sim.traces.baseline import RecordedBaseline
@@ -217,6 +218,7 @@ def replay(
     max_slowdown: float | None = None,
     compare_limits: bool = False,
     cluster_source: str | None = None,
+    power_saving: tuple[tuple[str, Any], ...] = (),
 ) -> ReplayResult:
     """Replay `trace` on `cluster` (a ClusterSpec) under each policy; the recorded schedule is the baseline.
 
@@ -232,8 +234,9 @@ def replay(
     `compare_limits` also runs each of them without limits (`name+nolimit`), so that the report can
     tell the saving of the limits from that of the placement. Every row's energy is then put on one
     window and the same GPUs (sim/replay_window.py). `cluster_source` says where `cluster` came from (for
-    the report's assumptions). An SWF log needs `trace_options["procs_per_gpu"]`, its own `ProcsPerGPU`
-    header or a `cluster`: ConfigError otherwise (a CPU log is not silently a GPU cluster).
+    the report's assumptions). `power_saving` changes the cluster's power saving (SimSpec.power_saving)
+    for the simulated rows; the record keeps every node on. An SWF log needs
+    `trace_options["procs_per_gpu"]`, its own `ProcsPerGPU` header or a `cluster`: ConfigError otherwise (a CPU log is not silently a GPU cluster).
     """
     from easlurm.model.build import build_oracle
     from easlurm.model.oracle import NoisyOracle
@@ -263,6 +266,9 @@ def replay(
         assumptions.append(f"cluster: {cluster.name}, from {cluster_source or 'the caller'}")
     if machine is not None:
         assumptions.append(machine.sentence())
+    cluster = replace(
+        cluster, power_saving=apply_power_saving(cluster.power_saving, power_saving, "--suspend-time")
+    )
     truth = build_oracle()
     stats = TraceStats()
     mapper = TraceMapper(cluster, truth, options)
@@ -376,9 +382,10 @@ def replay(
             if on_progress:
                 on_progress(f"{name} (seed {run_seed}): {n_jobs} jobs in {wall:.1f} s")
     spill.close()
-    idle_total_w = sum(
+    idle_total_w = cluster.base_w + sum(
         _idle_by_type(mapper).get(t, 0.0) * n for t, n in mapper.cluster.gpus_by_type().items()
     )
+    add_node_base(result.baseline, cluster.base_w)
     result.baseline["idle_total_w"] = idle_total_w
     result.window_s = align([result.baseline, *(r for _, _, r in result.runs)], idle_total_w)
     return result

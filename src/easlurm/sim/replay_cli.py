@@ -12,6 +12,7 @@ from easlurm.cli import FiniteFloat, int_range, load_ctx_config
 from easlurm.errors import ConfigError, TraceError
 from easlurm.model.cli import HARDWARE_OPTION
 from easlurm.progress import progressbar
+from easlurm.sim.power_saving_cli import POWER_SAVING_OPTIONS, power_saving_overrides
 
 DEFAULT_POLICIES = "pollux,zeus,hades,aurachronos,charon"
 
@@ -113,6 +114,7 @@ DEFAULT_POLICIES = "pollux,zeus,hades,aurachronos,charon"
     "saving into limits and placement.",
 )
 @click.option("--html/--no-html", "html_too", default=True, show_default=True, help="Also write report.html.")
+@POWER_SAVING_OPTIONS
 @HARDWARE_OPTION
 @click.pass_context
 def replay_cmd(
@@ -142,6 +144,7 @@ def replay_cmd(
     max_slowdown: float | None,
     compare_limits: bool,
     html_too: bool,
+    **saving: str | None,
 ) -> None:
     """Replay TRACE (sacct -P or --json dump, SWF, CSV) through POLICIES; the trace's own schedule is the baseline."""
     from easlurm.files import check_writable, reading
@@ -225,6 +228,7 @@ def replay_cmd(
             on_notice=notice_line,
             max_slowdown=float(cfg.get("sched.max_slowdown")),
             compare_limits=compare_limits,
+            power_saving=power_saving_overrides(saving),
             cluster_source=(
                 None
                 if not cluster_file

@@ -35,7 +35,11 @@ log = logging.getLogger(__name__)
 MAIN_COLUMNS = (
     ("throughput_jobs_per_h", "Throughput (jobs/h)", 1.0),
     ("energy_j", "Energy", 1.0),
+    ("busy_energy_j", "Busy energy", 1.0),
     ("idle_energy_j", "Idle energy", 1.0),
+    ("off_energy_j", "Off energy", 1.0),
+    ("cycle_energy_j", "Cycle energy", 1.0),
+    ("power_cycles", "Power cycles", 1.0),
     ("energy_per_job_j", "Energy/job", 1.0),
     ("mean_jct_s", "Mean JCT (s)", 1.0),
     ("p95_jct_s", "p95 JCT (s)", 1.0),
@@ -53,8 +57,10 @@ MAIN_COLUMNS = (
 #: one column per type after MAIN_COLUMNS, so an idle node type shows in every report.
 UTIL_PREFIX = "util_"
 #: Columns shown only where some run has a non-zero value (co-location: where a GPU was shared, which
-#: is where its gains and losses come from).
-SHOWN_WHEN_NONZERO = frozenset({"colocated_jobs", "shared_job_h"})
+#: is where its gains and losses come from; power saving: where a node was powered down).
+SHOWN_WHEN_NONZERO = frozenset(
+    {"colocated_jobs", "shared_job_h", "off_energy_j", "cycle_energy_j", "power_cycles"}
+)
 #: Metrics tested pairwise in the report (all metrics are tested in tests.csv).
 TESTED = (
     "throughput_jobs_per_h",

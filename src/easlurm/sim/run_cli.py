@@ -11,6 +11,7 @@ import click
 
 from easlurm.cli import FiniteFloat, int_range, load_ctx_config
 from easlurm.model.cli import HARDWARE_OPTION
+from easlurm.sim.power_saving_cli import POWER_SAVING_OPTIONS, power_saving_overrides
 from easlurm.units import format_energy
 
 #: rows of the human summary: (label, metric key, format string or function); energies in J with an SI
@@ -21,6 +22,8 @@ _SUMMARY: tuple[tuple[str, str, str | Callable[[float], str]], ...] = (
     ("Energy", "energy_j", format_energy),
     ("  busy", "busy_energy_j", format_energy),
     ("  idle", "idle_energy_j", format_energy),
+    ("  off", "off_energy_j", format_energy),
+    ("  power cycles", "cycle_energy_j", format_energy),
     ("Energy per job", "energy_per_job_j", format_energy),
     ("Mean JCT (s)", "mean_jct_s", "{:.0f}"),
     ("P95 JCT (s)", "p95_jct_s", "{:.0f}"),
@@ -31,9 +34,24 @@ _SUMMARY: tuple[tuple[str, str, str | Callable[[float], str]], ...] = (
     ("Time over budget (s)", "time_over_budget_s", "{:.0f}"),
     ("Preemptions", "preemptions", "{:.0f}"),
     ("Preempted energy", "preempted_energy_j", format_energy),
+    ("Power cycles", "power_cycles", "{:.0f}"),
+    ("Min cycle gap (s)", "min_cycle_gap_s", "{:.0f}"),
+    ("Node-h powered down", "off_node_h", "{:.2f}"),
+    ("Resume waits (jobs)", "resume_waits", "{:.0f}"),
     ("Events", "events", "{:.0f}"),
     ("Wall time (s)", "wall_s", "{:.3f}"),
 )
+
+
+#: rows shown only when power saving is on
+_POWER_SAVING_ROWS = {
+    "off_energy_j",
+    "cycle_energy_j",
+    "power_cycles",
+    "min_cycle_gap_s",
+    "off_node_h",
+    "resume_waits",
+}
 
 
 def _param(value: str) -> tuple[str, Any]:
@@ -90,6 +108,7 @@ def _param(value: str) -> tuple[str, Any]:
     default=None,
     help="Job list YAML to run instead of the scenario's workload (see docs/colocation.md).",
 )
+@POWER_SAVING_OPTIONS
 @click.option("--json", "as_json", is_flag=True, help="One JSON document (metrics, power series, jobs).")
 @HARDWARE_OPTION
 @click.pass_context
@@ -108,6 +127,7 @@ def run_cmd(
     params: tuple[str, ...],
     jobs_file: str | None,
     as_json: bool,
+    **saving: str | None,
 ) -> None:
     """Simulate POLICY on a scenario's workload and print its metrics."""
     from easlurm.sim.runner import SimSpec, run_simulation
@@ -149,6 +169,7 @@ def run_cmd(
         noise_sigma=float(sim["noise_sigma"]),
         checkpoint_interval_s=sim["checkpoint_interval_s"],
         policy_params=tuple(sorted(merged.items())),
+        power_saving=power_saving_overrides(saving),
     )
     jobs = None
     if jobs_file is not None:
@@ -165,6 +186,8 @@ def run_cmd(
     for label, key, fmt in _SUMMARY:
         value = m.get(key, math.nan)
         text = "" if value != value else fmt(value) if callable(fmt) else fmt.format(value)
+        if key in _POWER_SAVING_ROWS and not math.isfinite(m.get("suspend_time_s", math.nan)):
+            continue
         click.echo(f"{label:<24} {text}")
     for key in sorted(k for k in m if k.startswith("util_")):
         click.echo(f"{'Utilisation ' + key[5:]:<24} {m[key]:.3f}")

@@ -14,6 +14,7 @@ import numpy as np
 from easlurm.errors import ConfigError
 from easlurm.sim.cluster import ClusterSpec
 from easlurm.sim.job import JobSpec
+from easlurm.sim.node_power import PowerSaving, apply_power_saving
 from easlurm.sim.spec import SimSpec
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,8 @@ class SimResult:
     power_w: np.ndarray
     user_gpu_share: dict[str, float]
     jobs: list[dict[str, Any]] = field(default_factory=list)
+    #: per node: power cycles, the shortest time between two of them, time powered down
+    nodes: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe: NaN becomes null."""
@@ -40,6 +43,7 @@ class SimResult:
             "power_w": [float(p) for p in self.power_w],
             "user_gpu_share": dict(self.user_gpu_share),
             "jobs": [{k: _json_float(v) for k, v in row.items()} for row in self.jobs],
+            "nodes": [{k: _json_float(v) for k, v in row.items()} for row in self.nodes],
         }
 
 
@@ -84,10 +88,12 @@ def simulate(
     interval_s: float = 1.0,
     truth_oracle: Any = None,
     spec: SimSpec | None = None,
+    power_saving: PowerSaving | None = None,
 ) -> SimResult:
     """Simulate `jobs` (consumed lazily, in submit order) under `policy` (a name or a Policy object).
 
-    Without a horizon the run lasts until every job has finished (or can never start)."""
+    Without a horizon the run lasts until every job has finished (or can never start). `power_saving`
+    (default: the cluster's own) powers idle nodes down as Slurm's SuspendTime does."""
     from easlurm.priority.policies import get_policy
     from easlurm.sim.engine import SimConfig, Simulator, Truth
     from easlurm.sim.metrics import compute, job_rows
@@ -118,6 +124,7 @@ def simulate(
             horizon_s=horizon_s,
             power_budget_w=power_budget_w,
             checkpoint_interval_s=checkpoint_interval_s,
+            power_saving=power_saving,
             type_facts=facts,
         ),
     )
@@ -135,10 +142,13 @@ def simulate(
             "rejected_starts": float(sim.rejected),
             "wall_s": sim.wall_s,
             "events_per_s": sim.env.n_events / sim.wall_s if sim.wall_s > 0 else math.nan,
+            "node_base_w": cluster.base_w,
+            "resume_waits": float(sim.resume_waits),
+            **sim.power.summary(),
         }
     )
     times, power = sim.ledger.series()
-    return SimResult(spec, metrics, times, power, shares, job_rows(records))
+    return SimResult(spec, metrics, times, power, shares, job_rows(records), sim.power.per_node())
 
 
 def load_cluster(path: str | None) -> ClusterSpec:
@@ -168,6 +178,8 @@ def run_simulation(spec: SimSpec, jobs: list[JobSpec] | None = None) -> SimResul
     seen, real = make_oracles(spec.noise_sigma, spec.seed)
     truth = Truth(real)
     cluster = cluster.resolved(real.catalogue)
+    saving = apply_power_saving(cluster.power_saving, spec.power_saving, "power_saving")
+    cluster = dataclasses.replace(cluster, power_saving=saving)
     max_per_type: dict[str, int] = {}
     nodes_per_type: dict[str, int] = {}
     for n in cluster.nodes:

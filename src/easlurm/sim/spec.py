@@ -21,8 +21,12 @@ class SimSpec:
     noise_sigma: float = 0.10
     checkpoint_interval_s: float | None = None
     policy_params: tuple[tuple[str, Any], ...] = ()
+    #: changes to the cluster's power saving (sim/node_power.py PowerSaving fields; `suspend_time_s:
+    #: none` turns it off); empty: the cluster's own
+    power_saving: tuple[tuple[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["policy_params"] = dict(self.policy_params)
+        d["power_saving"] = dict(self.power_saving)
         return d

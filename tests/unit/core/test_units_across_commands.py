@@ -14,7 +14,10 @@ import pytest
 from easlurm.cli import main
 
 #: Keys that name energy or power but are not a quantity of it.
-NOT_QUANTITIES = frozenset({"energy_flags", "energy_record", "power_times_s", "best_edp"})
+#: power_cycles counts node power-downs; power_saving holds the power-saving settings (each with its unit)
+NOT_QUANTITIES = frozenset(
+    {"energy_flags", "energy_record", "power_times_s", "best_edp", "power_cycles", "power_saving"}
+)
 
 
 def keys(doc: Any) -> Iterator[str]:

@@ -96,14 +96,14 @@ def test_rates_change_on_join_and_back_on_leave_and_energy_adds_up(truth: Truth)
     assert got["b"]["end_s"] == pytest.approx(t_b)
     assert got["a"]["end_s"] == pytest.approx(t_a)
     assert got["b"]["shared_s"] == pytest.approx(t_b - 100.0)
-    times, power = res.power_times_s, res.power_w
+    times, power = res.power_times_s, res.power_w - res.metrics["node_base_w"]  # the GPU's own power
     shared = power[(times >= 100.0) & (times < t_b)]
     assert shared.tolist() == pytest.approx([co.power_w])
     assert power[times == t_b][0] == pytest.approx(p_a)
     energy_a = p_a * (100.0 + t_a - t_b) + co.job_power_w(0) * (t_b - 100.0)
     assert got["a"]["energy_j"] == pytest.approx(energy_a)
     assert got["b"]["energy_j"] == pytest.approx(co.job_power_w(1) * (t_b - 100.0))
-    integral = float(np.sum(power * np.diff(np.append(times, res.metrics["simulated_s"]))))
+    integral = float(np.sum(res.power_w * np.diff(np.append(times, res.metrics["simulated_s"]))))
     assert got["a"]["energy_j"] + got["b"]["energy_j"] == pytest.approx(res.metrics["busy_energy_j"])
     assert integral == pytest.approx(res.metrics["energy_j"])
     assert res.metrics["simulated_s"] - t_a < 1.0  # old completion times, abandoned, do not extend the run
@@ -130,7 +130,7 @@ def test_preempting_one_partner_restores_the_other(truth: Truth) -> None:
     assert got["a"]["end_s"] == pytest.approx(t_a)
     assert got["b"]["end_s"] is None and got["b"]["preemptions"] == 1
     assert got["b"]["wasted_energy_j"] == pytest.approx(co.job_power_w(1) * 200.0)
-    times, power = res.power_times_s, res.power_w
+    times, power = res.power_times_s, res.power_w - res.metrics["node_base_w"]  # the GPU's own power
     # A alone from 300 s to its end (which the engine reaches to within rounding of t_a)
     assert power[(times >= 300.0) & (times < t_a - 1e-6)].tolist() == pytest.approx([p_a])
 

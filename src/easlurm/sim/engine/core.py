@@ -17,9 +17,11 @@ from easlurm.priority.policy_call import call_policy
 from easlurm.priority.snapshot import ClusterSnapshot, Decision, NodeState, PendingJob, RunningJob, StartJob
 from easlurm.sim.cluster import ClusterSpec
 from easlurm.sim.engine.ledger import PowerLedger
+from easlurm.sim.engine.power_state import NodePower, PowerSaver
 from easlurm.sim.engine.records import JobRecord, Run
 from easlurm.sim.engine.truth import Truth
 from easlurm.sim.job import JobSpec
+from easlurm.sim.node_power import PowerSaving
 
 log = logging.getLogger(__name__)
 
@@ -27,22 +29,41 @@ log = logging.getLogger(__name__)
 class CountingEnvironment(simpy.Environment):
     """A SimPy environment that counts the events it processes (for events/s figures) and drops events
     abandoned before they fire (a job's old completion time after its rate changed), so that they neither
-    count nor move the clock past the last real event."""
+    count nor move the clock past the last real event. A passive event (a node's power-down timer) happens
+    when the run gets there but does not keep a run without horizon going (`run_active`)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.n_events = 0
         self.abandoned: set[simpy.Event] = set()
+        self.passive: set[simpy.Event] = set()
 
     def abandon(self, event: simpy.Event) -> None:
         self.abandoned.add(event)
+
+    def mark_passive(self, event: simpy.Event) -> None:
+        self.passive.add(event)
+
+    def mark_active(self, event: simpy.Event) -> None:
+        self.passive.discard(event)
 
     def step(self) -> None:
         queue = self._queue
         while self.abandoned and queue and queue[0][3] in self.abandoned:
             self.abandoned.discard(heapq.heappop(queue)[3])
+        if self.passive and queue:
+            self.passive.discard(queue[0][3])
         self.n_events += 1
         super().step()
+
+    def run_active(self) -> None:
+        """Run while any event other than a passive one is scheduled."""
+        queue = self._queue
+        try:
+            while len(queue) > len(self.passive):
+                self.step()
+        except simpy.core.EmptySchedule:  # only abandoned events were left
+            pass
 
 
 @dataclass
@@ -51,6 +72,8 @@ class SimConfig:
     horizon_s: float | None = None
     power_budget_w: float | None = None
     checkpoint_interval_s: float | None = None
+    #: Slurm's power saving (None: nodes stay on); default: the cluster's own
+    power_saving: PowerSaving | None = None
     type_facts: dict[str, tuple[float, float, float | None]] = field(
         default_factory=dict
     )  # idle, tdp, min pl
@@ -95,7 +118,27 @@ class Simulator:
         self.pending: dict[str, PendingJob] = {}
         self.running: dict[str, Run] = {}
         self.records: dict[str, JobRecord] = {}
-        self.ledger = PowerLedger(idle_w=sum(n.free_gpus * n.idle_power_w for n in self.nodes))
+        gpu_idle_w = sum(n.free_gpus * n.idle_power_w for n in self.nodes)
+        self.ledger = PowerLedger(idle_w=gpu_idle_w + cluster.base_w, gpu_w=gpu_idle_w)
+        saving = config.power_saving if config.power_saving is not None else cluster.power_saving
+        off_override = saving.off_w if saving is not None else None
+        self.power = PowerSaver(
+            self.env,
+            self.ledger,
+            [
+                NodePower(
+                    spec.name,
+                    spec.base_w + st.total_gpus * st.idle_power_w,
+                    st.total_gpus * st.idle_power_w,
+                    spec.powered_off_w if off_override is None else off_override,
+                )
+                for spec, st in zip(cluster.nodes, self.nodes, strict=True)
+            ],
+            saving,
+            self.env.mark_passive,
+            self.env.mark_active,
+        )
+        self.resume_waits = 0
         self.busy_gpu_s_by_type: dict[str, float] = dict.fromkeys(self.max_node_gpus, 0.0)
         self._user_base: dict[str, float] = {}  # GPU-s = base + rate * now
         self._user_rate: dict[str, float] = {}
@@ -115,8 +158,9 @@ class Simulator:
         t0 = time.perf_counter()
         self.env.process(self._arrivals())
         self.env.process(self._scheduler())
+        self.power.start()
         if self.cfg.horizon_s is None:
-            self.env.run()
+            self.env.run_active()
         else:
             self.env.run(until=self.cfg.horizon_s)
         end = self.env.now if self.cfg.horizon_s is None else self.cfg.horizon_s
@@ -191,7 +235,7 @@ class Simulator:
     def _over_budget(self) -> bool:
         """Measured power above the budget: the policy is called even with an empty queue, to respond."""
         budget = self.cfg.power_budget_w
-        return budget is not None and self.ledger.power_w > budget + 1e-6
+        return budget is not None and self.ledger.gpu_w > budget + 1e-6
 
     def _schedule_recheck(self, snap: ClusterSnapshot) -> None:
         """A time-sensitive policy says when its decision may change with time alone."""
@@ -245,18 +289,44 @@ class Simulator:
         alloc = self._allocation(st)
         if alloc is None:
             return False
+        for i, g in alloc:
+            self._set_free(i, self.nodes[i].free_gpus - g)
+        waits = [ev for i, _ in alloc if (ev := self.power.wake(i)) is not None]
+        if waits:
+            # Slurm resumes the powered-down nodes; the job holds its GPUs and starts once all are up
+            del self.pending[st.job_id]
+            self.resume_waits += 1
+            self.env.process(self._resume_then_start(st, pend, node_i, alloc, waits))
+        else:
+            self._launch(st, pend, node_i, alloc)
+        return True
+
+    def _resume_then_start(
+        self,
+        st: StartJob,
+        pend: PendingJob,
+        node_i: int,
+        alloc: tuple[tuple[int, int], ...],
+        waits: list[simpy.Event],
+    ) -> Generator[simpy.Event, Any, None]:
+        t0 = self.now
+        yield self.env.all_of(waits)
+        self.records[st.job_id].resume_wait_s += self.now - t0
+        self._launch(st, pend, node_i, alloc)
+        self._mark_dirty()
+
+    def _launch(
+        self, st: StartJob, pend: PendingJob, node_i: int, alloc: tuple[tuple[int, int], ...]
+    ) -> None:
+        """Run a placed job whose GPUs are taken and whose nodes are on."""
         rec = self.records[st.job_id]
         sps, power_w = self.truth.rate(
             rec.spec, st.n_gpus, st.batch, st.gpu_type, st.power_limit_w, n_nodes=len(alloc)
         )
-        idle_w = 0.0
-        for i, g in alloc:
-            self._set_free(i, self.nodes[i].free_gpus - g)
-            idle_w += g * self.nodes[i].idle_power_w
+        idle_w = sum(g * self.nodes[i].idle_power_w for i, g in alloc)
         run = self._begin(st, pend, node_i, sps, power_w, sps, power_w, 1.0, None)
         run.alloc = alloc
         self.ledger.change(self.now, power_w, -idle_w)
-        return True
 
     def _allocation(self, st: StartJob) -> tuple[tuple[int, int], ...] | None:
         """(node index, GPUs) of each node of a start, when every node exists, has the job's GPU type and
@@ -344,7 +414,7 @@ class Simulator:
         """Create the run of a started job (GPUs already taken) and its completion process."""
         now = self.now
         rec = self.records[st.job_id]
-        del self.pending[st.job_id]
+        self.pending.pop(st.job_id, None)
         remaining = pend.remaining_samples
         duration = remaining / sps
         spec = rec.spec
@@ -473,15 +543,21 @@ class Simulator:
         self.pending = {job_id: requeued, **self.pending}
 
     def _set_free(self, node_i: int, free: int) -> None:
-        if free < 0 or free > self.nodes[node_i].total_gpus:
-            raise AssertionError(f"node {self.nodes[node_i].name}: free GPUs would become {free}")
-        self.nodes[node_i] = dataclasses.replace(self.nodes[node_i], free_gpus=free)
+        node = self.nodes[node_i]
+        if free < 0 or free > node.total_gpus:
+            raise AssertionError(f"node {node.name}: free GPUs would become {free}")
+        self.nodes[node_i] = dataclasses.replace(node, free_gpus=free)
+        if free == node.total_gpus and node.free_gpus < free:
+            self.power.emptied(node_i)
+        elif node.free_gpus == node.total_gpus and free < node.total_gpus:
+            self.power.taken(node_i)
 
     def _close(self, end_s: float) -> None:
         """Account running jobs up to the end (they stay unfinished)."""
         for run in self.running.values():
             self._settle(run, end_s)
         self.ledger.close(end_s)
+        self.power.close(end_s)
 
 
 def _power_ratio(run: Run) -> float | None:

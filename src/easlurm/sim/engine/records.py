@@ -27,6 +27,7 @@ class JobRecord:
     power_limit_w: float | None = None
     preemptions: int = 0
     shared_s: float = 0.0  # time run while sharing its GPU with another job
+    resume_wait_s: float = 0.0  # time placed but waiting for powered-down nodes to boot
 
 
 @dataclass
