@@ -92,3 +92,20 @@ def test_power_saving_flags_show_the_energy_split(capsys: pytest.CaptureFixture[
     assert rc == 0
     for label in ("  off", "  power cycles", "Power cycles", "Node-h powered down"):
         assert label in out
+
+
+def test_a_plan_sets_power_saving_for_its_runs() -> None:
+    """A plan's power_saving (top level or per experiment) reaches every run's spec; `none` turns off the
+    cluster's own."""
+    from easlurm.sim.campaign import parse_plan
+
+    plan = parse_plan(
+        {
+            "scenarios": ["B"],
+            "policies": ["zeus"],
+            "power_saving": {"suspend_time_s": "10min"},
+            "experiments": [{"name": "on"}, {"name": "off", "power_saving": "none"}],
+        }
+    )
+    on, off = (r.spec.power_saving for r in plan.runs())
+    assert on == (("suspend_time_s", "10min"),) and off == (("suspend_time_s", "none"),)
