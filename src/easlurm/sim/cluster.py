@@ -55,6 +55,12 @@ class ClusterSpec:
             raise ConfigError(f"cluster {self.name}: duplicate node names")
         if any(n.n_gpus <= 0 for n in self.nodes):
             raise ConfigError(f"cluster {self.name}: every node needs at least one GPU")
+        off_w = self.power_saving.off_w if self.power_saving is not None else None
+        low = [n.name for n in self.nodes if off_w is not None and off_w > n.base_w]
+        if low:
+            raise ConfigError(
+                f"{self.name}: power_saving.off_w: {off_w:g} W is more than the idle_w of node {low[0]}"
+            )
 
     @property
     def n_gpus(self) -> int:

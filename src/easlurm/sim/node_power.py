@@ -76,9 +76,10 @@ def node_power(entry: Mapping[str, Any], n_gpus: int, where: str) -> tuple[float
     idle = _watts(entry["idle_w"], f"{where}.idle_w") if entry.get("idle_w") is not None else None
     off = _watts(entry["off_w"], f"{where}.off_w") if entry.get("off_w") is not None else None
     idle_v = default_idle_w(n_gpus) if idle is None else idle
-    off_v = default_off_w(n_gpus) if off is None else off
-    if off_v > idle_v:
-        raise ConfigError(f"{where}.off_w: {off_v:g} W is more than the node's idle_w ({idle_v:g} W)")
+    if off is None:  # a node measured below the default off power draws at most its idle power off
+        return idle, None if idle is None or idle >= default_off_w(n_gpus) else idle
+    if off > idle_v:
+        raise ConfigError(f"{where}.off_w: {off:g} W is more than the node's idle_w ({idle_v:g} W)")
     return idle, off
 
 

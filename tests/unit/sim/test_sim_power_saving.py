@@ -236,3 +236,10 @@ def test_power_saving_flag_reaches_a_scenario_run() -> None:
     m = run_simulation(spec).metrics
     assert m["suspend_time_s"] == 60.0 and m["power_cycles"] >= 1
     assert parts_j(m) == pytest.approx(m["energy_j"])
+
+
+def test_a_node_measured_below_the_default_off_power_draws_at_most_its_idle_power_off() -> None:
+    """Only idle_w given, below the default off power: off power is the idle power, not an error."""
+    cluster = ClusterSpec.from_dict({"nodes": [{"gpu_type": "a100-40gb", "gpus": 8, "idle_w": 10}]})
+    (node,) = cluster.nodes
+    assert node.base_w == 10.0 and node.powered_off_w == 10.0

@@ -33,6 +33,10 @@ BAD_CLUSTERS: dict[str, tuple[str, str]] = {
         f"nodes:\n{NODE}}}\npower_saving: {{resume_timeout_s: 60, boot_s: 3min}}\n",
         "power_saving.resume_timeout_s",
     ),
+    "saving-off-above-idle": (
+        f"nodes:\n{NODE}, idle_w: 100}}\npower_saving: {{off_w: 150}}\n",
+        "power_saving.off_w",
+    ),
     "unknown-power-saving-key": (f"nodes:\n{NODE}}}\npower_saving: {{suspend_tme: 600}}\n", "suspend_tme"),
     "unknown-node-key": (f"nodes:\n{NODE}, idle_watts: 100}}\n", "idle_watts"),
     "unknown-top-key": (f"nodes:\n{NODE}}}\npowersaving: {{suspend_time_s: 600}}\n", "powersaving"),
