@@ -205,6 +205,7 @@ def predict_cmd(
     pred = oracle.predict(workload, pl)
     edp = np.where(pred.feasible, pred.edp, np.inf)
     best = int(np.argmin(edp)) if np.isfinite(edp).any() else -1
+    _note_mapped_precision(oracle, keys, workload.precision)
 
     records: list[dict[str, Any]] = []
     for i in range(len(pl)):
@@ -266,6 +267,21 @@ def predict_cmd(
         click.echo(
             f"note: {', '.join(shared)} ({', '.join(archs)}): parameters {oracle.params.version} were not "
             "calibrated on this architecture; predicted with the shared physics",
+            err=True,
+        )
+
+
+def _note_mapped_precision(oracle: Any, keys: list[str], precision: Any) -> None:
+    """Say on stderr where a GPU lacks tensor cores for the precision asked: the job runs (and is predicted)
+    at the precision it falls back to there, which a user passing the default bf16 to a V100 should know."""
+    mapped: dict[str, list[str]] = {}
+    for key in dict.fromkeys(keys):
+        runs = oracle.catalogue.get(key).runs_as(precision)
+        if runs is not precision:
+            mapped.setdefault(runs.value, []).append(key)
+    for runs, gpus in mapped.items():
+        click.echo(
+            f"note: {', '.join(gpus)}: no tensor cores for {precision.value}; predicted as it runs there, in {runs}",
             err=True,
         )
 

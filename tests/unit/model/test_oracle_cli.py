@@ -153,3 +153,14 @@ def synthetic_csv(tmp_path):
     path = tmp_path / "m.csv"
     write_measurements(rows, path, "synthetic")
     return path
+
+
+def test_predict_notes_a_precision_the_gpu_lacks(capsys):
+    """The default bf16 on a V100 or T4 runs (and is predicted) in FP32: predict says so on stderr, once per
+    precision it falls back to, and says nothing for GPUs that have it."""
+    rc, out, err = run(capsys, "predict", "--model", "resnet50", "--batch", "64", "--gpu", "v100,t4,h100-sxm")
+    assert rc == 0 and "v100" in out
+    notes = [line for line in err.splitlines() if line.startswith("note:")]
+    assert notes == ["note: v100, t4: no tensor cores for bf16; predicted as it runs there, in fp32"]
+    rc, _, err = run(capsys, "predict", "--model", "resnet50", "--batch", "64", "--gpu", "h100-sxm,a100-40gb")
+    assert rc == 0 and "no tensor cores" not in err
