@@ -4,8 +4,11 @@ Each run (the recorded schedule, every policy and seed) counts the idle power of
 from time 0 to its own last end. A row whose last job ends later (the record, where a job waited days in
 its real queue for reasons the trace does not show) then carries idle energy the others never count: a
 "saving" that is only the recorded wait. `align` puts every row on the same window (time 0 to the latest
-end of any row) and the same GPUs (the target cluster's): the idle power of the whole cluster is added to
-each row from its own end to the window's end. Busy energy (jobs' power while they run) is untouched.
+end of any row) and the same GPUs (the target cluster's): each row is charged from its own end to the
+window's end what its nodes would draw, all empty: the whole cluster's idle power where nodes stay on
+(the record, a run without power saving), and under Slurm's power saving each node's own rule (idle power
+until SuspendTime after it emptied, idle power while it shuts down, then its off power). Busy energy
+(jobs' power while they run) is untouched.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from easlurm.sim.replay_savings import MIN_JOBS
 
 #: the run metrics that hold energy (J)
 ENERGY_KEY, IDLE_KEY, BUSY_KEY, PER_JOB_KEY = "energy_j", "idle_energy_j", "busy_energy_j", "energy_per_job_j"
+OFF_KEY, CYCLE_KEY = "off_energy_j", "cycle_energy_j"
 
 
 def _num(value: Any) -> float | None:
@@ -30,18 +34,52 @@ def _end(m: Mapping[str, Any]) -> float | None:
     return end if end is not None else _num(m.get("simulated_s"))
 
 
+def _overlap(a: float, b: float, lo: float, hi: float) -> float:
+    return max(0.0, min(b, hi) - max(a, lo))
+
+
+def tail_energy(
+    nodes: Sequence[Mapping[str, Any]] | None, end_s: float, window_s: float, idle_total_w: float
+) -> tuple[float, float, float, int]:
+    """(idle, off, cycle J, power-downs) the run's nodes draw from `end_s` to `window_s`, all empty. A node
+    row (sim/engine/power_state.py `per_node`) with `suspend_at_s` is powered down then, draws its idle
+    power until `off_at_s` (shutdown: cycle energy) and its off power after; one without stays on. Without
+    node rows (the record, whose nodes were on all along) the whole cluster stays on at `idle_total_w`."""
+    span = max(window_s - end_s, 0.0)
+    rows = [n for n in nodes or () if _num(n.get("on_w")) is not None]
+    if not rows:
+        return idle_total_w * span, 0.0, 0.0, 0
+    idle = off = cycle = 0.0
+    downs = 0
+    for n in rows:
+        on_w, off_w = float(n["on_w"]), _num(n.get("off_w")) or 0.0
+        down, gone = _num(n.get("suspend_at_s")), _num(n.get("off_at_s"))
+        if down is None or gone is None:
+            idle += on_w * span
+            continue
+        if down >= end_s:  # a power-down the run did not reach (or reached at its very end)
+            downs += down < window_s
+        down = max(down, min(end_s, gone))
+        idle += on_w * _overlap(end_s, window_s, -math.inf, down)
+        cycle += on_w * _overlap(end_s, window_s, down, gone)
+        off += off_w * _overlap(end_s, window_s, gone, math.inf)
+    return idle, off, cycle, downs
+
+
 def align(runs: Iterable[dict[str, Any]], idle_total_w: float) -> float | None:
     """Put every run's energy on one window (0 to the latest end of any run) over the same GPUs;
     returns the window's length (None when no run has an end). Each run's metrics gain `window_s`,
-    `window_idle_added_j` (the idle energy added after its own end), `busy_energy_per_job_j` and
-    `idle_energy_per_job_j`; energy, idle energy and energy per job are over the window. A run whose
+    `window_idle_added_j` (the energy added after its own end, all parts), `busy_energy_per_job_j` and
+    `idle_energy_per_job_j`; energy, its idle, off and cycle parts, power cycles and energy per job are
+    over the window (`tail_energy`: a run's `nodes` rows say how its nodes go on drawing). A run whose
     energy is blank (a record that does not fit the cluster) stays blank."""
+    runs = list(runs)
     metrics = [r.setdefault("metrics", {}) for r in runs]
     ends = [e for m in metrics if (e := _end(m)) is not None]
     if not ends:
         return None
     window = max(ends)
-    for m in metrics:
+    for run, m in zip(runs, metrics):
         end = _end(m)
         jobs = _num(m.get("completed_jobs")) or 0.0
         m["window_s"] = window
@@ -52,9 +90,15 @@ def align(runs: Iterable[dict[str, Any]], idle_total_w: float) -> float | None:
             m["window_idle_added_j"] = None
             m["idle_energy_per_job_j"] = None
             continue
-        added_j = idle_total_w * (window - end)
+        idle_j, off_j, cycle_j, downs = tail_energy(run.get("nodes"), end, window, idle_total_w)
+        added_j = idle_j + off_j + cycle_j
         m["window_idle_added_j"] = added_j
-        m[IDLE_KEY] = idle + added_j
+        m[IDLE_KEY] = idle + idle_j
+        for key, part in ((OFF_KEY, off_j), (CYCLE_KEY, cycle_j)):
+            if part or _num(m.get(key)) is not None:
+                m[key] = (_num(m.get(key)) or 0.0) + part
+        if downs:
+            m["power_cycles"] = (_num(m.get("power_cycles")) or 0.0) + downs
         m[ENERGY_KEY] = total + added_j
         m[PER_JOB_KEY] = m[ENERGY_KEY] / jobs if jobs else None
         m["idle_energy_per_job_j"] = m[IDLE_KEY] / jobs if jobs else None
@@ -155,9 +199,12 @@ def savings_section(
     lines.append(
         f"Every row's energy is counted over the same window, 0 to {format_duration(window_s)} (the latest "
         f"end of any row), and the same {n_gpus} GPUs of the target cluster: a row whose last job ends "
-        f"earlier is charged the whole cluster's idle power ({format_power(idle_total_w)}) until the window "
-        "ends. Busy energy is the jobs' own (their power while they run); idle energy is that of every GPU "
-        "not running a job. Saved energy per job against the record (positive: the policy uses less), "
+        f"earlier is charged the whole cluster's idle power ({format_power(idle_total_w)}, GPUs and node base "
+        "power) until the window ends, or, under Slurm's power saving, what its nodes would draw: idle power "
+        "until SuspendTime after each emptied, then its shutdown (power cycles) and off power. Busy energy "
+        "is the jobs' own (their power while they run); idle energy is that of every GPU not running a job "
+        "and the base power (CPUs, memory, fans, NICs) of every powered-on node; off energy that of "
+        "powered-down nodes. Saved energy per job against the record (positive: the policy uses less), "
         "mean over seeds; busy energy is split into what the power limits save (the policy against its "
         "own run without limits, `NAME+nolimit`), what sharing saves (zeus-share against zeus) and "
         "placement (the rest); the parts interact, so the split is first-order."

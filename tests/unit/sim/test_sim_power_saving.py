@@ -95,7 +95,16 @@ def test_a_node_idle_for_suspend_time_goes_down_and_draws_its_off_power(truth: T
     assert m["off_energy_j"] == pytest.approx(OFF_W * (2000.0 - 630.0))
     assert m["power_cycles"] == 1 and m["off_node_h"] == pytest.approx((2000.0 - 630.0) / 3600.0)
     assert res.nodes == [
-        {"node": "h0", "power_cycles": 1, "min_cycle_gap_s": None, "off_s": pytest.approx(1370.0)}
+        {
+            "node": "h0",
+            "power_cycles": 1,
+            "min_cycle_gap_s": None,
+            "off_s": pytest.approx(1370.0),
+            "on_w": pytest.approx(on_w),
+            "off_w": OFF_W,
+            "suspend_at_s": 600.0,
+            "off_at_s": 630.0,
+        }
     ]
 
 

@@ -126,3 +126,64 @@ def test_cli_compare_limits_reports_both_rows_and_where_the_energy_goes(tmp_path
     md = (out / "report.md").read_text()
     assert "zeus+nolimit |" in md and "## Where the energy goes" in md
     assert "pollux+nolimit" not in md  # the baselines never choose a limit: nothing to compare
+
+
+def test_a_row_under_power_saving_is_charged_its_nodes_own_rule_after_its_end() -> None:
+    """Rule: after a row's end its nodes draw as they would, all empty: a node stays on at its idle power
+    until SuspendTime after it emptied, draws idle power while it shuts down (cycle energy, one more power
+    cycle), then its off power; a node already off draws its off power; without node rows the whole
+    cluster stays on (the record)."""
+    nodes = [
+        # emptied at 50 s, SuspendTime 100 s: powered down at 150, off at 180
+        {"on_w": 1000.0, "off_w": 30.0, "suspend_at_s": 150.0, "off_at_s": 180.0},
+        # already off at the row's end
+        {"on_w": 1000.0, "off_w": 30.0, "suspend_at_s": 20.0, "off_at_s": 50.0},
+        # power saving off: stays on
+        {"on_w": 500.0, "off_w": 10.0, "suspend_at_s": None, "off_at_s": None},
+    ]
+    saving = {
+        "metrics": {
+            "simulated_s": 100.0,
+            "energy_j": 1e6,
+            "idle_energy_j": 2e5,
+            "busy_energy_j": 7e5,
+            "off_energy_j": 1e5,
+            "cycle_energy_j": 0.0,
+            "power_cycles": 1.0,
+            "completed_jobs": 1.0,
+        },
+        "nodes": nodes,
+    }
+    record = {"metrics": {"makespan_s": 400.0, "energy_j": 2e6, "idle_energy_j": 1e6, "busy_energy_j": 1e6}}
+    record["metrics"]["completed_jobs"] = 1.0
+    assert align([saving, record], idle_total_w=2500.0) == 400.0
+    m = saving["metrics"]
+    idle = 1000.0 * 50.0 + 500.0 * 300.0
+    cycle = 1000.0 * 30.0
+    off = 30.0 * 220.0 + 30.0 * 300.0
+    assert m["idle_energy_j"] == pytest.approx(2e5 + idle)
+    assert m["cycle_energy_j"] == pytest.approx(cycle)
+    assert m["off_energy_j"] == pytest.approx(1e5 + off)
+    assert m["power_cycles"] == 2.0
+    assert m["energy_j"] == pytest.approx(1e6 + idle + cycle + off)
+    assert m["window_idle_added_j"] == pytest.approx(idle + cycle + off)
+    assert m["energy_j"] - 1e6 < 2500.0 * 300.0  # less than the cluster left on
+    assert record["metrics"]["energy_j"] == 2e6  # the latest end: nothing added
+
+
+def test_replay_with_power_saving_charges_less_after_the_end_than_nodes_left_on(tmp_path: Path) -> None:
+    """Two rows that end early under power saving: the one with power saving is charged less than the
+    cluster's idle power for the tail (its node goes down SuspendTime after its last job)."""
+    trace = tmp_path / "late.csv"
+    trace.write_text(
+        "job_id,submit,start,duration,gpus,gpu_type,model\n"
+        "late,0,36000,600,2,a100,resnet50\n"
+        "other,60,60,600,2,a100,resnet50\n"
+    )
+    off = replay(trace, cluster(), ["pollux"], noise_sigma=0.0)
+    on = replay(trace, cluster(), ["pollux"], noise_sigma=0.0, power_saving=(("suspend_time_s", 600),))
+    a, b = off.run("pollux")["metrics"], on.run("pollux")["metrics"]
+    assert off.window_s == on.window_s == pytest.approx(36600.0)
+    assert b["energy_j"] < 0.5 * a["energy_j"]
+    assert b["off_energy_j"] > 0 and b["power_cycles"] >= 1
+    assert b["busy_energy_j"] == pytest.approx(a["busy_energy_j"])

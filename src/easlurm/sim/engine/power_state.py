@@ -44,6 +44,7 @@ class NodePower:
     suspends: list[float] = field(default_factory=list)  # the instants it was powered down
     off_s: float = 0.0
     _off_since_s: float = 0.0
+    emptied_s: float | None = None  # since when it holds no job (None: it holds one)
 
     @property
     def min_cycle_gap_s(self) -> float | None:
@@ -89,6 +90,7 @@ class PowerSaver:
             return
         node = self.nodes[i]
         node.generation += 1
+        node.emptied_s = float(self.env.now)
         gen = node.generation
         timer = self.env.timeout(self.saving.suspend_time_s)
         self._passive(timer)
@@ -97,6 +99,7 @@ class PowerSaver:
     def taken(self, i: int) -> None:
         """Node i was given a job: any pending power-down is off."""
         self.nodes[i].generation += 1
+        self.nodes[i].emptied_s = None
 
     def wake(self, i: int) -> simpy.Event | None:
         """None when node i is on; else the event of its resume being done (started here if needed)."""
@@ -177,13 +180,35 @@ class PowerSaver:
             "off_node_h": sum(n.off_s for n in self.nodes) / 3600.0,
         }
 
+    def _next_states(self, node: NodePower) -> tuple[float | None, float | None]:
+        """(when the node is or would be powered down, when it is or would be off) as the run ends; None:
+        it stays on (power saving off, it holds a job or it is booting)."""
+        if self.saving is None:
+            return None, None
+        timeout = self.saving.suspend_timeout_s
+        if node.state in (PowerState.OFF, PowerState.SUSPENDING) and node.suspends:
+            return node.suspends[-1], node.suspends[-1] + timeout
+        if node.state is PowerState.ON and node.emptied_s is not None:
+            at = node.emptied_s + self.saving.suspend_time_s
+            return at, at + timeout
+        return None, None
+
     def per_node(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "node": n.name,
-                "power_cycles": len(n.suspends),
-                "min_cycle_gap_s": n.min_cycle_gap_s,
-                "off_s": n.off_s,
-            }
-            for n in self.nodes
-        ]
+        """Each node's cycles, and how it would go on drawing after the run's end (`on_w`, `off_w`,
+        `suspend_at_s`, `off_at_s`): what a replay's common window charges a row that ends early."""
+        rows = []
+        for n in self.nodes:
+            suspend_at, off_at = self._next_states(n)
+            rows.append(
+                {
+                    "node": n.name,
+                    "power_cycles": len(n.suspends),
+                    "min_cycle_gap_s": n.min_cycle_gap_s,
+                    "off_s": n.off_s,
+                    "on_w": n.on_w,
+                    "off_w": n.off_w,
+                    "suspend_at_s": suspend_at,
+                    "off_at_s": off_at,
+                }
+            )
+        return rows
