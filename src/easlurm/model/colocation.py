@@ -56,13 +56,15 @@ class Solo:
 
 @dataclass(frozen=True)
 class GpuFacts:
-    """What the rule needs of the GPU: idle and TDP power, the active floor, memory (bytes)."""
+    """What the rule needs of the GPU: idle and TDP power, the active floor, memory (bytes), and the
+    lowest power limit it accepts (0: unknown, only the TDP is checked)."""
 
     idle_w: float
     tdp_w: float
     active_floor_w: float  # P0 idle + the dynamic share of a GPU that holds work but waits (u_idle)
     clock_floor_w: float  # power that does not follow the SM clock (equations.clock_floor_w)
     memory_bytes: float
+    min_limit_w: float = 0.0
 
     @classmethod
     def of(cls, spec: GpuSpec, params: OracleParams) -> GpuFacts:
@@ -73,6 +75,7 @@ class GpuFacts:
             active_floor_w=spec.p0_w + dyn * params["u_idle"],
             clock_floor_w=float(clock_floor_w(spec.tdp_w, spec.p0_w, spec.min_power_limit_w, params.values)),
             memory_bytes=spec.memory_gb * 1e9,
+            min_limit_w=float(spec.min_power_limit_w),
         )
 
 
@@ -165,7 +168,14 @@ def memory_fits(a: Solo, b: Solo, gpu: GpuFacts) -> bool:
     return need <= gpu.memory_bytes * USABLE_MEMORY_FRACTION
 
 
-def corun(a: Solo, b: Solo, gpu: GpuFacts, mode: Sharing, p: Mapping[str, float] | OracleParams) -> CoRun:
+def corun(
+    a: Solo,
+    b: Solo,
+    gpu: GpuFacts,
+    mode: Sharing,
+    p: Mapping[str, float] | OracleParams,
+    limit_w: float | None = None,
+) -> CoRun:
     """The co-location rule (docs/colocation.md).
 
     Time-slicing: kernels of the two processes never overlap; each job asks for its kernel-busy fraction
@@ -173,8 +183,10 @@ def corun(a: Solo, b: Solo, gpu: GpuFacts, mode: Sharing, p: Mapping[str, float]
     own host/launch gaps are filled by the other's kernels. MPS: kernels run concurrently; compute and HBM
     are water-filled separately on demands inflated by an interference factor, and the job is limited by
     its scarcer resource. Both: a job slows further by `coloc_queue` x the partner's occupancy. Power: the
-    summed busy fractions (each capped at 1) through the oracle's busy-fraction power model; above TDP the
-    clock drops as in the oracle's power-limit rule and both jobs slow with it."""
+    summed busy fractions (each capped at 1) through the oracle's busy-fraction power model. Above the
+    GPU's limit (`limit_w`, the TDP when None; one limit for both jobs) the SM clock drops as for a job
+    alone (equations.clock_under_limit above `clock_floor_w`), the GPU draws the limit, and each job's
+    compute time stretches with the clock and its HBM time below the memory knee, as a job's alone."""
     if mode is Sharing.NONE:
         return CoRun(False, (0.0, 0.0), math.nan, (0.5, 0.5), "the GPU is not shared")
     if not memory_fits(a, b, gpu):
@@ -196,15 +208,29 @@ def corun(a: Solo, b: Solo, gpu: GpuFacts, mode: Sharing, p: Mapping[str, float]
         base = tuple(min(1.0, _ratio(sc[i], dc[i]), _ratio(sm[i], dm[i])) for i in range(2))
         occupancy = (max(sc[0], sm[0]), max(sc[1], sm[1]))
     speed = [base[i] / (1.0 + q * occupancy[1 - i]) for i in range(2)]
+    limit = gpu.tdp_w if limit_w is None else float(limit_w)
+    if not (limit <= gpu.tdp_w * (1 + 1e-9) and limit >= gpu.min_limit_w * (1 - 1e-9)) or limit <= 0:
+        raise ModelError(
+            f"co-location: power limit {limit:g} W outside the GPU's {gpu.min_limit_w:g}-{gpu.tdp_w:g} W"
+        )
     power = _power(jobs, speed, gpu)
-    if power > gpu.tdp_w:
-        clock = float(clock_under_limit(power, gpu.tdp_w, gpu.clock_floor_w, p))
-        speed = [s * clock for s in speed]
-        power = gpu.tdp_w
+    if power > limit:
+        clock = float(clock_under_limit(power, limit, gpu.clock_floor_w, p))
+        speed = [_clocked(speed[i], jobs[i], clock, p) for i in range(2)]
+        power = limit
     kernel = [speed[i] * jobs[i].gpu_busy for i in range(2)]
     total = kernel[0] + kernel[1]
     split = (kernel[0] / total, kernel[1] / total) if total > 0 else (0.5, 0.5)
     return CoRun(True, (speed[0], speed[1]), power, split)
+
+
+def _clocked(speed: float, job: Solo, clock: float, p: Mapping[str, float] | OracleParams) -> float:
+    """A job's speed once the SM clock drops to `clock`, by the oracle's rule for a job alone
+    (equations.evaluate): its compute time follows the clock, its HBM time only below the memory knee;
+    host and launch time do not. Times are per alone step at full clock; `speed` is the shared rate."""
+    stretch = job.compute_busy * (1.0 / clock - 1.0)
+    stretch += job.hbm_busy * (max(1.0, float(p["mem_clock_knee"]) / clock) - 1.0)
+    return speed / (1.0 + speed * stretch)
 
 
 def _ratio(share: float, demand: float) -> float:

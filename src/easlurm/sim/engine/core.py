@@ -363,23 +363,38 @@ class Simulator:
             why = "only two one-GPU jobs may share a GPU"
         elif not (rec.spec.shareable and host.record.spec.shareable):
             why = "both jobs must be shareable"
-        elif st.power_limit_w is not None or host.start.power_limit_w is not None:
-            why = "shared GPUs run without a power limit"
         elif node.gpu_type != st.gpu_type:
             why = f"node has {node.gpu_type}, not {st.gpu_type}"
         if why is not None or host is None:
             log.warning("rejected co-location of %s with %s: %s", st.job_id, st.colocate_with, why)
             return False
-        co = self.truth.corun(
-            host.record.spec, host.start.batch, rec.spec, st.batch, st.gpu_type, node.sharing
-        )
+        from easlurm.errors import ModelError
+        from easlurm.model.colocation import INFEASIBLE
+
+        try:
+            co = self.truth.corun(
+                host.record.spec,
+                host.start.batch,
+                rec.spec,
+                st.batch,
+                st.gpu_type,
+                node.sharing,
+                st.power_limit_w,
+            )
+        except ModelError as exc:
+            co = dataclasses.replace(INFEASIBLE, reason=str(exc))
         if not co.feasible:
             log.warning("rejected co-location of %s with %s: %s", st.job_id, host.start.job_id, co.reason)
             return False
-        sps, power_w = self.truth.rate(rec.spec, 1, st.batch, st.gpu_type, None)
+        # the GPU has one limit: the joiner's (as the daemon sets it when the joiner starts). Speeds are
+        # against each job alone at the default limit; the joiner keeps the limit once alone again, the host
+        # goes back to its own rate (the joiner's step restores the host's limit when it ends).
+        host_sps = self.truth.rate(host.record.spec, 1, host.start.batch, st.gpu_type, None)[0]
+        base_sps = self.truth.rate(rec.spec, 1, st.batch, st.gpu_type, None)[0]
+        sps, power_w = self.truth.rate(rec.spec, 1, st.batch, st.gpu_type, st.power_limit_w)
         self._rerate(
             host,
-            host.alone_samples_per_s * co.speed[0],
+            host_sps * co.speed[0],
             co.job_power_w(0),
             co.power_share[0],
             st.job_id,
@@ -388,7 +403,7 @@ class Simulator:
             st,
             pend,
             node_i,
-            sps * co.speed[1],
+            base_sps * co.speed[1],
             co.job_power_w(1),
             sps,
             power_w,

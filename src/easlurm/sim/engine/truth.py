@@ -76,9 +76,19 @@ class Truth:
             hit = self._rates[key] = (sps, pw)
         return hit
 
-    def corun(self, a: JobSpec, batch_a: int, b: JobSpec, batch_b: int, gpu_type: str, sharing: str) -> Any:
-        """The co-location rule's CoRun of two one-GPU jobs sharing one GPU (model/colocation.py)."""
-        key = (_template(a), batch_a, _template(b), batch_b, gpu_type, sharing)
+    def corun(
+        self,
+        a: JobSpec,
+        batch_a: int,
+        b: JobSpec,
+        batch_b: int,
+        gpu_type: str,
+        sharing: str,
+        limit_w: float | None = None,
+    ) -> Any:
+        """The co-location rule's CoRun of two one-GPU jobs sharing one GPU at one power limit (None: the
+        default) (model/colocation.py)."""
+        key = (_template(a), batch_a, _template(b), batch_b, gpu_type, sharing, limit_w)
         hit = self._coruns.get(key)
         if hit is None:
             from easlurm.model.colocation import INFEASIBLE, GpuFacts, Sharing, corun, predict_solo
@@ -89,7 +99,7 @@ class Truth:
                 hit = INFEASIBLE
             else:
                 facts = GpuFacts.of(self.oracle.catalogue.get(gpu_type), self.oracle.params)
-                hit = corun(sa, sb, facts, Sharing(sharing), self.oracle.params)
+                hit = corun(sa, sb, facts, Sharing(sharing), self.oracle.params, limit_w)
             self._coruns[key] = hit
         return hit
 
