@@ -27,10 +27,12 @@ _SHARED_KEYS = (
     "noise_sigma",
     "checkpoint_interval_s",
     "power_saving",
+    "baselines",
 )
 _TOP_KEYS = {*_SHARED_KEYS, "name", "description", "experiments", "report"}
 _EXPERIMENT_KEYS = {*_SHARED_KEYS, "name", "description"}
-_POLICY_KEYS = {"policy", "label", "params"}
+_POLICY_KEYS = {"policy", "label", "params", "power_saving"}
+_BASELINE_KEYS = {"static_caps", "power_saving"}
 _SAFE = re.compile(r"[^A-Za-z0-9_.+-]+")
 
 
@@ -41,6 +43,8 @@ class PolicyEntry:
     label: str
     policy: str
     params: tuple[tuple[str, Any], ...] = ()
+    #: changes to the experiment's power saving for this policy only (`zeus+power-saving`)
+    power_saving: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,7 @@ class CampaignPlan:
                                 noise_sigma=exp.noise_sigma,
                                 checkpoint_interval_s=exp.checkpoint_interval_s,
                                 policy_params=pol.params,
-                                power_saving=exp.power_saving,
+                                power_saving=_merged(exp.power_saving, pol.power_saving),
                             )
                             run_id = make_run_id(exp.name, scenario, pol.label, load, seed)
                             if run_id in seen:
@@ -111,6 +115,15 @@ class CampaignPlan:
                             seen.add(run_id)
                             runs.append(Run(len(runs), run_id, exp.name, pol.label, spec))
         return runs
+
+
+def _merged(
+    base: tuple[tuple[str, Any], ...], over: tuple[tuple[str, Any], ...]
+) -> tuple[tuple[str, Any], ...]:
+    """A policy's power-saving changes over its experiment's, field by field."""
+    if not over:
+        return base
+    return tuple(sorted({**dict(base), **dict(over)}.items()))
 
 
 def make_run_id(experiment: str, scenario: str, label: str, load: float | None, seed: int) -> str:
@@ -194,7 +207,11 @@ def _parse_experiment(raw: Mapping[str, Any], source: str, where: str, base_dir:
     if not isinstance(name, str) or not name:
         raise err("name", "a non-empty name is required")
     scenarios = _str_list(raw.get("scenarios"), err, "scenarios")
-    policies = tuple(_parse_policy(p, err, j) for j, p in enumerate(_as_list(raw.get("policies"))))
+    at = f"{source}: {where}"
+    policies = tuple(
+        _parse_policy(p, err, j, f"{at}.policies[{j}]") for j, p in enumerate(_as_list(raw.get("policies")))
+    )
+    policies += _baseline_entries(raw.get("baselines"), f"{at}.baselines", {p.label for p in policies})
     if not policies:
         raise err("policies", "at least one policy is required")
     labels = [p.label for p in policies]
@@ -204,7 +221,6 @@ def _parse_experiment(raw: Mapping[str, Any], source: str, where: str, base_dir:
         None if x is None else _positive(x, err, "loads_jobs_per_h")
         for x in _as_list(raw.get("loads_jobs_per_h"))
     ) or (None,)
-    at = f"{source}: {where}"
     hours = float(check_setting("sim.hours", raw.get("hours"), f"{at}.hours"))
     budget = raw.get("power_budget_w")
     budget_w = None if budget is None else parse_power_w(budget, f"{source}: {where}.power_budget_w")
@@ -297,7 +313,39 @@ def _parse_seeds(value: Any, err: Any) -> tuple[int, ...]:
     raise err("seeds", f"must be a count, a list of ints or {{start, count}}, got {value!r}")
 
 
-def _parse_policy(value: Any, err: Any, j: int) -> PolicyEntry:
+def _baseline_entries(value: Any, where: str, labels: set[str]) -> tuple[PolicyEntry, ...]:
+    """The runs `baselines:` adds (sim/site_baselines.py): `true` gives `slurm`, `static-cap-50` ...
+    `static-cap-90` and `slurm+power-saving`; a mapping may set `static_caps` (percent of TDP) and
+    `power_saving` (of the last run); a label the plan already names is left as the plan gives it."""
+    from easlurm.sim.site_baselines import DEFAULT_POWER_SAVING, STATIC_CAPS, baseline_runs
+
+    if value is None or value is False:
+        return ()
+    caps: Any = STATIC_CAPS
+    saving = DEFAULT_POWER_SAVING
+    if isinstance(value, Mapping):
+        unknown = set(value) - _BASELINE_KEYS
+        if unknown:
+            raise ConfigError(
+                f"{where}: unknown field(s) {sorted(map(str, unknown))} (known: {sorted(_BASELINE_KEYS)})"
+            )
+        caps = value.get("static_caps", STATIC_CAPS)
+        if not isinstance(caps, list | tuple) or not all(
+            isinstance(c, int) and not isinstance(c, bool) and 1 <= c <= 100 for c in caps
+        ):
+            raise ConfigError(f"{where}.static_caps: must be a list of whole percents 1 to 100, got {caps!r}")
+        if value.get("power_saving") is not None:
+            saving = _parse_power_saving(value["power_saving"], f"{where}.power_saving") or saving
+    elif value is not True:
+        raise ConfigError(f"{where}: must be true, false or {{static_caps, power_saving}}, got {value!r}")
+    return tuple(
+        PolicyEntry(label=b.label, policy=b.policy, power_saving=b.power_saving)
+        for b in baseline_runs(tuple(caps), saving)
+        if b.label not in labels
+    )
+
+
+def _parse_policy(value: Any, err: Any, j: int, where: str = "") -> PolicyEntry:
     if isinstance(value, str) and value:
         return PolicyEntry(label=value, policy=value)
     if isinstance(value, Mapping):
@@ -313,7 +361,10 @@ def _parse_policy(value: Any, err: Any, j: int) -> PolicyEntry:
             raise err(f"policies[{j}].label", f"must be a non-empty string, got {label!r}")
         if not isinstance(params, Mapping):
             raise err(f"policies[{j}].params", "must be a mapping")
-        return PolicyEntry(label=label, policy=policy, params=tuple(sorted(params.items())))
+        saving = _parse_power_saving(value.get("power_saving"), f"{where}.power_saving")
+        return PolicyEntry(
+            label=label, policy=policy, params=tuple(sorted(params.items())), power_saving=saving
+        )
     raise err(f"policies[{j}]", f"must be a name or {{policy, label, params}}, got {value!r}")
 
 

@@ -285,3 +285,62 @@ def plot_user_shares(
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8, ncol=min(len(users), 5))
     return _save(fig, out)
+
+
+def plot_tradeoff(
+    points: Mapping[str, tuple[tuple[float, float, float], tuple[float, float, float]]],
+    sweep: Sequence[str],
+    out: Path,
+    title: str,
+    marked: Mapping[str, str | None] | None = None,
+) -> Path | None:
+    """Energy per job (MJ; points in J) against mean JCT (s), one point per label with its seeds' 95% CI
+    bars (points: label -> ((jct, low, high), (energy, low, high))); the `sweep` labels (a static-cap
+    sweep, in order) joined as a curve, and the `marked` labels (name -> label) drawn apart."""
+    if not points:
+        return None
+    fig = _figure()
+    ax = fig.add_subplot()
+    marks = {lab: name for name, lab in (marked or {}).items() if lab in points}
+    curve = [lab for lab in sweep if lab in points]
+    if len(curve) > 1:
+        ax.plot(
+            [points[lab][0][0] for lab in curve],
+            [points[lab][1][0] * 1e-6 for lab in curve],
+            "-",
+            color="0.5",
+            lw=1,
+            label="static-cap sweep",
+        )
+    styles = iter(("*", "D", "s", "P", "X"))
+    xs, ys = [], []
+    for lab, ((x, xlo, xhi), (y, ylo, yhi)) in points.items():
+        xerr = np.array([[max(x - xlo, 0.0)], [max(xhi - x, 0.0)]])
+        yerr = np.array([[max(y - ylo, 0.0)], [max(yhi - y, 0.0)]]) * 1e-6
+        if lab in marks:
+            fmt, size, name = next(styles, "o"), 11, f"{marks[lab]} ({lab})" if marks[lab] != lab else lab
+        elif lab in curve:
+            fmt, size, name = "o", 5, None
+        else:
+            fmt, size, name = "o", 7, lab
+        extra = {"color": "0.45"} if lab in curve and lab not in marks else {}
+        ax.errorbar(x, y * 1e-6, xerr=xerr, yerr=yerr, fmt=fmt, ms=size, capsize=3, label=name, **extra)
+        if lab in curve and lab not in marks:
+            ax.annotate(
+                lab.replace("static-cap-", "cap "),
+                (x, y * 1e-6),
+                textcoords="offset points",
+                xytext=(4, -10),
+                fontsize=7,
+                color="0.35",
+            )
+        xs += [xlo, xhi]
+        ys += [ylo * 1e-6, yhi * 1e-6]
+    ax.set_xlim(*axis_limits(min(xs), max(xs)))
+    ax.set_ylim(*axis_limits(min(ys), max(ys)))
+    ax.set_xlabel("mean JCT (s)")
+    ax.set_ylabel("energy per completed job (MJ)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _save(fig, out)

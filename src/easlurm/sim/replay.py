@@ -219,6 +219,7 @@ def replay(
     compare_limits: bool = False,
     cluster_source: str | None = None,
     power_saving: tuple[tuple[str, Any], ...] = (),
+    baselines: bool = False,
 ) -> ReplayResult:
     """Replay `trace` on `cluster` (a ClusterSpec) under each policy; the recorded schedule is the baseline.
 
@@ -235,7 +236,9 @@ def replay(
     tell the saving of the limits from that of the placement. Every row's energy is then put on one
     window and the same GPUs (sim/replay_window.py). `cluster_source` says where `cluster` came from (for
     the report's assumptions). `power_saving` changes the cluster's power saving (SimSpec.power_saving)
-    for the simulated rows; the record keeps every node on. An SWF log needs
+    for the simulated rows; the record keeps every node on. `baselines` adds what a site does today
+    (sim/site_baselines.py): `slurm`, the static-cap sweep and `slurm+power-saving` (Slurm's power saving
+    as `power_saving` sets it, else SuspendTime 600 s), each policy the list does not already name. An SWF log needs
     `trace_options["procs_per_gpu"]`, its own `ProcsPerGPU` header or a `cluster`: ConfigError otherwise (a CPU log is not silently a GPU cluster).
     """
     from easlurm.model.build import build_oracle
@@ -327,12 +330,14 @@ def replay(
     variants = [("", options)]
     if compare_retype:
         variants.append(("+retype", replace(options, allow_retype=True)))
-    runs_to_do: list[tuple[str, str, ReplayOptions, Any]] = []
+    runs_to_do: list[tuple[str, str, ReplayOptions, Any, Any]] = []
     for name, (suffix, run_options) in ((n, v) for n in policies for v in variants):
-        runs_to_do.append((name, suffix, run_options, _policy(name, max_slowdown)))
+        runs_to_do.append((name, suffix, run_options, _policy(name, max_slowdown), cluster))
         if compare_limits and _chooses_limits(name):
-            runs_to_do.append((name, suffix + "+nolimit", run_options, _unlimited(name)))
-    for name, suffix, run_options, policy in runs_to_do:
+            runs_to_do.append((name, suffix + "+nolimit", run_options, _unlimited(name), cluster))
+    if baselines:
+        runs_to_do += _baseline_runs(cluster, policies, options)
+    for name, suffix, run_options, policy, run_cluster in runs_to_do:
         for run_seed in seeds if seeds is not None else [seed]:
             seen: Any = truth_c
             if noise_sigma > 0:
@@ -356,7 +361,7 @@ def replay(
                 jobs = progress_bar(jobs, n_jobs, f"{name}{suffix} (seed {run_seed})")
             t1 = time.perf_counter()
             sim = sim_fn(
-                cluster,
+                run_cluster,
                 jobs,
                 policy() if callable(policy) else policy,
                 seed=run_seed,
@@ -389,6 +394,26 @@ def replay(
     result.baseline["idle_total_w"] = idle_total_w
     result.window_s = align([result.baseline, *(r for _, _, r in result.runs)], idle_total_w)
     return result
+
+
+def _baseline_runs(
+    cluster: Any, policies: Sequence[str], options: ReplayOptions
+) -> list[tuple[str, str, ReplayOptions, Any, Any]]:
+    """The runs `--baselines` adds: (label, "", options, policy, cluster) of each baseline not named yet;
+    `slurm+power-saving` runs `slurm` on the cluster with power saving on."""
+    from easlurm.sim.site_baselines import DEFAULT_POWER_SAVING, baseline_runs
+
+    named = {p.lower() for p in policies}
+    out = []
+    for b in baseline_runs():
+        if b.label in named:
+            continue
+        run_cluster = cluster
+        if b.power_saving:  # the cluster's power saving (YAML, flags) where it has one, else the default
+            saving = cluster.power_saving or apply_power_saving(None, DEFAULT_POWER_SAVING, "--baselines")
+            run_cluster = replace(cluster, power_saving=saving)
+        out.append((b.label, "", options, b.policy, run_cluster))
+    return out
 
 
 def _chooses_limits(name: str) -> bool:
@@ -649,7 +674,7 @@ def write_replay_report(result: ReplayResult, out_dir: str | Path, *, html_too: 
         title=f"Replay of {Path(result.trace).name}",
         report_cfg={
             "description": arrival,
-            "plots": {"replay": ["pareto", "power", "fairness"]},
+            "plots": {"replay": ["pareto", "tradeoff", "power", "fairness"]},
             "baseline_labels": [BASELINE_LABEL],
             "merge_identical": True,
         },

@@ -113,6 +113,12 @@ DEFAULT_POLICIES = "pollux,zeus,hades,aurachronos,charon"
     help="Also run each energy policy without power limits (rows NAME+nolimit): the report splits the "
     "saving into limits and placement.",
 )
+@click.option(
+    "--baselines",
+    is_flag=True,
+    help="Also run what a site does today: slurm, static-cap-50..90 and slurm+power-saving (the report "
+    "compares every policy with them).",
+)
 @click.option("--html/--no-html", "html_too", default=True, show_default=True, help="Also write report.html.")
 @POWER_SAVING_OPTIONS
 @HARDWARE_OPTION
@@ -143,6 +149,7 @@ def replay_cmd(
     max_jobs: int | None,
     max_slowdown: float | None,
     compare_limits: bool,
+    baselines: bool,
     html_too: bool,
     **saving: str | None,
 ) -> None:
@@ -228,6 +235,7 @@ def replay_cmd(
             on_notice=notice_line,
             max_slowdown=float(cfg.get("sched.max_slowdown")),
             compare_limits=compare_limits,
+            baselines=baselines,
             power_saving=power_saving_overrides(saving),
             cluster_source=(
                 None
@@ -242,7 +250,8 @@ def replay_cmd(
     not_replayed = sum(result.mapping.excluded.values()) + sum(st.excluded.values())
     click.echo(
         f"{result.mapping.mapped} of {st.jobs} jobs replayed under {len(names)} policies "
-        f"({st.skipped_bad} malformed skipped, {not_replayed} not replayed, by reason in the report)"
+        + ("and the site baselines " if baselines else "")
+        + f"({st.skipped_bad} malformed skipped, {not_replayed} not replayed, by reason in the report)"
         + ("; reading stopped at --max-jobs" if st.stopped_early else "")
         + f"; report: {md}"
     )

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from easlurm.files import atomic_writer, write_text_atomic
-from easlurm.sim import plots
+from easlurm.sim import plots, site_baselines
 from easlurm.sim.campaign_run import TIMING_METRICS, load_records, metric_columns, row_of
 from easlurm.sim.differences import sentence as differences_sentence
 from easlurm.sim.stats import (
@@ -70,7 +70,7 @@ TESTED = (
     "deadline_miss_rate",
     "jain_index",
 )
-PLOT_KINDS = ("pareto", "power", "deadline", "fairness", "load")
+PLOT_KINDS = ("pareto", "tradeoff", "power", "deadline", "fairness", "load")
 
 
 @dataclass
@@ -475,6 +475,18 @@ def _experiment_section(
         why = differences_sentence(title, [s for s in cell if s.group[3] not in baselines])
         if why:
             doc.p(why)
+        _, tradeoff = site_baselines.section(
+            doc,
+            title,
+            [r for r in rows if r.get("scenario") == scenario and r.get("load_jobs_per_h") == load],
+            baselines,
+            plot_path=(
+                plots_dir / f"{slug}_{cell_name}_tradeoff.png"
+                if "tradeoff" in kinds and not multi_load
+                else None
+            ),
+        )
+        add(tradeoff, "energy per job against mean JCT")
         _tests_table(doc, [t for t in tests if t.cell == (experiment, scenario, load)], title)
 
 
