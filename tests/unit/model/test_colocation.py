@@ -262,3 +262,43 @@ def test_corun_cli_reports_both_jobs(capsys: pytest.CaptureFixture[str]) -> None
     doc = json.loads(capsys.readouterr().out)
     assert [j["job"] for j in doc["jobs"]] == ["bert-base:16:fp32", "gpt2:8:tf32"]
     assert doc["jobs"][0]["gpu_busy"] > 0.9  # FP32 keeps the GPU busy, bf16 at this batch is launch-bound
+
+
+def test_a_capped_pair_draws_its_limit_and_slows_as_a_job_alone_would(oracle: Oracle) -> None:
+    """One limit for the GPU: the pair draws at most the limit, and the clock that fits it under the limit
+    costs each job what the oracle charges the job alone at the same clock (compute time follows it)."""
+    from easlurm.model.equations import clock_under_limit
+
+    gpu = facts(oracle)
+    a, b = solo(oracle, "resnet50", 256), solo(oracle, "gpt2", 16)
+    free = corun(a, b, gpu, Sharing.MPS, oracle.params)
+    assert corun(a, b, gpu, Sharing.MPS, oracle.params, gpu.tdp_w) == free
+    limit = 320.0
+    assert free.power_w > limit
+    capped = corun(a, b, gpu, Sharing.MPS, oracle.params, limit)
+    assert capped.power_w == pytest.approx(limit)
+    assert all(capped.speed[i] < free.speed[i] for i in range(2))
+    assert sum(capped.power_share) == pytest.approx(1.0)
+    clock = float(clock_under_limit(free.power_w, limit, gpu.clock_floor_w, oracle.params))
+    for i, (job, model, batch) in enumerate(((a, "resnet50", 256), (b, "gpt2", 16))):
+        # the limit at which the job alone runs at the pair's clock, and its step time there
+        alone_limit = (
+            gpu.clock_floor_w + (job.power_w - gpu.clock_floor_w) * clock ** oracle.params["cap_alpha"]
+        )
+        pred = oracle.predict(
+            get_workload(model, precision="bf16"), Placements.of(1, batch, GPU, alone_limit)
+        )
+        extra = float(pred.step_time_s[0]) / job.step_time_s - 1.0  # per alone step, at the default limit
+        assert 1.0 / capped.speed[i] - 1.0 / free.speed[i] == pytest.approx(extra, rel=0.02)
+
+
+def test_a_pair_under_its_power_is_not_slowed_and_limits_outside_the_range_are_refused(
+    oracle: Oracle,
+) -> None:
+    gpu = facts(oracle)
+    a, b = solo(oracle, "bert-base", 16), solo(oracle, "distilbert", 8)
+    free = corun(a, b, gpu, Sharing.TIME_SLICE, oracle.params)
+    assert corun(a, b, gpu, Sharing.TIME_SLICE, oracle.params, free.power_w + 1.0) == free
+    for bad in (gpu.min_limit_w - 1.0, gpu.tdp_w + 1.0):
+        with pytest.raises(EaslurmError, match="outside the GPU's 200-700 W"):
+            corun(a, b, gpu, Sharing.TIME_SLICE, oracle.params, bad)

@@ -172,3 +172,28 @@ def test_plan_places_lone_and_join_and_drops_a_join_slurm_would_misplace() -> No
     acts = plan(Decision(starts=(join,)), snap, dataclasses.replace(ctx, jobs=busy))
     assert [dict(a.fields) for a in acts if a.kind is Kind.PLACE] == [{"NodeList": "h100-2"}]
     assert any(a.kind is Kind.ENV and a.job_id == "8" for a in acts)
+
+
+def test_plan_passes_a_shared_gpus_limit_as_a_lone_jobs() -> None:
+    """A shared GPU has one limit: the join carries it, and the daemon hands it to the joining job the way
+    it hands a lone job its limit (EASLURM_POWER_LIMIT_W in its env file, which the agent applies at step
+    start to the GPU both jobs run on)."""
+    jobs = {"0": running("0", (0, 1)), "1": running("1", (2,), shards=2), "8": pending_shard("8")}
+    pend = (PendingJob("8", "alice", 0.0, "vit-b16", 10, (64,), (1,), shareable=True),)
+    snap = ClusterSnapshot(time_s=NOW, nodes=(), pending=pend)
+    ctx = PlanContext(
+        now_s=NOW,
+        jobs=jobs,
+        nodes={"h100-2": shard_node(used=1)},
+        declared=frozenset(jobs),
+        site_factors={},
+        hold_ttl_s=600.0,
+    )
+    join = StartJob("8", "h100-2", 1, 64, "h100", power_limit_w=245.0, colocate_with="1")
+    lone = dataclasses.replace(join, colocate_with=None)
+    envs = []
+    for start in (join, lone):
+        acts = plan(Decision(starts=(start,)), snap, ctx)
+        envs += [dict(a.fields) for a in acts if a.kind is Kind.ENV and a.job_id == "8"]
+    assert len(envs) == 2 and envs[0] == envs[1]
+    assert envs[0]["EASLURM_POWER_LIMIT_W"] == "245"

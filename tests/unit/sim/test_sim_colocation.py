@@ -257,3 +257,66 @@ def test_job_list_yaml_errors_name_file_and_field(tmp_path: Path, entry: str, me
     with pytest.raises(ConfigError, match=message) as info:
         load_jobs(f)
     assert str(info.value).startswith(str(f)) and "\n" not in str(info.value)
+
+
+def capped(job_id: str, limit_w: float, with_: str | None = None) -> Callable[[ClusterSnapshot], Decision]:
+    return lambda snap: Decision(
+        starts=(StartJob(job_id, "h0", 1, BATCH, GPU, power_limit_w=limit_w, colocate_with=with_),)
+    )
+
+
+def test_a_join_sets_the_shared_gpus_limit_and_the_host_gets_its_own_back(truth: Truth) -> None:
+    """A runs alone at its own limit (300 W); B joins at 100 s with 245 W: the GPU has one limit, so the
+    pair runs at the rule's co-run under 245 W (speeds against each job alone at the default limit) and
+    draws exactly that. When B ends, A runs again at its own limit's rate."""
+    a = job("a", "bert-base", 1000.0, truth, 0.0)
+    b = job("b", "distilbert", 200.0, truth, 100.0)
+    policy = Script({0.0: capped("a", 300.0), 100.0: capped("b", 245.0, with_="a")})
+    res = simulate(one_gpu(), [a, b], policy, noise_sigma=0.0, truth_oracle=truth)
+    co = truth.corun(a, BATCH, b, BATCH, GPU, "time-slice", 245.0)
+    assert co.power_w == pytest.approx(245.0)
+    sps_a, _ = truth.rate(a, 1, BATCH, GPU, None)
+    own_a, p_own_a = truth.rate(a, 1, BATCH, GPU, 300.0)
+    sps_b, _ = truth.rate(b, 1, BATCH, GPU, None)
+    t_b = 100.0 + b.total_samples / (sps_b * co.speed[1])
+    done_a = 100.0 * own_a + (t_b - 100.0) * sps_a * co.speed[0]
+    t_a = t_b + (a.total_samples - done_a) / own_a
+    got = rows(res)
+    assert res.metrics["rejected_starts"] == 0
+    assert (got["a"]["power_limit_w"], got["b"]["power_limit_w"]) == (300.0, 245.0)
+    assert got["b"]["end_s"] == pytest.approx(t_b)
+    assert got["a"]["end_s"] == pytest.approx(t_a)
+    times, power = res.power_times_s, res.power_w - res.metrics["node_base_w"]
+    assert power[(times >= 100.0) & (times < t_b)].tolist() == pytest.approx([245.0])
+    assert power[times == t_b][0] == pytest.approx(p_own_a)
+
+
+def test_a_joiner_keeps_the_shared_limit_once_its_host_has_left(truth: Truth) -> None:
+    """The host ends first: the joiner runs on alone at the limit it set on the GPU (as the daemon leaves
+    it: the host's step never restores a limit it did not set)."""
+    a = job("a", "bert-base", 150.0, truth, 0.0)
+    b = job("b", "distilbert", 1000.0, truth, 100.0)
+    policy = Script({0.0: start("a"), 100.0: capped("b", 245.0, with_="a")})
+    res = simulate(one_gpu(), [a, b], policy, noise_sigma=0.0, truth_oracle=truth)
+    co = truth.corun(a, BATCH, b, BATCH, GPU, "time-slice", 245.0)
+    sps_a, _ = truth.rate(a, 1, BATCH, GPU, None)
+    sps_b, _ = truth.rate(b, 1, BATCH, GPU, None)
+    own_b, p_own_b = truth.rate(b, 1, BATCH, GPU, 245.0)
+    t_a = 100.0 + (a.total_samples - 100.0 * sps_a) / (sps_a * co.speed[0])
+    t_b = t_a + (b.total_samples - (t_a - 100.0) * sps_b * co.speed[1]) / own_b
+    got = rows(res)
+    assert got["a"]["end_s"] == pytest.approx(t_a)
+    assert got["b"]["end_s"] == pytest.approx(t_b)
+    times, power = res.power_times_s, res.power_w - res.metrics["node_base_w"]
+    assert power[(times >= t_a) & (times < t_b - 1e-6)].tolist() == pytest.approx([p_own_b])
+
+
+def test_zeus_share_caps_shared_gpus_and_never_costs_energy_per_job_against_zeus() -> None:
+    """coloc-small, 3 h: zeus-share caps what it shares (as Zeus caps jobs alone) and completes more jobs at
+    no more energy per job than Zeus (idle and node base power included, same window)."""
+    zeus = run_simulation(SimSpec(policy="zeus", scenario="coloc-small", seed=1, hours=3.0)).metrics
+    res = run_simulation(SimSpec(policy="zeus-share", scenario="coloc-small", seed=1, hours=3.0))
+    shared_limits = {r["power_limit_w"] for r in res.jobs if r["shared_s"] > 0}
+    assert any(limit is not None for limit in shared_limits)
+    assert res.metrics["completed_jobs"] >= zeus["completed_jobs"]
+    assert res.metrics["energy_per_job_j"] <= zeus["energy_per_job_j"]

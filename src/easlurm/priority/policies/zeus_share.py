@@ -229,7 +229,7 @@ class ZeusShare(Zeus):
         if ratio > self.max_energy_ratio:
             return None
         cost = co.power_w / stp**k
-        alone_cost = sum(co.speed[i] * alone[i].power_w * alone[i].slowdown**k for i in range(2)) / stp
+        alone_cost = sum(co.speed[i] * alone[i].power_w * alone[i].slowdown ** k for i in range(2)) / stp
         if cost > alone_cost:
             return None
         now = cyc.snapshot.time_s
@@ -245,11 +245,17 @@ class ZeusShare(Zeus):
         return Pairing(host, co.speed[0], co.speed[1], co.power_w, co.power_share[1], ratio, cost=cost)
 
     def _alone(
-        self, oracle: Any, job: PendingJob | RunningJob, batch: int, gpu_type: str, limit_w: float | None, solo: Any
+        self,
+        oracle: Any,
+        job: PendingJob | RunningJob,
+        batch: int,
+        gpu_type: str,
+        limit_w: float | None,
+        solo: Any,
     ) -> Alone | None:
         """The job alone on one GPU at `limit_w` (None: the default), as the co-location oracle predicts."""
-        if limit_w is None:
-            return Alone(solo.power_w, 1.0)
+        if limit_w is None or job.model is None:
+            return Alone(solo.power_w, 1.0) if limit_w is None else None
         key = (id(oracle), job.model, job.precision, job.seq_len, job.image_size, batch, gpu_type, limit_w)
         if key in self._alones:
             return self._alones[key]
@@ -259,7 +265,9 @@ class ZeusShare(Zeus):
 
         out = None
         try:
-            wl = get_workload(job.model, precision=job.precision, seq_len=job.seq_len, image_size=job.image_size)
+            wl = get_workload(
+                job.model, precision=job.precision, seq_len=job.seq_len, image_size=job.image_size
+            )
             pred = oracle.predict(wl, Placements.of([1], [batch], [gpu_type], [float(limit_w)]))
             power, step = float(pred.power_w[0]), float(pred.step_time_s[0])
             if math.isfinite(power) and math.isfinite(step) and step > 0:
