@@ -238,7 +238,8 @@ def replay(
     the report's assumptions). `power_saving` changes the cluster's power saving (SimSpec.power_saving)
     for the simulated rows; the record keeps every node on. `baselines` adds what a site does today
     (sim/site_baselines.py): `slurm`, the static-cap sweep and `slurm+power-saving` (Slurm's power saving
-    as `power_saving` sets it, else SuspendTime 600 s), each policy the list does not already name. An SWF log needs
+    as `power_saving` sets it, else SuspendTime 600 s), each policy the list does not already name; a
+    policy named `NAME+power-saving` is NAME on the cluster with that power saving. An SWF log needs
     `trace_options["procs_per_gpu"]`, its own `ProcsPerGPU` header or a `cluster`: ConfigError otherwise (a CPU log is not silently a GPU cluster).
     """
     from easlurm.model.build import build_oracle
@@ -331,10 +332,13 @@ def replay(
     if compare_retype:
         variants.append(("+retype", replace(options, allow_retype=True)))
     runs_to_do: list[tuple[str, str, ReplayOptions, Any, Any]] = []
-    for name, (suffix, run_options) in ((n, v) for n in policies for v in variants):
-        runs_to_do.append((name, suffix, run_options, _policy(name, max_slowdown), cluster))
+    for label, (suffix, run_options) in ((n, v) for n in policies for v in variants):
+        name, run_cluster = label, cluster
+        if label.endswith(POWER_SAVING_SUFFIX):  # `zeus+power-saving`: zeus under Slurm's power saving
+            name, run_cluster = label.removesuffix(POWER_SAVING_SUFFIX), _saving_cluster(cluster)
+        runs_to_do.append((label, suffix, run_options, _policy(name, max_slowdown), run_cluster))
         if compare_limits and _chooses_limits(name):
-            runs_to_do.append((name, suffix + "+nolimit", run_options, _unlimited(name), cluster))
+            runs_to_do.append((label, suffix + "+nolimit", run_options, _unlimited(name), run_cluster))
     if baselines:
         runs_to_do += _baseline_runs(cluster, policies, options)
     for name, suffix, run_options, policy, run_cluster in runs_to_do:
@@ -401,19 +405,29 @@ def _baseline_runs(
 ) -> list[tuple[str, str, ReplayOptions, Any, Any]]:
     """The runs `--baselines` adds: (label, "", options, policy, cluster) of each baseline not named yet;
     `slurm+power-saving` runs `slurm` on the cluster with power saving on."""
-    from easlurm.sim.site_baselines import DEFAULT_POWER_SAVING, baseline_runs
+    from easlurm.sim.site_baselines import baseline_runs
 
     named = {p.lower() for p in policies}
     out = []
     for b in baseline_runs():
         if b.label in named:
             continue
-        run_cluster = cluster
-        if b.power_saving:  # the cluster's power saving (YAML, flags) where it has one, else the default
-            saving = cluster.power_saving or apply_power_saving(None, DEFAULT_POWER_SAVING, "--baselines")
-            run_cluster = replace(cluster, power_saving=saving)
+        run_cluster = _saving_cluster(cluster) if b.power_saving else cluster
         out.append((b.label, "", options, b.policy, run_cluster))
     return out
+
+
+#: a policy named `NAME+power-saving` runs NAME on the cluster with Slurm's power saving on
+POWER_SAVING_SUFFIX = "+power-saving"
+
+
+def _saving_cluster(cluster: Any) -> Any:
+    """The cluster with its power saving (YAML, flags) where it has one, else SuspendTime 600 s."""
+    from easlurm.sim.site_baselines import DEFAULT_POWER_SAVING
+
+    if cluster.power_saving is not None:
+        return cluster
+    return replace(cluster, power_saving=apply_power_saving(None, DEFAULT_POWER_SAVING, "power saving"))
 
 
 def _chooses_limits(name: str) -> bool:

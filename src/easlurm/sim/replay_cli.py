@@ -26,7 +26,12 @@ DEFAULT_POLICIES = "pollux,zeus,hades,aurachronos,charon"
     default=None,
     help="Cluster YAML (default: sim.cluster setting, else a cluster sized like the trace's own record).",
 )
-@click.option("--policies", default=DEFAULT_POLICIES, show_default=True, help="Comma list of policies.")
+@click.option(
+    "--policies",
+    default=DEFAULT_POLICIES,
+    show_default=True,
+    help="Comma list of policies; NAME+power-saving runs NAME with Slurm's power saving on.",
+)
 @click.option("--power-budget", "power_budget", default=None, help="Cluster power budget, e.g. 4500W.")
 @click.option(
     "-O", "--out", "out_dir", type=click.Path(file_okay=False), required=True, help="Report directory."
@@ -174,11 +179,12 @@ def replay_cmd(
 
     apply_oracle_config(cfg, hardware_path)
     names = [p.strip().lower() for p in policies.split(",") if p.strip()]
-    unknown = [p for p in names if not known_policy(p)]
+    unknown = [p for p in names if not known_policy(p.removesuffix("+power-saving"))]
     if unknown or not names:
         raise ConfigError(
             f"--policies: unknown {', '.join(unknown) or '(empty)'} "
-            f"(known: {', '.join(POLICY_NAMES)}, static-cap-NN)"
+            f"(known: {', '.join(POLICY_NAMES)}, static-cap-NN, "
+            "any of them +power-saving)"
         )
     cluster_file = cfg.get("sim.cluster")
     cluster = ClusterSpec.from_yaml(cluster_file) if cluster_file else None

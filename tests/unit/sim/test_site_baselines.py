@@ -143,7 +143,7 @@ def test_a_report_without_slurm_says_how_to_get_the_comparison(tmp_path: Path) -
 
 def test_replay_baselines_add_the_site_runs_and_power_saving_only_to_its_row(tmp_path: Path) -> None:
     """`--baselines`: slurm, the cap sweep and slurm+power-saving run beside the policies; only the last
-    powers nodes down, and on a trace with long idle spells it uses less energy per job than slurm."""
+    (and a policy named NAME+power-saving) powers nodes down, and on a trace with long idle spells it uses less energy per job than slurm."""
     from easlurm.sim.cluster import ClusterSpec
     from easlurm.sim.replay import replay, write_replay_report
 
@@ -154,9 +154,16 @@ def test_replay_baselines_add_the_site_runs_and_power_saving_only_to_its_row(tmp
         "b,20000,20000,600,2,a100,resnet50\n"
     )
     cluster = ClusterSpec.from_dict({"name": "two", "nodes": [{"gpu_type": "a100", "gpus": 8, "count": 2}]})
-    res = replay(trace, cluster, ["zeus"], noise_sigma=0.0, baselines=True)
+    res = replay(trace, cluster, ["zeus", "zeus+power-saving"], noise_sigma=0.0, baselines=True)
     labels = [name for name, _, _ in res.runs]
-    assert labels == ["zeus", "slurm", *(f"static-cap-{c}" for c in (50, 60, 70, 80, 90)), POWER_SAVING_LABEL]
+    assert res.run("zeus+power-saving")["metrics"]["power_cycles"] >= 1
+    assert labels == [
+        "zeus",
+        "zeus+power-saving",
+        "slurm",
+        *(f"static-cap-{c}" for c in (50, 60, 70, 80, 90)),
+        POWER_SAVING_LABEL,
+    ]
     ps, slurm = res.run(POWER_SAVING_LABEL)["metrics"], res.run("slurm")["metrics"]
     assert ps["power_cycles"] >= 1 and not slurm.get("power_cycles")
     assert ps["energy_per_job_j"] < slurm["energy_per_job_j"]
