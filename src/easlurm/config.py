@@ -56,6 +56,12 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "preempt_cooldown_s": 300.0,
         "hold_ttl_s": 600.0,
         "metrics_port": None,
+        # energy policies keep nodes empty (or powered down) for Slurm's power saving where the EDP cost is
+        # small (docs/power-saving.md, consolidation)
+        "consolidate": True,
+        "consolidation_slack": 0.30,
+        "min_off_s": 0.0,
+        "max_wake_wait_s": 600.0,
         "metrics_address": None,
         "decision_log": "/var/log/easlurm/schedd.jsonl",
         "env_dir": None,
@@ -201,6 +207,9 @@ def check_setting(dotted: str, value: Any, where: str) -> Any:
     if check is not None and value is not None and not (math.isfinite(value) and check[0](value)):
         raise ConfigError(f"{where}: must be {check[1]}, got {value!r}")
     return value
+    "sched.consolidation_slack": (lambda v: 0 <= v <= 10, "between 0 and 10 (a fraction: 0.3 is 30 %)"),
+    "sched.min_off_s": (_non_negative, ">= 0"),
+    "sched.max_wake_wait_s": (_non_negative, ">= 0"),
 
 
 def _coerce(default: Any, value: Any, where: str) -> Any:

@@ -63,6 +63,12 @@ class DaemonConfig:
     #: how much more EDP a spread placement may cost than the best packed one (`sched.spread_slack`; None:
     #: the policy's own)
     spread_slack: float | None = None
+    #: consolidation for Slurm's power saving (`sched.consolidate`, `sched.consolidation_slack`,
+    #: `sched.min_off_s`, `sched.max_wake_wait_s`; None: the policy's own)
+    consolidate: bool | None = None
+    consolidation_slack: float | None = None
+    min_off_s: float | None = None
+    max_wake_wait_s: float | None = None
     decision_log: Path | None = None
     env_dir: Path | None = None
     state_save_dir: str | None = None

@@ -9,7 +9,7 @@ import numpy as np
 
 from easlurm.errors import ConfigError
 from easlurm.priority.options import PredictionCache, TypeFacts, expand, fewest_free_nodes
-from easlurm.priority.snapshot import ClusterSnapshot, Decision, PendingJob, StartJob
+from easlurm.priority.snapshot import ClusterSnapshot, Decision, NodeState, PendingJob, StartJob
 
 INF = float("inf")
 #: Energy policies start a job spread over more nodes than packing needs only when its energy-delay
@@ -20,6 +20,17 @@ SPREAD_SLACK_EDP = 0.05
 LIMIT_STEPS: tuple[float, ...] = tuple(round(0.30 + 0.05 * i, 2) for i in range(14))
 #: the slowdown a chosen limit may cost a job against its default limit (`sched.max_slowdown`)
 DEFAULT_MAX_SLOWDOWN = 0.05
+#: Consolidation (`sched.consolidate`, docs/power-saving.md): an energy policy takes a placement that
+#: needs an empty node, or a powered-down node woken, only when its EDP beats the best placement on busy
+#: (or powered-on) nodes by more than this fraction (`sched.consolidation_slack`).
+DEFAULT_CONSOLIDATION_SLACK = 0.30
+#: a node powered down less than this ago is not woken (`sched.min_off_s`) ...
+DEFAULT_MIN_OFF_S = 0.0
+#: ... unless a job would then wait longer than this since its submission (`sched.max_wake_wait_s`)
+DEFAULT_MAX_WAKE_WAIT_S = 600.0
+#: how a node ranks when a placement chooses among nodes that hold it, by power state: powered-on first,
+#: then one already booting, then one powered down, last one still shutting down (it must finish first)
+_WAKE_RANK = {"on": 0, "powering_up": 1, "off": 2, "powering_down": 3}
 
 
 @dataclass
@@ -42,6 +53,15 @@ class Cycle:
     node_idle_w: np.ndarray
     n_nodes: np.ndarray | None = None  # nodes the option's GPUs span (None: one)
     spread: np.ndarray | None = None  # more nodes than the fewest that hold its GPUs on empty nodes
+    #: consolidation (None: off): each node's rank by power state (_WAKE_RANK), since when it is idle
+    #: (-inf: busy or unknown), whether it may be woken by any job ("resting": powered down less than
+    #: min_off_s ago, False), and per option its tier (0: fits on busy powered-on nodes, 1: on powered-on
+    #: nodes, 2: needs a node woken) and whether its job may wake a resting node
+    node_rank: np.ndarray | None = None
+    node_idle_since: np.ndarray | None = None
+    node_rested: np.ndarray | None = None
+    tier: np.ndarray | None = None
+    may_wake_resting: np.ndarray | None = None
 
     @property
     def edp(self) -> np.ndarray:
@@ -76,12 +96,15 @@ class Cycle:
         """Recompute which options fit after `node_free` changed (preemption frees GPUs)."""
         self.feasible = self.fits()
 
-    def fits(self, rows: slice = slice(None)) -> np.ndarray:
+    def fits(self, rows: slice = slice(None), nodes: np.ndarray | None = None) -> np.ndarray:
         """Which options (of `rows`) can start now: their node count is the fewest nodes of their type
-        whose free GPUs hold them (a packed option where one node holds it, a spread one where none does)."""
+        whose free GPUs hold them (a packed option where one node holds it, a spread one where none does);
+        `nodes` (a mask) counts only those nodes' free GPUs."""
         k, code = self.n_gpus[rows], self.code[rows]
         m = np.ones_like(k) if self.n_nodes is None else self.n_nodes[rows]
         free = np.asarray(self.node_free, dtype=np.int64)
+        if nodes is not None:
+            free = np.where(nodes, free, 0)
         counts = np.arange(int(k.max(initial=0)) + 1)
         n_types = max(int(code.max(initial=-1)), int(self.node_code.max(initial=-1))) + 1
         need = np.zeros((n_types, len(counts)), dtype=np.int64)  # fewest nodes by (type, GPU count)
@@ -90,13 +113,40 @@ class Cycle:
         fewest = need[code, k]
         return (fewest > 0) & (m == fewest)
 
-    def pick_node(self, code: int, k: int) -> int:
-        """Best fit: the node of this type with the fewest free GPUs that still holds k (-1 if none)."""
-        choice, fewest = -1, 1 << 30
+    def pick_node(self, code: int, k: int, nodes: np.ndarray | None = None) -> int:
+        """Best fit: the node of this type (among `nodes`) with the fewest free GPUs that still holds k
+        (-1 if none); consolidating, powered-on nodes first (_WAKE_RANK) and among equals the one idle
+        the shortest, so that the others stay empty long enough to be powered down."""
+        choice = -1
+        best: tuple[float, ...] = (INF,)
         for i, free in enumerate(self.node_free):
-            if free >= k and free < fewest and self.node_code[i] == code:
-                choice, fewest = i, free
+            if free >= k and self.node_code[i] == code and (nodes is None or nodes[i]):
+                key = self._fit_key(i)
+                if key < best:
+                    choice, best = i, key
         return choice
+
+    def _fit_key(self, i: int) -> tuple[float, ...]:
+        if self.node_rank is None or self.node_idle_since is None:
+            return (float(self.node_free[i]),)
+        return (float(self.node_rank[i]), float(self.node_free[i]), -float(self.node_idle_since[i]))
+
+    def node_mask(self, pos: int) -> np.ndarray | None:
+        """The nodes option `pos` may use (None: all): consolidating, only busy powered-on nodes for a
+        tier-0 option, powered-on ones for tier 1, and no resting node unless its job may wake one."""
+        if self.tier is None or self.node_rank is None or self.node_rested is None:
+            return None
+        tier = int(self.tier[pos])
+        on = self.node_rank == 0
+        if tier == 0:
+            free = np.asarray(self.node_free)
+            total = np.array([n.total_gpus for n in self.snapshot.nodes])
+            return on & (free < total)
+        if tier == 1:
+            return self.node_rank <= 1
+        if self.may_wake_resting is not None and self.may_wake_resting[pos]:
+            return None
+        return ~self.node_rested
 
     def place(self, pos: int) -> tuple[tuple[int, int], ...] | None:
         """(node index, GPUs) for option `pos` on the free GPUs now, or None when its node count is not the
@@ -104,17 +154,23 @@ class Cycle:
         one exists (what Slurm's GPUs-per-node request expresses), else the fullest nodes first."""
         code, k = int(self.code[pos]), int(self.n_gpus[pos])
         m = 1 if self.n_nodes is None else int(self.n_nodes[pos])
+        mask = self.node_mask(pos)
         if m == 1:
-            node = self.pick_node(code, k)
+            node = self.pick_node(code, k, mask)
             return ((node, k),) if node >= 0 else None
-        mine = [i for i, f in enumerate(self.node_free) if f > 0 and self.node_code[i] == code]
-        mine.sort(key=lambda i: (-self.node_free[i], i))
+        mine = [
+            i
+            for i, f in enumerate(self.node_free)
+            if f > 0 and self.node_code[i] == code and (mask is None or mask[i])
+        ]
+        rank = self.node_rank
+        mine.sort(key=lambda i: (-self.node_free[i], 0 if rank is None else int(rank[i]), i))
         free = [self.node_free[i] for i in mine]
         if len(mine) < m or sum(free[:m]) < k or sum(free[: m - 1]) >= k:
             return None
         if k % m == 0 and free[m - 1] >= k // m:
             even = sorted(
-                (i for i in mine if self.node_free[i] >= k // m), key=lambda i: (self.node_free[i], i)
+                (i for i in mine if self.node_free[i] >= k // m), key=lambda i: (*self._fit_key(i), i)
             )
             return tuple((i, k // m) for i in sorted(even[:m]))
         alloc = [(i, self.node_free[i]) for i in mine[: m - 1]]
@@ -160,7 +216,7 @@ class BatchPacker:
     objective: ClassVar[str] = "time"
     #: True when decisions can change with time alone (preemption for deadlines): the caller then
     #: asks `wake_at_s` when to call again even if nothing else changes.
-    time_sensitive: ClassVar[bool] = False
+    time_sensitive: bool = False
     #: "default": every job runs at its GPUs' default limit (the exclusive baselines, so that comparisons
     #: with them stay honest); "bounded": each placement's limit minimises the policy's objective among
     #: the limits that slow the job by at most `max_slowdown`; "free": limits the subclass offers
@@ -176,6 +232,10 @@ class BatchPacker:
         max_slowdown: float | None = None,
         power_limits: bool = True,
         spread_slack: float | None = None,
+        consolidate: bool = True,
+        consolidation_slack: float = DEFAULT_CONSOLIDATION_SLACK,
+        min_off_s: float = DEFAULT_MIN_OFF_S,
+        max_wake_wait_s: float = DEFAULT_MAX_WAKE_WAIT_S,
         **params: Any,
     ) -> None:
         if params:
@@ -186,6 +246,23 @@ class BatchPacker:
             raise ConfigError(f"policy {self.name}: max_slowdown must lie in [0, 10], got {max_slowdown!r}")
         if spread_slack is not None and spread_slack < 0:
             raise ConfigError(f"policy {self.name}: spread_slack must be >= 0")
+        if not isinstance(consolidate, bool):
+            raise ConfigError(f"policy {self.name}: consolidate must be true or false, got {consolidate!r}")
+        for key, value, top in (
+            ("consolidation_slack", consolidation_slack, 10.0),
+            ("min_off_s", min_off_s, 1e9),
+            ("max_wake_wait_s", max_wake_wait_s, 1e9),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= top:
+                raise ConfigError(f"policy {self.name}: {key} must lie in [0, {top:g}], got {value!r}")
+        #: energy policies keep nodes empty or powered down where it costs little EDP (time policies and
+        #: the baselines never: `consolidate` is accepted by all, as one site setting)
+        self.consolidate = bool(consolidate) and self.objective == "edp"
+        self.consolidation_slack = float(consolidation_slack)
+        self.min_off_s = float(min_off_s)
+        self.max_wake_wait_s = float(max_wake_wait_s)
+        if self.consolidate:
+            self.time_sensitive = True  # a job kept off a resting node is placed when the node's rest ends
         #: a spread option is taken only when its objective is within this fraction of the job's best
         #: packed one (free or not), else the job waits for packed GPUs; time policies never wait.
         default = SPREAD_SLACK_EDP if self.objective == "edp" else INF
@@ -214,8 +291,22 @@ class BatchPacker:
         return self.pack(cyc)
 
     def wake_at_s(self, snapshot: ClusterSnapshot, oracle: Any) -> float | None:
-        """When the decision for an otherwise unchanged cluster may change (None: never)."""
-        return None
+        """When the decision for an otherwise unchanged cluster may change (None: never): consolidating,
+        when the first resting node (powered down less than min_off_s ago) may be woken again."""
+        return self.rest_end_s(snapshot)
+
+    def rest_end_s(self, snapshot: ClusterSnapshot) -> float | None:
+        """The earliest end of a node's rest after now, while jobs wait (None: none, or not consolidating)."""
+        if not self.consolidate or not snapshot.pending:
+            return None
+        ends = [e for n in snapshot.nodes if (e := self._rest_end(n)) is not None and e > snapshot.time_s]
+        return min(ends) if ends else None
+
+    def _rest_end(self, node: NodeState) -> float | None:
+        """When a powered-down (or powering-down) node may be woken again (None: not resting, or unknown)."""
+        if node.power_state not in ("off", "powering_down") or node.powered_down_s is None:
+            return None
+        return node.powered_down_s + self.min_off_s
 
     def pack(self, cyc: Cycle) -> Decision:
         best = self.placements(cyc)
@@ -225,7 +316,24 @@ class BatchPacker:
     # -- hooks ---------------------------------------------------------------------------------
     def placements(self, cyc: Cycle) -> np.ndarray:
         metric = cyc.edp if self.objective == "edp" else cyc.time_s
-        return cyc.best(metric, cyc.feasible & self.spread_ok(cyc, metric))
+        ok = cyc.feasible & self.spread_ok(cyc, metric)
+        return cyc.best(metric, ok & self.consolidated(cyc, metric, ok))
+
+    def consolidated(self, cyc: Cycle, metric: np.ndarray, ok: np.ndarray) -> np.ndarray:
+        """Options consolidation accepts: a tier-1 option (on an empty powered-on node) only when its
+        `metric` beats the job's best tier-0 one (on busy powered-on nodes) by more than
+        `consolidation_slack`, a tier-2 one (waking a node) only when it beats the best of tiers 0 and 1
+        so. Jobs with no option of a lower tier take the best they have."""
+        if cyc.tier is None:
+            return np.ones(len(metric), dtype=bool)
+        keep = np.ones(len(metric), dtype=bool)
+        scale = 1.0 + self.consolidation_slack
+        for tier in (1, 2):
+            lower = ok & (cyc.tier < tier)
+            best_lower = np.full(len(cyc.jobs), INF)
+            np.minimum.at(best_lower, cyc.job_of[lower], metric[lower])
+            keep &= (cyc.tier != tier) | (metric * scale < best_lower[cyc.job_of])
+        return keep
 
     def spread_ok(self, cyc: Cycle, metric: np.ndarray) -> np.ndarray:
         """Options the policy accepts: packed ones, and spread ones whose `metric` is within `spread_slack`
@@ -306,7 +414,37 @@ class BatchPacker:
             spread=spread_all[idx],
         )
         cyc.refresh()
+        if self.consolidate:
+            self._consolidation(cyc)
         return cyc
+
+    def _consolidation(self, cyc: Cycle) -> None:
+        """Fill the cycle's power view: node ranks, resting nodes, each option's tier and which jobs may
+        wake a resting node (one whose rest ends more than max_wake_wait_s after their submission)."""
+        snap = cyc.snapshot
+        nodes = snap.nodes
+        if all(n.suspend_time_s is None and n.power_state == "on" for n in nodes):
+            return  # no node is ever powered down: keeping one empty saves nothing
+        now = snap.time_s
+        rank = np.array([_WAKE_RANK[n.power_state] for n in nodes], dtype=np.int64)
+        since = np.array(
+            [-INF if n.idle_since_s is None else n.idle_since_s for n in nodes], dtype=np.float64
+        )
+        rest = np.array([self._rest_end(n) or -INF for n in nodes], dtype=np.float64)
+        rested = rest > now
+        free = np.asarray(cyc.node_free, dtype=np.int64)
+        total = np.array([n.total_gpus for n in nodes], dtype=np.int64)
+        on = rank == 0
+        tier0 = cyc.fits(nodes=on & (free < total))
+        tier1 = cyc.fits(nodes=rank <= 1)
+        first_rest_end = float(rest[rested].min()) if rested.any() else INF
+        submit = np.array([j.submit_s for j in cyc.jobs], dtype=np.float64)
+        may_wake = (first_rest_end - submit > self.max_wake_wait_s)[cyc.job_of]
+        patient = cyc.fits(nodes=~rested) if rested.any() else cyc.feasible
+        cyc.feasible = np.where(may_wake, cyc.feasible, patient) | tier0 | tier1
+        cyc.node_rank, cyc.node_idle_since, cyc.node_rested = rank, since, rested
+        cyc.tier = np.where(tier0, 0, np.where(tier1, 1, 2)).astype(np.int64)
+        cyc.may_wake_resting = may_wake
 
     def limit_mask(
         self,

@@ -231,6 +231,8 @@ def build_snapshot(
                 f.tdp_w,
                 f.min_power_limit_w,
                 sharing=sharing_mode(n),
+                power_state=n.power_state,
+                idle_since_s=n.last_busy_s if n.state == "IDLE" and n.power_state == "on" else None,
             )
         )
     known = {n.name for n in nodes}

@@ -10,6 +10,11 @@ from easlurm.errors import ConfigError
 
 SCHEMA_VERSION = 1
 
+#: A node's power state as Slurm's power saving leaves it (docs/power-saving.md): "on", "powering_down"
+#: (SuspendProgram ran, `idle%`), "off" (powered down, `idle~`: its GPUs are free but a job waits for its
+#: boot) and "powering_up" (ResumeProgram ran, `#`).
+NODE_POWER_STATES = ("on", "powering_down", "off", "powering_up")
+
 
 @dataclass(frozen=True)
 class NodeState:
@@ -25,6 +30,27 @@ class NodeState:
     #: how a GPU of this node may hold two jobs: "none" (exclusive), "time-slice" (Slurm gres/shard,
     #: CUDA time-slicing) or "mps" (the site runs the MPS daemon); see docs/colocation.md
     sharing: str = "none"
+    #: one of NODE_POWER_STATES; a node whose state is unknown is "on"
+    power_state: str = "on"
+    #: since when the node, on, has held no job (None: it holds one, or unknown)
+    idle_since_s: float | None = None
+    #: when the node was last powered down (None: never, or unknown)
+    powered_down_s: float | None = None
+    #: Slurm's SuspendTime for this node: it is powered down after this long without a job (None: never,
+    #: or unknown: power saving off, or the node excluded with SuspendExcNodes)
+    suspend_time_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.power_state not in NODE_POWER_STATES:
+            raise ConfigError(
+                f"node {self.name}: power_state must be one of {', '.join(NODE_POWER_STATES)},"
+                f" got {self.power_state!r}"
+            )
+
+    @property
+    def awake(self) -> bool:
+        """A job placed here starts without waiting for a boot of its own (on, or already booting)."""
+        return self.power_state in ("on", "powering_up")
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,10 @@ log = logging.getLogger(__name__)
 #: Node base states in which a node's free GPUs can be given to a job.
 _USABLE_NODE_STATES = {"IDLE", "MIXED", "ALLOCATED"}
 _BAD_NODE_FLAGS = {"DRAIN", "DRAINING", "DRAINED", "DOWN", "FAIL", "FAILING", "MAINTENANCE", "NOT_RESPONDING"}
+#: Slurm's power saving flags, as sinfo marks them (`idle#`, `idle%`, `idle~`), and the snapshot's power
+#: state (priority.snapshot.NODE_POWER_STATES); the first that a node carries wins. POWER_DOWN (`!`:
+#: a power-down asked for, not yet begun) leaves the node on.
+_POWER_FLAGS = (("POWERING_UP", "powering_up"), ("POWERING_DOWN", "powering_down"), ("POWERED_DOWN", "off"))
 #: The first Slurm release verified to move a pending job to another GPU type (22.05.8 does not).
 RETYPE_PENDING_SINCE = (24, 11)
 #: scontrol update keys the daemon may set (a closed list: nothing else is ever changed).
@@ -103,6 +107,13 @@ class SlurmNode:
     used_gpus: int
     #: gres/shard configured on the node (0: its GPUs are offered whole only)
     total_shards: int = 0
+    #: when the node last ran a job (Slurm's LastBusyTime, epoch s; None: unknown)
+    last_busy_s: float | None = None
+
+    @property
+    def power_state(self) -> str:
+        """ "on", "powering_up", "powering_down" or "off", from Slurm's power saving flags."""
+        return next((state for flag, state in _POWER_FLAGS if flag in self.flags), "on")
 
     @property
     def shards_per_gpu(self) -> int:
@@ -204,6 +215,7 @@ def _node(n: dict[str, Any]) -> SlurmNode:
         total_gpus=total,
         used_gpus=min(used, total),
         total_shards=total_shards,
+        last_busy_s=epoch(n.get("last_busy")),
     )
 
 

@@ -81,10 +81,13 @@ def known_policy(name: str) -> bool:
 def policy_params(policy: str, sched: Mapping[str, Any]) -> dict[str, Any]:
     """The site's `sched` settings a policy takes (for `easlurm schedd` and `easlurm sim run` alike): aging
     weight and the power limits' slowdown bound for all (only the energy policies choose limits), the spread
-    slack where set, cooldown for AuraChronos."""
+    slack where set, consolidation for all (only the energy policies consolidate), cooldown for AuraChronos."""
     params: dict[str, Any] = {"aging_weight": sched["aging_weight"], "max_slowdown": sched["max_slowdown"]}
     if sched.get("spread_slack") is not None:
         params["spread_slack"] = sched["spread_slack"]
+    for key in ("consolidate", "consolidation_slack", "min_off_s", "max_wake_wait_s"):
+        if sched.get(key) is not None:
+            params[key] = sched[key]
     if policy.lower().startswith("aurachronos"):
         params["preempt_cooldown_s"] = sched["preempt_cooldown_s"]
     return params

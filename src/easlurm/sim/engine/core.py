@@ -17,13 +17,21 @@ from easlurm.priority.policy_call import call_policy
 from easlurm.priority.snapshot import ClusterSnapshot, Decision, NodeState, PendingJob, RunningJob, StartJob
 from easlurm.sim.cluster import ClusterSpec
 from easlurm.sim.engine.ledger import PowerLedger
-from easlurm.sim.engine.power_state import NodePower, PowerSaver
+from easlurm.sim.engine.power_state import NodePower, PowerSaver, PowerState
 from easlurm.sim.engine.records import JobRecord, Run
 from easlurm.sim.engine.truth import Truth
 from easlurm.sim.job import JobSpec
 from easlurm.sim.node_power import PowerSaving
 
 log = logging.getLogger(__name__)
+
+#: the simulator's node power states as the snapshot names them (Slurm: idle, idle%, idle~, idle#)
+_SNAPSHOT_POWER = {
+    PowerState.ON: "on",
+    PowerState.SUSPENDING: "powering_down",
+    PowerState.OFF: "off",
+    PowerState.RESUMING: "powering_up",
+}
 
 
 class CountingEnvironment(simpy.Environment):
@@ -139,6 +147,8 @@ class Simulator:
             self.env.mark_active,
         )
         self.resume_waits = 0
+        #: since when each node holds no job (None: it holds one); every node starts empty
+        self._idle_since: list[float | None] = [0.0] * len(self.nodes)
         self.busy_gpu_s_by_type: dict[str, float] = dict.fromkeys(self.max_node_gpus, 0.0)
         self._user_base: dict[str, float] = {}  # GPU-s = base + rate * now
         self._user_rate: dict[str, float] = {}
@@ -176,12 +186,31 @@ class Simulator:
         users = {u: self._user_base.get(u, 0.0) + self._user_rate.get(u, 0) * now for u in self._user_base}
         return ClusterSnapshot(
             time_s=now,
-            nodes=tuple(self.nodes),
+            nodes=self._node_states(),
             running=self._running_states(),
             pending=tuple(self.pending.values()),
             user_gpu_s=users,
             power_budget_w=self.cfg.power_budget_w,
         )
+
+    def _node_states(self) -> tuple[NodeState, ...]:
+        """The nodes with their power state, when each was last powered down and since when it, on, has
+        held no job: what Slurm's node states (idle~, idle%, LastBusyTime) tell the daemon."""
+        states = []
+        saving = self.power.saving
+        suspend_s = saving.suspend_time_s if saving is not None else None
+        for i, node in enumerate(self.nodes):
+            power = self.power.nodes[i]
+            states.append(
+                dataclasses.replace(
+                    node,
+                    power_state=_SNAPSHOT_POWER[power.state],
+                    idle_since_s=self._idle_since[i] if power.state is PowerState.ON else None,
+                    powered_down_s=power.suspends[-1] if power.suspends else None,
+                    suspend_time_s=suspend_s,
+                )
+            )
+        return tuple(states)
 
     def decide(self, snap: ClusterSnapshot) -> Decision:
         """The scheduler's policy call on `snap`: the same function the daemon calls (call_policy), so a
@@ -563,8 +592,10 @@ class Simulator:
             raise AssertionError(f"node {node.name}: free GPUs would become {free}")
         self.nodes[node_i] = dataclasses.replace(node, free_gpus=free)
         if free == node.total_gpus and node.free_gpus < free:
+            self._idle_since[node_i] = self.now
             self.power.emptied(node_i)
         elif node.free_gpus == node.total_gpus and free < node.total_gpus:
+            self._idle_since[node_i] = None
             self.power.taken(node_i)
 
     def _close(self, end_s: float) -> None:
