@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from easlurm.sim.doc_baselines import FIGURES as BASELINES_FIGURES
 from easlurm.sim.doc_comm import FIGURES as COMM_FIGURES
 from easlurm.sim.doc_figures import (
     DocFigures,
@@ -361,4 +362,5 @@ DOCS: dict[str, DocFigures] = {
     "oracle-gpus": ORACLE_GPU_FIGURES,
     "oracle-comm": COMM_FIGURES,
     "power-limits": LIMITS_FIGURES,
+    "baselines": BASELINES_FIGURES,
 }

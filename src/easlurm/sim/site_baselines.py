@@ -101,11 +101,14 @@ class Ratio:
         return "lower" if self.high < 1.0 else "higher"
 
     def text(self) -> str:
-        """`0.880 [0.851, 0.912]`, `no difference (1.01 [0.98, 1.04])`, or `0.880` without an interval."""
+        """`0.880 [0.851, 0.912]`, `no difference (1.01 [0.98, 1.04])`, `0.880` without an interval, or
+        `0.880 (every seed)` where every seed gave the same ratio."""
         if self.ratio is None:
             return ""
         if self.low is None or self.high is None:
             return f"{self.ratio:.3f}"
+        if f"{self.low:.3f}" == f"{self.high:.3f}" and self.verdict != "no difference":
+            return f"{self.ratio:.3f} (every seed)"
         body = f"{self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}]"
         return f"no difference ({body})" if self.verdict == "no difference" else body
 
