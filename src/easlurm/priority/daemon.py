@@ -27,6 +27,7 @@ from easlurm.priority.apply import (
     release_all,
 )
 from easlurm.priority.metrics import Metrics
+from easlurm.priority.packing import DEFAULT_MAX_SLOWDOWN
 from easlurm.priority.policy_call import call_policy
 from easlurm.priority.report import StartPrediction, predict_starts
 from easlurm.priority.slurm_snapshot import (
@@ -59,7 +60,7 @@ class DaemonConfig:
     preempt_cooldown_s: float = 300.0
     aging_weight: float = 1.0
     #: the slowdown an energy policy's power limit may cost a job (`sched.max_slowdown`)
-    max_slowdown: float = 0.05
+    max_slowdown: float = DEFAULT_MAX_SLOWDOWN
     #: how much more EDP a spread placement may cost than the best packed one (`sched.spread_slack`; None:
     #: the policy's own)
     spread_slack: float | None = None

@@ -19,7 +19,7 @@ SPREAD_SLACK_EDP = 0.05
 #: under the GPU's minimum limit are left out; the default limit is always an option)
 LIMIT_STEPS: tuple[float, ...] = tuple(round(0.30 + 0.05 * i, 2) for i in range(14))
 #: the slowdown a chosen limit may cost a job against its default limit (`sched.max_slowdown`)
-DEFAULT_MAX_SLOWDOWN = 0.05
+DEFAULT_MAX_SLOWDOWN = 0.15
 #: Consolidation (`sched.consolidate`, docs/power-saving.md): an energy policy takes a placement that
 #: needs an empty node, or a powered-down node woken, only when its EDP beats the best placement on busy
 #: (or powered-on) nodes by more than this fraction (`sched.consolidation_slack`).

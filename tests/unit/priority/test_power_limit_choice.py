@@ -13,7 +13,7 @@ from easlurm.accounting.step_record import parse_spec
 from easlurm.config import check_setting
 from easlurm.errors import ConfigError
 from easlurm.model import Oracle, Placements, get_workload
-from easlurm.priority.packing import LIMIT_STEPS
+from easlurm.priority.packing import DEFAULT_MAX_SLOWDOWN, LIMIT_STEPS
 from easlurm.priority.policies import get_policy
 from easlurm.priority.snapshot import ClusterSnapshot, NodeState, PendingJob
 
@@ -66,12 +66,12 @@ def test_an_energy_policy_lowers_the_limit_when_it_saves_within_the_bound(oracle
     (start,) = get_policy(name).decide(snap(job()), oracle).starts
     assert start.power_limit_w is not None and 200.0 <= start.power_limit_w < 700.0
     (t0, t), (p0, p) = (np.asarray(v) for v in predict(oracle, [math.nan, start.power_limit_w]))
-    assert t <= 1.05 * t0  # within the default bound
+    assert t <= (1 + DEFAULT_MAX_SLOWDOWN) * t0  # within the default bound
     assert p * t * t < p0 * t0 * t0  # and it lowers the EDP Zeus minimises
     # the choice is the minimum-EDP limit among all candidates within the bound
     cands = [math.nan] + [f * 700.0 for f in LIMIT_STEPS if f * 700.0 >= 200.0]
     times, powers = predict(oracle, cands)
-    ok = times <= 1.05 * times[0]
+    ok = times <= (1 + DEFAULT_MAX_SLOWDOWN) * times[0]
     best = cands[int(np.argmin(np.where(ok, powers * times**2, np.inf)))]
     assert start.power_limit_w == pytest.approx(best)
 
