@@ -1,7 +1,9 @@
 """Replay of excerpts of real public traces (tests/fixtures/traces/public/README.md gives their
 provenance): the Alibaba GPU trace (cluster-trace-gpu-v2023), converted by
 scripts/convert-alibaba-gpu-trace; the Philly trace as processed by DIR-LAB/Gen-Parallel-Workloads,
-converted to SWF by scripts/convert-philly-gen-workloads; and an anonymised UB CCR `sacct -P` dump."""
+converted to SWF by scripts/convert-philly-gen-workloads; the Alibaba GPU-disaggregated DLRM serving trace
+(cluster-trace-gpu-v2025), converted by scripts/convert-alibaba-dlrm-trace; and an anonymised UB CCR
+`sacct -P` dump."""
 
 from __future__ import annotations
 
@@ -26,6 +28,8 @@ UBCCR = PUB / "ubccr_sacct_dump2101_head11.psv"
 CONVERT = ROOT / "scripts" / "convert-alibaba-gpu-trace"
 PHILLY = PUB / "philly_gen_parallel_workloads_training_head100.csv"
 CONVERT_PHILLY = ROOT / "scripts" / "convert-philly-gen-workloads"
+DLRM = PUB / "alibaba_gpu_v2025_dlrm_hn_first48h.csv"
+CONVERT_DLRM = ROOT / "scripts" / "convert-alibaba-dlrm-trace"
 
 
 def _convert(tmp_path: Path) -> tuple[Path, tuple[int, int], str]:
@@ -258,3 +262,101 @@ def test_philly_excerpt_replays_with_limits_against_pollux(
     # identical runs: one row, "pollux = zeus+nolimit"
     assert ("zeus+nolimit", "energy_per_job_j") not in spread
     assert spread[("pollux = zeus+nolimit", "energy_per_job_j")] == summary[("pollux", "energy_per_job_j")]
+
+
+def _convert_dlrm(tmp_path: Path, src_text: str | None = None) -> tuple[Path, tuple[int, int, int], str]:
+    """The DLRM excerpt (or `src_text`) in easlurm's CSV (in-process), with (written, created before the
+    trace, deleted after it) and stderr."""
+    convert = runpy.run_path(str(CONVERT_DLRM), run_name="convert_alibaba_dlrm_trace")["convert"]
+    out, err = tmp_path / "dlrm.csv", io.StringIO()
+    src = io.StringIO(src_text) if src_text is not None else DLRM.open(newline="")
+    with src, out.open("w", newline="") as dst:
+        counts = convert(src, dst, err)
+    return out, counts, err.getvalue()
+
+
+def test_dlrm_excerpt_is_the_gpu_instances_created_in_the_first_48_hours() -> None:
+    with DLRM.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0])[:3] == ["instance_sn", "role", "app_name"]
+    assert list(rows[0])[-3:] == ["creation_time", "scheduled_time", "deletion_time"]
+    assert (
+        len(rows) == 83 and {r["role"] for r in rows} == {"HN"} and {r["gpu_request"] for r in rows} == {"1"}
+    )
+    assert all(float(r["creation_time"]) < 172800 for r in rows)
+    numbers = [int(r["instance_sn"].removeprefix("instance_")) for r in rows]
+    assert numbers == sorted(numbers) and (numbers[0], numbers[-1]) == (7300, 7912)  # the trace's order
+    assert sum(not r["deletion_time"] for r in rows) == 13  # still serving at the trace's end
+
+
+def test_dlrm_conversion_maps_times_and_gpus_and_leaves_out_unknown_times(tmp_path: Path) -> None:
+    """creation/scheduled/deletion (rounded: the trace writes 16311.000000000002) -> submit/start/end;
+    gpu_request -> gpus; no GPU type; an instance deleted after the trace's end is left out."""
+    path, counts, err = _convert_dlrm(tmp_path)
+    assert counts == (70, 0, 13)
+    assert (
+        "70 instances written; left out: 0 created before the trace's start, 13 deleted after its end" in err
+    )
+    stats = TraceStats()
+    jobs = {j.job_id: j for j in open_trace(path, stats=stats)}
+    assert len(jobs) == 70 and stats.jobs == 70 and stats.skipped_bad == 0
+    i7308 = jobs["instance_7308"]  # created 4823.0, scheduled 4824.0, deleted 16311.000000000002
+    assert (i7308.submit_s, i7308.start_s, i7308.end_s, i7308.runtime_s) == (4823, 4824, 16311, 11487)
+    assert (i7308.n_gpus, i7308.gpu_type) == (1, None)
+    assert jobs["instance_7300"].submit_s == 3973  # 3973.0000000000005
+    assert jobs["instance_7507"].runtime_s == 1788927 - 55657  # the longest: 20 days
+    assert "instance_7503" not in jobs  # no deletion_time: serving past the trace's end
+    assert {j.n_gpus for j in jobs.values()} == {1}
+
+
+def test_dlrm_converter_leaves_out_instances_from_before_the_trace_and_rejects_bad_times(
+    tmp_path: Path,
+) -> None:
+    header = DLRM.read_text().splitlines()[0]
+    before = "instance_0,HN,app_0,12,12,1,1,25,25,120.0,120.0,640.0,800.0,8,,,"
+    cpu = "instance_9,CN,app_1,64,64,0,0,1,1,320.0,320.0,255.0,300.0,-1,10.0,10.0,70.0"
+    path, counts, err = _convert_dlrm(tmp_path, f"{header}\n{before}\n{cpu}\n")
+    assert counts == (1, 1, 0) and "1 created before the trace's start" in err
+    assert path.read_text().splitlines()[1] == "instance_9,10,10,60,0,,CN,app_1"  # replay: cpu_only
+    bad = tmp_path / "bad.csv"
+    bad.write_text(f"{header}\n{cpu.replace(',70.0', ',soon')}\n")
+    out = tmp_path / "bad-out.csv"
+    proc = subprocess.run(
+        [sys.executable, str(CONVERT_DLRM), str(bad), "-o", str(out)], capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and not out.exists()
+    assert proc.stderr.strip() == (
+        f"convert-alibaba-dlrm-trace: {bad}: line 2: field deletion_time: 'soon' is not a number of seconds"
+    )
+    with pytest.raises(ValueError, match="lacks column"):
+        _convert_dlrm(tmp_path, "instance_sn,role\ni,HN\n")
+
+
+def test_dlrm_converter_runs_as_a_command(tmp_path: Path) -> None:
+    out = tmp_path / "cli.csv"
+    proc = subprocess.run(
+        [sys.executable, str(CONVERT_DLRM), str(DLRM), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "70 instances written" in proc.stderr
+    assert out.read_text().splitlines()[0] == "job_id,submit,start,duration,gpus,gpu_type,role,app_name"
+    assert out.read_bytes() == _convert_dlrm(tmp_path)[0].read_bytes()
+
+
+def test_dlrm_excerpt_replays_recorded_against_a_policy(tmp_path: Path) -> None:
+    """`easlurm sim replay` on the converted excerpt: the record and zeus, 70 one-GPU instances each."""
+    conv = _convert_dlrm(tmp_path)[0]
+    out = tmp_path / "out"
+    assert main(["sim", "replay", str(conv), "-O", str(out), "--policies", "zeus", "--no-html"]) == 0
+    summary = _summary(out)
+    assert {label for label, _ in summary} == {"recorded", "zeus"}
+    assert float(summary[("recorded", "completed_jobs")]) == 70.0
+    assert float(summary[("zeus", "completed_jobs")]) == 70.0
+    # waits (scheduled - creation) add up to 15468 s
+    assert float(summary[("recorded", "mean_wait_s")]) == pytest.approx(15468 / 70)
+    assert float(summary[("recorded", "makespan_s")]) == 1788927 - 3973  # first creation to last deletion
+    doc: dict[str, Any] = json.loads((out / "replay.json").read_text())
+    assert doc["mapping"]["mapped"] == 70 and doc["mapping"]["excluded"] == {}
+    assert doc["mapping"]["gpu_type_guessed"] == 70  # the trace names no GPU type
