@@ -47,9 +47,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "policy": "zeus",
         "interval_s": 10.0,
         "power_budget_w": None,
-        # an energy policy's power limit may slow a job by at most this fraction (0.15: 15 %; the trade-off
-        # curve of docs/site-baselines.md flattens there)
-        "max_slowdown": 0.15,
+        # an energy policy's power limit may add to a job's run at most this share of its JCT (its wait so far
+        # and its run at the default limit): 0.05 is a JCT budget of 1.05 (docs/site-baselines.md)
+        "max_slowdown": 0.05,
         # an energy policy spreads a job over nodes only when its EDP is within this fraction of the best packed
         # option (None: the policy's own, 0.05 for energy policies; time policies never wait to pack)
         "spread_slack": None,
@@ -181,6 +181,9 @@ RANGES: dict[str, tuple[Any, str]] = {
     "sched.aging_weight": (_non_negative, ">= 0"),
     "sched.max_slowdown": (lambda v: 0 <= v <= 10, "between 0 and 10 (a fraction: 0.05 is 5 %)"),
     "sched.spread_slack": (lambda v: 0 <= v <= 10, "between 0 and 10 (a fraction: 0.05 is 5 %)"),
+    "sched.consolidation_slack": (lambda v: 0 <= v <= 10, "between 0 and 10 (a fraction: 0.3 is 30 %)"),
+    "sched.min_off_s": (_non_negative, ">= 0"),
+    "sched.max_wake_wait_s": (_non_negative, ">= 0"),
     "sched.preempt_cooldown_s": (_non_negative, ">= 0"),
     "sched.hold_ttl_s": (_positive, "> 0"),
     "sched.metrics_port": (_port, "a port between 1 and 65535"),
@@ -208,9 +211,6 @@ def check_setting(dotted: str, value: Any, where: str) -> Any:
     if check is not None and value is not None and not (math.isfinite(value) and check[0](value)):
         raise ConfigError(f"{where}: must be {check[1]}, got {value!r}")
     return value
-    "sched.consolidation_slack": (lambda v: 0 <= v <= 10, "between 0 and 10 (a fraction: 0.3 is 30 %)"),
-    "sched.min_off_s": (_non_negative, ">= 0"),
-    "sched.max_wake_wait_s": (_non_negative, ">= 0"),
 
 
 def _coerce(default: Any, value: Any, where: str) -> Any:

@@ -18,8 +18,9 @@ SPREAD_SLACK_EDP = 0.05
 #: the power limits an energy policy weighs for each placement, as fractions of the GPU's TDP (those
 #: under the GPU's minimum limit are left out; the default limit is always an option)
 LIMIT_STEPS: tuple[float, ...] = tuple(round(0.30 + 0.05 * i, 2) for i in range(14))
-#: the slowdown a chosen limit may cost a job against its default limit (`sched.max_slowdown`)
-DEFAULT_MAX_SLOWDOWN = 0.15
+#: the share of a job's JCT (its wait so far and its run at the default limit) a chosen limit may add to its
+#: run (`sched.max_slowdown`): the JCT budget a site states, 1.05 times what the job would see uncapped
+DEFAULT_MAX_SLOWDOWN = 0.05
 #: Consolidation (`sched.consolidate`, docs/power-saving.md): an energy policy takes a placement that
 #: needs an empty node, or a powered-down node woken, only when its EDP beats the best placement on busy
 #: (or powered-on) nodes by more than this fraction (`sched.consolidation_slack`).
@@ -389,7 +390,7 @@ class BatchPacker:
         idx, job_of = expand(offs, lens)
         n_all, b_all, code_all, pl_all, sps_all, pw_all, base_all = cache.arrays
         m_all, spread_all = cache.node_arrays
-        keep = self.limit_mask(jobs, job_of, pl_all[idx], sps_all[idx], base_all[idx])
+        keep = self.limit_mask(jobs, job_of, pl_all[idx], sps_all[idx], base_all[idx], snapshot.time_s)
         if not keep.all():
             idx, job_of = idx[keep], job_of[keep]
         n, code, sps = n_all[idx], code_all[idx], sps_all[idx]
@@ -453,18 +454,24 @@ class BatchPacker:
         limit_w: np.ndarray,
         sps: np.ndarray,
         default_sps: np.ndarray,
+        now_s: float = 0.0,
     ) -> np.ndarray:
         """Which options this policy may choose: the default limit always; another limit not for a job
-        that asked for the default (SPEC `nolimit`), never under "default", and under "bounded" only
-        when the job's predicted time at that limit is within `max_slowdown` of its time at the default."""
+        that asked for the default (SPEC `nolimit`), never under "default", and under "bounded" only when
+        the time the limit adds to the job's run is at most `max_slowdown` of its JCT: its wait so far and
+        its run at the default limit. A job that has not waited may run `max_slowdown` slower; one that
+        waited in the queue spends a share of that wait, which its user sees as the same JCT budget."""
         default = np.isnan(limit_w)
         if self.limits == "default":
             return default
         opted_out = np.array([self.keeps_default_limit(j) for j in jobs], dtype=bool)[job_of]
         allowed = ~opted_out
         if self.limits == "bounded":
-            with np.errstate(invalid="ignore"):
-                allowed &= default_sps <= sps * (1.0 + self.max_slowdown)
+            work = np.array([j.remaining_samples for j in jobs], dtype=np.float64)[job_of]
+            wait = np.maximum(now_s - np.array([j.submit_s for j in jobs], dtype=np.float64), 0.0)[job_of]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                t_default = work / default_sps
+                allowed &= work / sps - t_default <= self.max_slowdown * (wait + t_default)
         return default | allowed
 
     def keeps_default_limit(self, job: PendingJob) -> bool:

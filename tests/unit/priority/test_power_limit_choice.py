@@ -44,8 +44,17 @@ def job(job_id: str = "j", **kw: Any) -> PendingJob:
     return PendingJob(**base)
 
 
+#: the snapshot's time: a job submitted at 0 has waited this long
+NOW_S = 100.0
+
+
 def snap(*pending: PendingJob) -> ClusterSnapshot:
-    return ClusterSnapshot(time_s=100.0, nodes=(H100,), running=(), pending=pending)
+    return ClusterSnapshot(time_s=NOW_S, nodes=(H100,), running=(), pending=pending)
+
+
+def within_budget(t: Any, t0: Any, wait_s: float = NOW_S, slack: float = DEFAULT_MAX_SLOWDOWN) -> Any:
+    """The time a limit adds to the run is at most `slack` of the job's JCT: its wait and its default run."""
+    return t - t0 <= slack * (wait_s + t0) + 1e-9
 
 
 def predict(oracle: Oracle, limits_w: list[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -66,12 +75,12 @@ def test_an_energy_policy_lowers_the_limit_when_it_saves_within_the_bound(oracle
     (start,) = get_policy(name).decide(snap(job()), oracle).starts
     assert start.power_limit_w is not None and 200.0 <= start.power_limit_w < 700.0
     (t0, t), (p0, p) = (np.asarray(v) for v in predict(oracle, [math.nan, start.power_limit_w]))
-    assert t <= (1 + DEFAULT_MAX_SLOWDOWN) * t0  # within the default bound
+    assert within_budget(t, t0)  # within the default bound
     assert p * t * t < p0 * t0 * t0  # and it lowers the EDP Zeus minimises
     # the choice is the minimum-EDP limit among all candidates within the bound
     cands = [math.nan] + [f * 700.0 for f in LIMIT_STEPS if f * 700.0 >= 200.0]
     times, powers = predict(oracle, cands)
-    ok = times <= (1 + DEFAULT_MAX_SLOWDOWN) * times[0]
+    ok = within_budget(times, times[0])
     best = cands[int(np.argmin(np.where(ok, powers * times**2, np.inf)))]
     assert start.power_limit_w == pytest.approx(best)
 
@@ -87,6 +96,20 @@ def test_with_no_limit_within_the_bound_the_default_is_kept(oracle: Oracle) -> N
     bounded = get_policy("zeus").decide(snap(job()), oracle).starts[0]
     assert loose.power_limit_w is not None and bounded.power_limit_w is not None
     assert loose.power_limit_w <= bounded.power_limit_w  # a looser bound never takes a higher limit
+
+
+def test_the_bound_is_a_share_of_the_jct_so_a_job_that_waited_may_be_capped_deeper(oracle: Oracle) -> None:
+    """A job submitted now may run max_slowdown slower than at the default limit; the same job after a wait
+    spends max_slowdown of its wait too (the JCT budget its user sees), and never gets a higher limit."""
+    fresh = get_policy("zeus").decide(snap(job(submit_s=NOW_S)), oracle).starts[0]
+    waited = get_policy("zeus").decide(snap(job(submit_s=NOW_S - 3000.0)), oracle).starts[0]
+    (t0, t_fresh, t_waited), _ = predict(
+        oracle, [math.nan, fresh.power_limit_w or math.nan, waited.power_limit_w or math.nan]
+    )
+    assert within_budget(t_fresh, t0, wait_s=0.0) and t_fresh <= (1 + DEFAULT_MAX_SLOWDOWN) * t0 + 1e-9
+    assert within_budget(t_waited, t0, wait_s=3000.0) and t_waited > (1 + DEFAULT_MAX_SLOWDOWN) * t0
+    assert waited.power_limit_w is not None and fresh.power_limit_w is not None
+    assert waited.power_limit_w < fresh.power_limit_w
 
 
 @pytest.mark.parametrize("name", BASELINES)

@@ -16,7 +16,7 @@ from easlurm.sim.site_baselines import POWER_SAVING_LABEL, Ratio, compare, paire
 from easlurm.sim.spec import SimSpec
 
 #: (energy per job J, mean JCT s) of each label in the fake runs: static-cap-50 is cheapest but slower
-#: than slurm, static-cap-70 the cheapest cap at most as slow as slurm
+#: than slurm's JCT budget, static-cap-60 the cheapest cap within it
 FAKE = {
     "slurm": (100.0, 1000.0),
     "static-cap-50": (80.0, 1200.0),
@@ -104,11 +104,12 @@ def _rows(labels: list[str], seeds: int = 3) -> list[dict[str, Any]]:
     return out
 
 
-def test_the_best_static_cap_is_the_cheapest_at_most_as_slow_as_slurm_or_none() -> None:
+def test_the_best_static_cap_is_the_cheapest_within_the_jct_budget_or_none() -> None:
+    """static-cap-60 is 1 % slower than slurm, within the 5 % budget, and cheaper than static-cap-70."""
     cmp = compare(_rows(list(FAKE)))
-    assert cmp.best_cap == "static-cap-70" and cmp.slurm == "slurm" and cmp.power_saving == POWER_SAVING_LABEL
-    e, t = cmp.ratios["zeus"]["static-cap-70"]
-    assert e.ratio == pytest.approx(60 / 90) and e.verdict == "lower" and t.verdict == "higher"
+    assert cmp.best_cap == "static-cap-60" and cmp.slurm == "slurm" and cmp.power_saving == POWER_SAVING_LABEL
+    e, t = cmp.ratios["zeus"]["static-cap-60"]
+    assert e.ratio == pytest.approx(60 / 85) and e.verdict == "lower" and t.verdict == "lower"
     slow = compare(_rows(["slurm", "static-cap-50"]))
     assert slow.best_cap is None and [a for a, _ in slow.against] == ["slurm"]
 
@@ -125,11 +126,11 @@ def test_campaign_report_shows_each_policy_against_the_site_baselines(tmp_path: 
     run_campaign(plan, tmp_path, runner=fake_runner, jobs=1)
     md = build_report(tmp_path, html_too=False).markdown.read_text()
     assert "against what a site does today" in md
-    assert "The best static cap is `static-cap-70`" in md
+    assert "The best static cap is `static-cap-60`" in md
     head = next(line for line in md.splitlines() if line.startswith("| Policy | Energy/job vs slurm"))
-    assert "best static cap (static-cap-70)" in head and "slurm + power saving" in head
+    assert "best static cap (static-cap-60)" in head and "slurm + power saving" in head
     zeus = next(line for line in md.splitlines() if line.startswith("| zeus | 0.600 (every seed)"))
-    assert "| 0.667 (every seed) |" in zeus and "| 0.857 (every seed) |" in zeus
+    assert "| 0.706 (every seed) |" in zeus and "| 0.857 (every seed) |" in zeus
     assert "| Policy | Energy/job | Busy | Idle | Off | Power cycles |" in md
     pytest.importorskip("matplotlib")
     assert (tmp_path / "plots" / "b_B_tradeoff.png").is_file() and "b_B_tradeoff.png" in md
