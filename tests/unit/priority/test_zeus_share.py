@@ -164,3 +164,20 @@ def test_never_shares_when_the_pair_costs_more_energy_than_the_jobs_alone(oracle
     saves energy and is shared, at the default limit."""
     assert get_policy("zeus-share", max_slowdown=0.0).decide(snapshot(), oracle).starts == ()
     assert pair_limit(get_policy("zeus-share", power_limits=False).decide(snapshot(), oracle).starts) is None
+
+
+def test_share_always_settings_lift_every_test_of_the_rule(oracle: Oracle) -> None:
+    """`share-always` (campaigns/colocation.yaml) is zeus-share without the rule's tests: with the energy and
+    objective ratios lifted, the pair the default rule refuses (max_slowdown 0) is shared."""
+    assert get_policy("zeus-share", max_slowdown=0.0).decide(snapshot(), oracle).starts == ()
+    lifted = get_policy(
+        "zeus-share",
+        max_slowdown=0.0,
+        min_gain=-1.0,
+        min_speed=0.01,
+        max_energy_ratio=100.0,
+        max_cost_ratio=100.0,
+    )
+    assert lifted.decide(snapshot(), oracle).starts
+    with pytest.raises(ConfigError, match="max_cost_ratio"):
+        get_policy("zeus-share", max_cost_ratio=0.0)

@@ -58,8 +58,9 @@ class ZeusShare(Zeus):
     limit, energy above the GPUs' idle power at most max_energy_ratio times what the same work costs with
     each job alone at its own limit (the GPU that sharing frees idles), memory that fits, and no deadline
     of either put at risk (the shared end, with a margin, before the deadline). The qualifying limit with
-    the lowest objective (energy x GPU time per unit of work for EDP) is taken when it is no worse than the
-    two jobs alone; the partner with the largest gain is taken; otherwise the job waits."""
+    the lowest objective (energy x GPU time per unit of work for EDP) is taken when it is at most
+    max_cost_ratio times (1: no worse than) the two jobs alone; the partner with the largest gain is taken;
+    otherwise the job waits."""
 
     name = "zeus-share"
 
@@ -70,15 +71,23 @@ class ZeusShare(Zeus):
         min_speed: float = 0.5,
         deadline_margin: float = 1.2,
         max_energy_ratio: float = 1.0,
+        max_cost_ratio: float = 1.0,
         **params: Any,
     ) -> None:
         super().__init__(**params)
-        if min_gain < -1 or not 0 < min_speed <= 1 or deadline_margin < 1 or max_energy_ratio <= 0:
+        if (
+            min_gain < -1
+            or not 0 < min_speed <= 1
+            or deadline_margin < 1
+            or max_energy_ratio <= 0
+            or max_cost_ratio <= 0
+        ):
             raise ConfigError(
                 f"policy {self.name}: need min_gain >= -1, 0 < min_speed <= 1, deadline_margin >= 1, "
-                "max_energy_ratio > 0"
+                "max_energy_ratio > 0, max_cost_ratio > 0"
             )
         self.max_energy_ratio = float(max_energy_ratio)
+        self.max_cost_ratio = float(max_cost_ratio)
         self.min_gain = float(min_gain)
         self.min_speed = float(min_speed)
         self.deadline_margin = float(deadline_margin)
@@ -230,7 +239,7 @@ class ZeusShare(Zeus):
             return None
         cost = co.power_w / stp**k
         alone_cost = sum(co.speed[i] * alone[i].power_w * alone[i].slowdown ** k for i in range(2)) / stp
-        if cost > alone_cost:
+        if cost > self.max_cost_ratio * alone_cost:
             return None
         now = cyc.snapshot.time_s
         if host.deadline_s is not None:
