@@ -212,7 +212,9 @@ def best_static_cap(
     ok = [
         (e, cap, lab)
         for cap, lab in caps
-        if (e := means[lab][0]) is not None and (t := means[lab][1]) is not None and t <= jct_budget * slurm_jct
+        if (e := means[lab][0]) is not None
+        and (t := means[lab][1]) is not None
+        and t <= jct_budget * slurm_jct
     ]
     return min(ok)[2] if ok else None
 
