@@ -43,6 +43,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "easlurm.accounting.report_cli:report_cmd",
         "Energy over a period by user, account, partition or GPU type (kWh, GPU-hours, CO2, plot).",
     ),
+    "power": (
+        "easlurm.accounting.power_cli:power_group",
+        "Slurm's power saving: SuspendProgram/ResumeProgram, and each node's time and energy powered down.",
+    ),
     "accounting": (
         "easlurm.accounting.republish_cli:accounting_group",
         "Admin: republish energy records of cancelled and timed-out jobs into sacct.",

@@ -37,6 +37,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         # the box's node agents read a fake NVML (8 GPUs at 250 W) and a fake RAPL tree: the local
         # cluster only (scripts/slurm-box); a real install never reads this section
         "fake_sensors": True,
+        # the box's slurm.conf SuspendTime (s): power saving is on (SuspendProgram/ResumeProgram stop and
+        # start a node's slurmd) but no node powers down by itself during a test session; tests power a
+        # node down with `scontrol update NodeName=X State=POWER_DOWN`
+        "suspend_time_s": 86400,
     },
     "oracle": {
         "params": None,
@@ -53,20 +57,34 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         # an energy policy spreads a job over nodes only when its EDP is within this fraction of the best packed
         # option (None: the policy's own, 0.05 for energy policies; time policies never wait to pack)
         "spread_slack": None,
-        "aging_weight": 1.0,
-        "preempt_cooldown_s": 300.0,
-        "hold_ttl_s": 600.0,
-        "metrics_port": None,
         # energy policies keep nodes empty (or powered down) for Slurm's power saving where the EDP cost is
         # small (docs/power-saving.md, consolidation)
         "consolidate": True,
         "consolidation_slack": 0.30,
         "min_off_s": 0.0,
         "max_wake_wait_s": 600.0,
+        "aging_weight": 1.0,
+        "preempt_cooldown_s": 300.0,
+        "hold_ttl_s": 600.0,
+        "metrics_port": None,
         "metrics_address": None,
         "decision_log": "/var/log/easlurm/schedd.jsonl",
         "env_dir": None,
         "state_save_dir": None,
+    },
+    "power": {
+        # Slurm's SuspendProgram/ResumeProgram (`easlurm power suspend|resume HOSTLIST`, docs/power-saving.md):
+        # the log of every node's power events (None: <spank.spool>/power/state.jsonl), and the site's own
+        # command per node, an argv with {node} run without a shell (e.g. "ipmitool -H {node}-bmc -U admin
+        # -f /etc/easlurm/ipmi.pw chassis power off"); None: the events are logged, nothing else is run
+        "state_log": None,
+        "suspend_command": None,
+        "resume_command": None,
+        "command_timeout_s": 60.0,
+        # a node's whole draw idle (GPUs included) and powered down, for `easlurm power report`; None: the
+        # simulator's estimates by GPUs per node (src/easlurm/sim/node_power.py) plus its GPUs' idle draw
+        "node_idle_w": None,
+        "node_off_w": None,
     },
     "report": {
         "grid_intensity_g_per_kwh": None,
@@ -155,6 +173,10 @@ class Config:
 _FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 
 
+#: Slurm keeps SuspendTime in 32 bits; beyond a year it is a typo for "off" (leave power saving out instead).
+MAX_SUSPEND_TIME_S = 365 * 86400
+
+
 def _positive(v: float) -> bool:
     return v > 0
 
@@ -175,16 +197,20 @@ RANGES: dict[str, tuple[Any, str]] = {
     "spank.late_limit_s": (_non_negative, ">= 0"),
     "box.base_port": (lambda v: 1 <= v <= 65535 - 16, "a port between 1 and 65519"),
     "box.shards_per_gpu": (lambda v: 1 <= v <= 1024, "between 1 and 1024"),
+    "box.suspend_time_s": (lambda v: 1 <= v <= MAX_SUSPEND_TIME_S, f"between 1 and {MAX_SUSPEND_TIME_S} s"),
+    "power.command_timeout_s": (lambda v: 0 < v <= 3600, "> 0 and at most 3600 s"),
+    "power.node_idle_w": (_non_negative, ">= 0 W"),
+    "power.node_off_w": (_non_negative, ">= 0 W"),
     "oracle.cache_size": (lambda v: 0 <= v <= 2**31 - 1, "between 0 and 2147483647"),
     "sched.interval_s": (_positive, "> 0"),
     "sched.power_budget_w": (_positive, "> 0"),
     "sched.aging_weight": (_non_negative, ">= 0"),
     "sched.max_slowdown": (lambda v: 0 <= v <= 10, "between 0 and 10 (a fraction: 0.05 is 5 %)"),
     "sched.spread_slack": (lambda v: 0 <= v <= 10, "between 0 and 10 (a fraction: 0.05 is 5 %)"),
+    "sched.preempt_cooldown_s": (_non_negative, ">= 0"),
     "sched.consolidation_slack": (lambda v: 0 <= v <= 10, "between 0 and 10 (a fraction: 0.3 is 30 %)"),
     "sched.min_off_s": (_non_negative, ">= 0"),
     "sched.max_wake_wait_s": (_non_negative, ">= 0"),
-    "sched.preempt_cooldown_s": (_non_negative, ">= 0"),
     "sched.hold_ttl_s": (_positive, "> 0"),
     "sched.metrics_port": (_port, "a port between 1 and 65535"),
     "sim.hours": (lambda v: 0 < v <= 87600, "> 0 and at most 87600 (ten years)"),
@@ -192,12 +218,32 @@ RANGES: dict[str, tuple[Any, str]] = {
     "sim.checkpoint_interval_s": (_positive, "> 0"),
 }
 #: settings that are a number although their default is None
-_NUMBERS = ("sched.power_budget_w", "sched.metrics_port", "sim.checkpoint_interval_s", "sched.spread_slack")
+_NUMBERS = (
+    "sched.power_budget_w",
+    "sched.metrics_port",
+    "sim.checkpoint_interval_s",
+    "sched.spread_slack",
+    "power.node_idle_w",
+    "power.node_off_w",
+)
+#: settings that are a path (a non-empty string) although their default is None
+_PATHS = ("power.state_log",)
+#: settings that are a command run per node: an argv template (a string split as a shell would, without
+#: running one, or a list) naming {node}
+ARGV_TEMPLATES = ("power.suspend_command", "power.resume_command")
 
 
 def check_setting(dotted: str, value: Any, where: str) -> Any:
     """A setting's value checked for type and range; `where` (a file and key, or a flag) leads the error."""
     section, _, key = dotted.partition(".")
+    if dotted in ARGV_TEMPLATES:
+        if value is not None:
+            argv_template(value, where)
+        return value
+    if dotted in _PATHS:
+        if value is not None and not (isinstance(value, str) and value.strip()):
+            raise ConfigError(f"{where}: expected a path, got {value!r}")
+        return value
     if dotted == "sched.power_budget_w" and isinstance(value, str):
         from easlurm.units import parse_power_w
 
@@ -211,6 +257,38 @@ def check_setting(dotted: str, value: Any, where: str) -> Any:
     if check is not None and value is not None and not (math.isfinite(value) and check[0](value)):
         raise ConfigError(f"{where}: must be {check[1]}, got {value!r}")
     return value
+
+
+def argv_template(value: Any, where: str) -> list[str]:
+    """A per-node command as an argv: a string split as a shell would (no shell runs it) or a list of
+    strings, naming `{node}` and no other field; one line naming `where` otherwise."""
+    import shlex
+    import string
+
+    if isinstance(value, str):
+        try:
+            argv = shlex.split(value)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: cannot split {value!r} into arguments ({exc})") from None
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        argv = list(value)
+    else:
+        raise ConfigError(f"{where}: expected a command (a string or a list of strings), got {value!r}")
+    if not argv or not argv[0].strip():
+        raise ConfigError(f"{where}: the command is empty")
+    fields: set[str] = set()
+    for arg in argv:
+        try:
+            fields.update(f"{{{f}}}" for _, f, _, _ in string.Formatter().parse(arg) if f is not None)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {arg!r}: {exc} (write a literal brace as {{{{ or }}}})") from None
+    if fields - {"{node}"}:
+        raise ConfigError(
+            f"{where}: unknown field(s) {', '.join(sorted(fields - {'{node}'}))} (only {{node}})"
+        )
+    if "{node}" not in fields:
+        raise ConfigError(f"{where}: the command must name the node as {{node}}, got {value!r}")
+    return argv
 
 
 def _coerce(default: Any, value: Any, where: str) -> Any:

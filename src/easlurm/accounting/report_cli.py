@@ -17,17 +17,19 @@ from easlurm.errors import ConfigError
     help="Energy of the jobs that ran in a period, grouped by user, account, partition or GPU type: kWh, "
     "GPU-hours, mean power, kWh per GPU-hour, energy lost to requeues and to idle allocated GPUs, and CO2 "
     "with a grid intensity (g/kWh, or a CSV time series; report.grid_intensity_* in the configuration). "
-    "Every run of a requeued job counts; jobs without records count in jobs and GPU-hours only.",
+    "Every run of a requeued job counts; jobs without records count in jobs and GPU-hours only. "
+    "--by node: each node's time powered down by Slurm's power saving, its power cycles and the energy "
+    "drawn off and avoided (as `easlurm power report`).",
 )
 @click.option("-S", "--starttime", default="now-7days", show_default=True, help="Period start (sacct -S).")
 @click.option("-E", "--endtime", default="now", show_default=True, help="Period end (sacct -E).")
 @click.option(
     "--by",
     "by",
-    type=click.Choice(["user", "account", "partition", "gpu-type"]),
+    type=click.Choice(["user", "account", "partition", "gpu-type", "node"]),
     default="user",
     show_default=True,
-    help="What a row is.",
+    help="What a row is (node: power saving per node, from the power-state log).",
 )
 @click.option("-u", "--user", help="Only these users (sacct -u); default all users.")
 @click.option("-A", "--account", help="Only these accounts (sacct -A).")
@@ -94,6 +96,25 @@ def report_cmd(
         raise ConfigError("--markdown, --csv and --json are exclusive")
     if co2_g_per_kwh is not None and co2_csv is not None:
         raise ConfigError("--co2 and --co2-csv are exclusive")
+    if by == "node":
+        given = [
+            flag
+            for flag, value in (
+                ("-u", user),
+                ("-A", account),
+                ("-r", partition),
+                ("-j", jobs),
+                ("--co2", co2_g_per_kwh),
+                ("--co2-csv", co2_csv),
+                ("--plot", plot_path),
+                ("--spool", spool),
+            )
+            if value is not None
+        ]
+        if given:
+            raise ConfigError(f"--by node reports nodes, not jobs: {', '.join(given)} do not apply")
+        _node_section(ctx, starttime, endtime, as_markdown, as_csv, as_json, debug)
+        return
     cfg = load_ctx_config(ctx)
     intensity: GridIntensity | None = None
     source = None
@@ -158,3 +179,39 @@ def report_cmd(
     click.echo(render_table(header, [dict(zip(header, c)) for c in cells]))
     for n in notes:
         click.echo(n)
+
+
+def _node_section(
+    ctx: click.Context,
+    starttime: str,
+    endtime: str,
+    as_markdown: bool,
+    as_csv: bool,
+    as_json: bool,
+    debug: bool,
+) -> None:
+    """`--by node`: the power-state log's table (docs/power-saving.md), in the report's formats."""
+    from easlurm.accounting.power_cli import node_report
+    from easlurm.accounting.power_state import render_csv, table_rows
+    from easlurm.accounting.power_state import render_json as render_nodes_json
+    from easlurm.accounting.report import render_markdown
+    from easlurm.cli import load_ctx_config
+    from easlurm.table import render_table
+
+    cfg = load_ctx_config(ctx)
+    rows, start_s, end_s, path, skipped, notes = node_report(cfg, starttime, endtime, debug)
+    if as_json:
+        click.echo(render_nodes_json(rows, start_s, end_s, path, skipped))
+        return
+    if as_csv:
+        click.echo(render_csv(rows), nl=False)
+        return
+    header, cells = table_rows(rows, parsable=False, with_total=True)
+    if as_markdown:
+        title = f"easlurm power saving by node, {starttime} to {endtime}"
+        click.echo(render_markdown(title, header, [[c[h] for h in header] for c in cells], notes), nl=False)
+        return
+    if cells:
+        click.echo(render_table(header, cells))
+    for note in notes:
+        click.echo(note)

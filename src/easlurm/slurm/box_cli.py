@@ -1,4 +1,6 @@
-"""`scripts/slurm-box install|up|down|status|env`: drive the local development cluster."""
+"""`scripts/slurm-box install|up|down|status|env|node-off NODE|node-on NODE`: drive the local development
+cluster. node-off and node-on are the per-node commands of the box's SuspendProgram and ResumeProgram
+(`easlurm power suspend|resume`): they stop and start that node's slurmd."""
 
 from __future__ import annotations
 
@@ -26,14 +28,18 @@ def make_box() -> SlurmBox:
         cfg["shards_per_gpu"],
         where,
         fake_sensors=bool(cfg["fake_sensors"]),
+        suspend_time_s=cfg["suspend_time_s"],
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="slurm-box", description=__doc__)
-    parser.add_argument("action", choices=["install", "up", "down", "status", "env"])
+    parser.add_argument("action", choices=["install", "up", "down", "status", "env", "node-off", "node-on"])
+    parser.add_argument("node", nargs="?", help="node-off, node-on: the node")
     parser.add_argument("-q", "--quiet", action="store_true")
     args = parser.parse_args(argv)
+    if (args.node is None) != (args.action not in ("node-off", "node-on")):
+        parser.error(f"{args.action}: " + ("needs a NODE" if args.node is None else "takes no NODE"))
     logging.basicConfig(
         level=logging.WARNING if args.quiet else logging.INFO, format="slurm-box: %(message)s"
     )
@@ -52,9 +58,21 @@ def main(argv: list[str] | None = None) -> int:
             )
         elif args.action == "down":
             box.down()
+        elif args.action == "node-off":
+            box.node_off(args.node)
+        elif args.action == "node-on":
+            box.node_on(args.node)
         elif args.action == "status":
+            off = {f"slurmd-{n}" for n in box.powered_down_nodes()}
             for name, pid in box.status().items():
-                print(f"{name:<16} {'running pid ' + str(pid) if pid else 'stopped'}")
+                what = (
+                    f"running pid {pid}"
+                    if pid
+                    else "powered down (Slurm's power saving)"
+                    if name in off
+                    else "stopped"
+                )
+                print(f"{name:<16} {what}")
             print(f"state dir        {box.paths.root}")
             print(f"slurm version    {box.slurm_version() or 'not installed'}")
             return 0 if box.is_up() else 3

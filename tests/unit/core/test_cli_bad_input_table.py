@@ -325,6 +325,44 @@ CASES: dict[str, Case] = {
     "cfg-base-port-config": C(
         "box.base_port", "-c", "{cfg}", "config", config="box:\n  base_port: 99999999999999999999\n"
     ),
+    # --- Slurm's power saving (docs/power-saving.md): settings, the programs and the node report
+    "cfg-suspend-time-config": C(
+        "box.suspend_time_s", "-c", "{cfg}", "config", config="box:\n  suspend_time_s: 0\n"
+    ),
+    "cfg-node-idle-power-report": C(
+        "power.node_idle_w", "-c", "{cfg}", "power", "report", config="power:\n  node_idle_w: -5\n"
+    ),
+    "cfg-node-off-above-idle-power-report": C(
+        "power.node_off_w",
+        "-c",
+        "{cfg}",
+        "power",
+        "report",
+        config="power:\n  state_log: none.jsonl\n  node_idle_w: 100\n  node_off_w: 200\n",
+    ),
+    "cfg-suspend-command-power-suspend": C(
+        "power.suspend_command",
+        "-c",
+        "{cfg}",
+        "power",
+        "suspend",
+        "h100-1",
+        config="power:\n  suspend_command: ipmitool chassis power off\n",
+    ),
+    "cfg-resume-command-field-power-resume": C(
+        "power.resume_command",
+        "-c",
+        "{cfg}",
+        "power",
+        "resume",
+        "h100-1",
+        config="power:\n  resume_command: wake {host}\n",
+    ),
+    "cfg-state-log-power-suspend": C(
+        "power.state_log", "-c", "{cfg}", "power", "suspend", "h100-1", config="power:\n  state_log: [a]\n"
+    ),
+    "starttime-power-report": C("-S/--starttime", "power", "report", "-S", "yesterday"),
+    "by-node-jobs-report": C("-u", "report", "--by", "node", "-u", "root"),
 }
 
 
