@@ -438,7 +438,7 @@ class BatchPacker:
         on = rank == 0
         tier0 = cyc.fits(nodes=on & (free < total))
         tier1 = cyc.fits(nodes=rank <= 1)
-        first_rest_end = float(rest[rested].min()) if rested.any() else INF
+        first_rest_end = float(np.min(rest[rested])) if rested.any() else INF
         submit = np.array([j.submit_s for j in cyc.jobs], dtype=np.float64)
         may_wake = (first_rest_end - submit > self.max_wake_wait_s)[cyc.job_of]
         patient = cyc.fits(nodes=~rested) if rested.any() else cyc.feasible
