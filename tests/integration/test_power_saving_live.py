@@ -55,7 +55,12 @@ def leave_node_idle(box: Any) -> None:
         box.run(["scontrol", "update", f"NodeName={NODE}", "State=POWER_UP"], check=False)
     elif state.startswith(("down", "drain")):
         box.run(["scontrol", "update", f"NodeName={NODE}", "State=RESUME"], check=False)
-    wait_for(lambda: node_state(box) == "idle", 90, f"{NODE} idle again")
+    try:
+        wait_for(lambda: node_state(box) == "idle", 90, f"{NODE} idle again")
+    except AssertionError as exc:
+        nodes = box.run(["sinfo", "-h", "-N", "-n", NODE, "-o", "%t %E"], check=False).stdout.strip()
+        queue = box.run(["squeue", "-h", "-a", "-o", "%i %T %r %N %P"], check=False).stdout.strip()
+        raise AssertionError(f"{exc}: sinfo [{nodes}] squeue [{queue}]") from None
 
 
 def test_powered_down_node_is_resumed_for_a_job_that_runs_once(slurm_box: Any, tmp_path: Path) -> None:
