@@ -46,17 +46,24 @@ def easlurm_json(box: Any, *args: str) -> dict[str, Any]:
 
 
 def leave_node_idle(box: Any) -> None:
-    """Other tests use the node: power it up if it is still down, and wait until it is idle. A node
-    powering down (idle%) ignores a power-up request until it is down (up to SuspendTimeout plus
-    slurmctld's power-saving pass, about 10 s)."""
-    wait_for(lambda: "%" not in node_state(box), 60, f"{NODE} powered down")
-    state = node_state(box)
-    if "~" in state:
-        box.run(["scontrol", "update", f"NodeName={NODE}", "State=POWER_UP"], check=False)
-    elif state.startswith(("down", "drain")):
-        box.run(["scontrol", "update", f"NodeName={NODE}", "State=RESUME"], check=False)
+    """Other tests use the node: wait until it is idle, powering it up if it is down and resuming it if an
+    earlier test's cancelled job left it drained or down. A node powering down (idle%) ignores a power-up
+    request until it is down (up to SuspendTimeout plus slurmctld's power-saving pass, about 10 s), and a
+    node still completing a job ends that first."""
+    asked: set[str] = set()
+
+    def idle() -> bool:
+        state = node_state(box)
+        if state.endswith("~") and "up" not in asked:
+            box.run(["scontrol", "update", f"NodeName={NODE}", "State=POWER_UP"], check=False)
+            asked.add("up")
+        elif state.startswith(("down", "drain", "drng")) and "resume" not in asked:
+            box.run(["scontrol", "update", f"NodeName={NODE}", "State=RESUME"], check=False)
+            asked.add("resume")
+        return state == "idle"
+
     try:
-        wait_for(lambda: node_state(box) == "idle", 90, f"{NODE} idle again")
+        wait_for(idle, 150, f"{NODE} idle again")
     except AssertionError as exc:
         nodes = box.run(["sinfo", "-h", "-N", "-n", NODE, "-o", "%t %E"], check=False).stdout.strip()
         queue = box.run(["squeue", "-h", "-a", "-o", "%i %T %r %N %P"], check=False).stdout.strip()
