@@ -17,12 +17,27 @@ from spank_support import plugin_with_fake_sensors, run_easlurm
 
 pytestmark = pytest.mark.slurm
 
-NODE = "h100-2"
+#: the GPU nodes the test may power down, in order of preference; NODE is the one it chose
+CANDIDATES = ("h100-2", "h100-1", "a100-2", "a100-1")
+NODE = CANDIDATES[0]
 
 
-def node_state(box: Any) -> str:
-    res = box.run(["sinfo", "-h", "-N", "-n", NODE, "-o", "%t"], check=False)
+def node_state(box: Any, node: str | None = None) -> str:
+    res = box.run(["sinfo", "-h", "-N", "-n", node or NODE, "-o", "%t"], check=False)
     return (res.stdout.split() or [""])[0]
+
+
+def choose_idle_node(box: Any) -> str:
+    """The first candidate that is idle. Under load an earlier test's cancelled job can keep a node `mix`
+    for minutes with nothing left in the queue (seen on 22.05 after the power-cap tests)."""
+    found: list[str] = []
+
+    def any_idle() -> bool:
+        found.extend(n for n in CANDIDATES if node_state(box, n) == "idle")
+        return bool(found)
+
+    wait_for(any_idle, 150, "an idle GPU node")
+    return found[0]
 
 
 def events_since(box: Any, t0: float) -> list[dict[str, Any]]:
@@ -75,9 +90,13 @@ def test_powered_down_node_is_resumed_for_a_job_that_runs_once(slurm_box: Any, t
     job pinned to it resumes it (a resume event) and runs to COMPLETED with no requeue and no hold, with
     its energy measured. `easlurm power report` and `easlurm report --by node` show the node's time powered
     down (from the suspend to the resume) and the energy drawn off and avoided against idling."""
+    global NODE
     box = slurm_box.box
     tmp_path.chmod(0o755)
-    leave_node_idle(slurm_box)  # a box brought up with the node powered down keeps it so
+    if "~" in node_state(slurm_box):
+        leave_node_idle(slurm_box)  # a box brought up with the node powered down keeps it so
+    NODE = choose_idle_node(slurm_box)
+    kind = NODE.split("-")[0]
     t0 = time.time()
     try:
         slurm_box.run(["scontrol", "update", f"NodeName={NODE}", "State=POWER_DOWN"])
@@ -97,8 +116,8 @@ def test_powered_down_node_is_resumed_for_a_job_that_runs_once(slurm_box: Any, t
                 "-w",
                 NODE,
                 "-p",
-                "h100",
-                "--gres=gpu:h100:1",
+                kind,
+                f"--gres=gpu:{kind}:1",
                 "--energy-profile=gpu",
                 "-o",
                 str(tmp_path / "out"),
