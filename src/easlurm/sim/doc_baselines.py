@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from easlurm.sim.doc_figures import DocFigures, Runs, campaign_source, ci, p_text, table
-from easlurm.sim.doc_limits import ALIBABA, CONVERTER, PHILLY, PHILLY_CONVERTER, _convert
+from easlurm.sim.doc_limits import ALIBABA, CONVERTER, PHILLY, PHILLY_CONVERTER, convert_excerpt
 from easlurm.sim.site_baselines import (
     ENERGY,
     JCT,
@@ -56,7 +56,7 @@ def baselines_source(root: Path, work_dir: Path, jobs: int) -> BaselinesData:
         ("Philly (SWF)", PHILLY_CONVERTER, PHILLY, "philly.swf"),
         ("Alibaba GPU v2025 DLRM (CSV)", DLRM_CONVERTER, DLRM, "dlrm.csv"),
     ):
-        trace = _convert(root, script, source, work_dir / target)
+        trace = convert_excerpt(root, script, source, work_dir / target)
         res = replay(trace, None, ENERGY_POLICIES, seeds=REPLAY_SEEDS, baselines=True)
         records = res.records()
         out.append((name, res, Runs(records, [row_of(r) for r in records])))

@@ -33,7 +33,7 @@ class LimitsData:
     philly_runs: Runs
 
 
-def _convert(root: Path, script: str, source: str, out: Path) -> Path:
+def convert_excerpt(root: Path, script: str, source: str, out: Path) -> Path:
     """Run a converter of scripts/ on a fixture (in-process, its stderr count kept beside the output)."""
     convert = runpy.run_path(str(root / script), run_name=script.rsplit("/", 1)[-1].replace("-", "_"))[
         "convert"
@@ -54,11 +54,11 @@ def limits_source(root: Path, work_dir: Path, jobs: int) -> LimitsData:
 
     runs = campaign_source(PLAN)(root, work_dir / "campaign", jobs)
     work_dir.mkdir(parents=True, exist_ok=True)
-    converted = _convert(root, CONVERTER, ALIBABA, work_dir / "alibaba.csv")
+    converted = convert_excerpt(root, CONVERTER, ALIBABA, work_dir / "alibaba.csv")
     alibaba = replay(converted, None, REPLAY_POLICIES, seeds=REPLAY_SEEDS, compare_limits=True)
     records = alibaba.records()
     ubccr = replay(root / UBCCR, None, ("zeus",), seeds=(0,))
-    swf = _convert(root, PHILLY_CONVERTER, PHILLY, work_dir / "philly.swf")
+    swf = convert_excerpt(root, PHILLY_CONVERTER, PHILLY, work_dir / "philly.swf")
     philly = replay(swf, None, REPLAY_POLICIES, seeds=REPLAY_SEEDS, compare_limits=True)
     p_records = philly.records()
     return LimitsData(
