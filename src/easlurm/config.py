@@ -82,7 +82,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "resume_command": None,
         "command_timeout_s": 60.0,
         # a node's whole draw idle (GPUs included) and powered down, for `easlurm power report`; None: the
-        # simulator's estimates by GPUs per node (src/easlurm/sim/node_power.py) plus its GPUs' idle draw
+        # simulator's estimates by GPUs per node (src/easlurm/model/node_power.py) plus its GPUs' idle draw
         "node_idle_w": None,
         "node_off_w": None,
     },

@@ -15,7 +15,7 @@ import pytest
 from box_support import wait_for
 from spank_support import REPO, plugin_with_fake_sensors, run_easlurm
 
-from easlurm.accounting.sacct_cli import job_total
+from easlurm.accounting.sacct_rows import job_total
 from easlurm.accounting.spool import read_step_files
 from easlurm.accounting.step_record import StepRecord
 

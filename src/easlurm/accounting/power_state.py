@@ -254,7 +254,7 @@ def node_draw(
     """Each node's draw from {node: (GPUs, one idle GPU's draw in W or None)}: power.node_idle_w /
     power.node_off_w where set, else the simulator's base-power estimates by GPUs per node plus the GPUs'
     idle draw. A node whose off draw exceeds its idle draw is refused (one line naming `where`)."""
-    from easlurm.sim.node_power import default_idle_w, default_off_w
+    from easlurm.model.node_power import default_idle_w, default_off_w
 
     out = {}
     for name, (gpus, gpu_idle_w) in nodes.items():

@@ -19,7 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from easlurm.accounting.sacct_cli import job_total, run_numbers, split_job_id
+from easlurm.accounting.sacct_rows import job_total, run_numbers, split_job_id
 from easlurm.accounting.seff import GpuLimits, device_lines, hosts_of, idle_gpus, shard_gpu_type, tres_gpus
 from easlurm.accounting.step_record import StepRecord
 from easlurm.errors import ConfigError
@@ -365,7 +365,7 @@ def render_json(
 
 def plot_report(groups: Sequence[GroupTotals], out: Path, title: str) -> Path | None:
     """Stacked bars per group: energy of kept runs, lost to requeues, of idle allocated GPUs (kWh)."""
-    from easlurm.sim.plots import plot_stacked_bars
+    from easlurm.plots import plot_stacked_bars
 
     if not groups:
         return None

@@ -84,7 +84,7 @@ def report_cmd(
         render_markdown,
         table_rows,
     )
-    from easlurm.accounting.sacct_cli import build_rows, selection_argv
+    from easlurm.accounting.sacct_rows import build_rows, selection_argv
     from easlurm.accounting.seff import tres_gpus
     from easlurm.accounting.seff_cli import gpu_limits, node_gpu_types
     from easlurm.cli import load_ctx_config

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from easlurm.accounting.sacct_cli import job_total, run_numbers, split_job_id
+from easlurm.accounting.sacct_rows import job_total, run_numbers, split_job_id
 from easlurm.accounting.step_record import ProfileSpec, StepRecord, parse_spec
 from easlurm.energy.result import sum_known
 from easlurm.errors import ConfigError

@@ -252,7 +252,7 @@ def seff_cmd(
     no_spool: bool,
     debug: bool,
 ) -> None:
-    from easlurm.accounting.sacct_cli import build_rows
+    from easlurm.accounting.sacct_rows import build_rows
     from easlurm.accounting.seff import SACCT_FIELDS, build_card, card_document
     from easlurm.cli import load_ctx_config
     from easlurm.model.build import apply_oracle_config

@@ -21,7 +21,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from easlurm.energy.nvml import NvmlLibrary, nvml_error_class
+from easlurm.energy.nvml import NvmlLibrary
+from easlurm.energy.nvml_errors import NVML_ERROR_NOT_FOUND, nvml_error_class
 from easlurm.errors import SensorError
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,6 @@ log = logging.getLogger(__name__)
 #: (about 4 ms on an H100), too much for every step at 2 Hz.
 SHARE_PERIOD_S = 0.5
 ALONE_PERIOD_S = 5.0
-NVML_ERROR_NOT_FOUND = 6
 #: The key of the watching step's own processes.
 OWN = "self"
 

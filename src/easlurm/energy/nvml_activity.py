@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from easlurm.energy.nvml_errors import nvml_error_class
+
 log = logging.getLogger(__name__)
 
 #: Seconds between utilisation and memory reads: NVML's utilisation is itself a mean over its last
@@ -55,8 +57,6 @@ class ActivityReader:
 
     def _read(self, call: Any, what: str) -> bool:
         """Run one read; False when NVML says it will never work on this GPU."""
-        from easlurm.energy.nvml import nvml_error_class
-
         try:
             call()
         except self.nvml.NVMLError as exc:

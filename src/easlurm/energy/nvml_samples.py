@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from easlurm.energy.nvml_errors import NVML_ERROR_NOT_FOUND
+
 log = logging.getLogger(__name__)
 
 NVML_TOTAL_POWER_SAMPLES = 0
 NVML_VALUE_TYPE_UNSIGNED_INT = 1
-NVML_ERROR_NOT_FOUND = 6
 #: Drain the buffer when this fraction of its time span has filled (the rest is headroom for a late tick).
 HEADROOM = 0.5
 #: Never drain less often than this (s): a lost GPU or a stalled driver is noticed within it, and the

@@ -349,7 +349,7 @@ MODEL_COMMANDS["calibrate-pairs"] = (
 
 # `easlurm model measure` (torch training steps -> measurement CSV) lives in its own module.
 MODEL_COMMANDS["measure"] = (
-    "easlurm.model.measure.cli:measure_cmd",
+    "easlurm.measure.cli:measure_cmd",
     "Time training steps of zoo models (torch) into a measurement CSV.",
 )
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from easlurm.errors import ConfigError
+from easlurm.measure.pairs import predict_pair
 from easlurm.model.cli import HARDWARE_OPTION, ctx_oracle
 from easlurm.model.hardware import DEFAULT_GPU
 
@@ -84,29 +84,6 @@ def corun_cmd(
         f"{sharing}: speeds {co.speed[0]:.2f} / {co.speed[1]:.2f}  throughput {co.throughput:.2f}  "
         f"GPU power {co.power_w:.0f} W (split {co.job_power_w(0):.0f} / {co.job_power_w(1):.0f} W)"
     )
-
-
-def predict_pair(oracle: Any, first: str, second: str, gpu: str, sharing: str) -> tuple[tuple[Any, Any], Any]:
-    """Each job alone (a Solo) and the two sharing one GPU (a CoRun), for jobs named MODEL:BATCH[:PRECISION]
-    (bf16 unless named); what `easlurm model corun` prints and docs/colocation.md quotes."""
-    from easlurm.model.colocation import GpuFacts, Sharing, corun, predict_solo
-    from easlurm.model.measure.pairs import parse_job
-    from easlurm.model.zoo import get_workload
-
-    solos = []
-    for text, name in ((first, "FIRST"), (second, "SECOND")):
-        job = parse_job(text, "bf16", name)
-        if job.mode != "train":
-            raise ConfigError(f"{name}: the oracle predicts training steps; {text!r} is {job.mode}")
-        workload = get_workload(
-            job.model, precision=job.precision, seq_len=job.seq_len, image_size=job.image_size
-        )
-        solo = predict_solo(oracle, workload, job.batch, gpu)
-        if solo is None:
-            raise ConfigError(f"{name}: {job.model} batch {job.batch} does not fit one {gpu}")
-        solos.append(solo)
-    facts = GpuFacts.of(oracle.catalogue.get(gpu), oracle.params)
-    return (solos[0], solos[1]), corun(solos[0], solos[1], facts, Sharing(sharing), oracle.params)
 
 
 @click.command("calibrate-pairs")

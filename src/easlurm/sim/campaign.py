@@ -258,7 +258,7 @@ def _parse_experiment(raw: Mapping[str, Any], source: str, where: str, base_dir:
 def _parse_power_saving(value: Any, where: str) -> tuple[tuple[str, Any], ...]:
     """A plan's `power_saving:` mapping, checked now (a bad value fails the plan, not run 37);
     `none` or `{suspend_time_s: none}` turns the cluster's own off."""
-    from easlurm.sim.node_power import PowerSaving
+    from easlurm.model.node_power import PowerSaving
 
     if value is None:
         return ()

@@ -21,7 +21,7 @@ SIM_COMMANDS: dict[str, tuple[str, str]] = {
         "Statistics, plots and report.md of a campaign's results.",
     ),
     "doc-figures": (
-        "easlurm.sim.doc_cli:doc_figures_cmd",
+        "easlurm.docfigs.cli:doc_figures_cmd",
         "Rerun the campaigns behind docs/ and rewrite (or --check) their figures.",
     ),
     "replay": (

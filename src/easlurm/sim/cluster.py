@@ -9,7 +9,7 @@ from typing import Any
 
 from easlurm.errors import ConfigError, ModelError
 from easlurm.model.colocation import parse_sharing
-from easlurm.sim.node_power import PowerSaving, default_idle_w, default_off_w, node_power
+from easlurm.model.node_power import PowerSaving, default_idle_w, default_off_w, node_power
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class NodeSpec:
     n_gpus: int
     sharing: str = "none"
     #: base power when on, GPUs excluded, and draw when powered down (W); None: the estimate for the
-    #: node's GPU count (sim/node_power.py)
+    #: node's GPU count (model/node_power.py)
     idle_w: float | None = None
     off_w: float | None = None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from easlurm.sim.stats import MetricSummary
+from easlurm.stats import MetricSummary
 from easlurm.units import format_duration, format_energy, format_number
 
 #: With one seed there is no CI: a gap between policies larger than this share of the larger value

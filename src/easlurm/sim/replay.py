@@ -18,9 +18,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from easlurm.model.node_power import add_node_base, apply_power_saving
 from easlurm.sim.differences import QUEUED_AFTER_S
 from easlurm.sim.identical import DIGEST_KEY, outcome_digest
-from easlurm.sim.node_power import add_node_base, apply_power_saving
 from easlurm.sim.replay_savings import JobEnergies, intervals
 from easlurm.sim.replay_window import align, savings, savings_section
 from easlurm.sim.traces.baseline import RecordedBaseline

@@ -3,7 +3,7 @@
 A saving against the record is a mean over jobs: one job (or a handful) says nothing of the next, and a
 mean of many jobs can still sit within their spread. Each job is paired with its own record (same job,
 same work), its busy energy saved is averaged over the policy's seeds, and the seeded bootstrap of
-easlurm.sim.stats gives the 95% interval of the mean. Idle energy is the schedule's, not a job's: it is
+easlurm.stats gives the 95% interval of the mean. Idle energy is the schedule's, not a job's: it is
 added to the interval as is (the window of sim/replay_window.py charges every row the same idle power).
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from easlurm.sim.stats import bootstrap_ci
+from easlurm.stats import bootstrap_ci
 
 #: Fewer jobs paired with the record than this give no interval: the report says "no difference".
 MIN_JOBS = 10

@@ -13,11 +13,12 @@ from typing import Any
 
 import numpy as np
 
+from easlurm import plots
 from easlurm.files import atomic_writer, write_text_atomic
-from easlurm.sim import plots, site_baselines
+from easlurm.sim import site_baselines
 from easlurm.sim.campaign_run import TIMING_METRICS, load_records, metric_columns, row_of
 from easlurm.sim.differences import sentence as differences_sentence
-from easlurm.sim.stats import (
+from easlurm.stats import (
     GROUP_KEYS,
     MetricSummary,
     PairTest,

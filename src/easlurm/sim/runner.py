@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 
 from easlurm.errors import ConfigError
+from easlurm.model.node_power import PowerSaving, apply_power_saving
 from easlurm.sim.cluster import ClusterSpec
 from easlurm.sim.job import JobSpec
-from easlurm.sim.node_power import PowerSaving, apply_power_saving
 from easlurm.sim.spec import SimSpec
 
 log = logging.getLogger(__name__)

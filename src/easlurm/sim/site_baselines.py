@@ -282,7 +282,7 @@ def section(
     """The report's "against what a site does today" part of one cell (a `_Doc` of sim/report.py): each
     policy's ratios to the baselines and the energy split per job beside the JCT; with `plot_path` (and
     matplotlib) the trade-off plot, whose path is returned beside the comparison for the caller to show."""
-    from easlurm.sim import plots
+    from easlurm import plots
     from easlurm.units import format_energy
 
     cmp = compare(rows, exclude, n_boot=n_boot, seed=seed)
@@ -360,7 +360,7 @@ def _points(
     rows: Sequence[Mapping[str, Any]], labels: Sequence[str], n_boot: int, seed: int
 ) -> dict[str, tuple[tuple[float, float, float], tuple[float, float, float]]]:
     """Per label: (mean JCT, its CI low, high) and (energy per job, its CI low, high); no CI: the mean."""
-    from easlurm.sim.stats import bootstrap_ci
+    from easlurm.stats import bootstrap_ci
 
     out = {}
     for lab in labels:

@@ -21,7 +21,7 @@ class SimSpec:
     noise_sigma: float = 0.10
     checkpoint_interval_s: float | None = None
     policy_params: tuple[tuple[str, Any], ...] = ()
-    #: changes to the cluster's power saving (sim/node_power.py PowerSaving fields; `suspend_time_s:
+    #: changes to the cluster's power saving (model/node_power.py PowerSaving fields; `suspend_time_s:
     #: none` turns it off); empty: the cluster's own
     power_saving: tuple[tuple[str, Any], ...] = ()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from easlurm.accounting.sacct_cli import build_rows, format_cell, render_json
+from easlurm.accounting.sacct_rows import build_rows, format_cell, render_json
 from easlurm.accounting.step_record import (
     DeviceRecord,
     NodeRecord,

@@ -24,7 +24,7 @@ from easlurm.accounting.power_state import (
 )
 from easlurm.cli import main
 from easlurm.errors import ConfigError
-from easlurm.sim.node_power import default_idle_w, default_off_w
+from easlurm.model.node_power import default_idle_w, default_off_w
 
 S, R = PowerEvent.SUSPEND, PowerEvent.RESUME
 DRAW = {"n1": NodeDraw(1000.0, 30.0), "n2": NodeDraw(200.0, 15.0)}
@@ -99,7 +99,7 @@ def test_a_period_that_ends_before_it_starts_is_refused() -> None:
 
 
 def test_default_draw_is_the_simulators_base_power_plus_the_idle_gpus() -> None:
-    """No power.node_*_w: sim/node_power.py's estimates by GPUs per node, and the GPUs' idle draw."""
+    """No power.node_*_w: model/node_power.py's estimates by GPUs per node, and the GPUs' idle draw."""
     draw = node_draw({"g8": (8, 70.0), "cpu": (0, None)}, None, None, "power")
     assert draw["g8"] == NodeDraw(default_idle_w(8) + 8 * 70.0, default_off_w(8))
     assert draw["cpu"] == NodeDraw(default_idle_w(0), default_off_w(0))

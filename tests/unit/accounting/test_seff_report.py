@@ -16,7 +16,7 @@ from easlurm.accounting.report import (
     render_csv,
     table_rows,
 )
-from easlurm.accounting.sacct_cli import job_total
+from easlurm.accounting.sacct_rows import job_total
 from easlurm.accounting.seff import GpuLimits, build_card, card_document
 from easlurm.accounting.step_record import DeviceRecord, NodeRecord, StepRecord, parse_spec
 from easlurm.accounting.whatif import Placement, confidence, what_ifs

@@ -49,7 +49,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 
 
 def sacct_doc() -> dict[str, Any]:
-    from easlurm.accounting.sacct_cli import EASLURM_COLUMNS, build_rows, render_json
+    from easlurm.accounting.sacct_rows import EASLURM_COLUMNS, build_rows, render_json
     from easlurm.accounting.step_record import DeviceRecord, NodeRecord, StepRecord, encode_admin_comment
 
     dev = DeviceRecord("gpu0", "gpu", 1000.0, 250.0, 40, False, "nvml-energy")
@@ -104,7 +104,7 @@ def test_every_command_names_energy_power_and_edp_alike(capsys: pytest.CaptureFi
 
 
 def test_edp_is_shown_in_joule_seconds_everywhere(capsys: pytest.CaptureFixture[str]) -> None:
-    from easlurm.accounting.sacct_cli import format_cell
+    from easlurm.accounting.sacct_rows import format_cell
     from easlurm.energy.cli import device_rows
     from easlurm.energy.result import DeviceEnergy, ProfileResult
 

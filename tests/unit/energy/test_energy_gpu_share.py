@@ -178,7 +178,7 @@ def test_records_carry_the_share_and_the_flag() -> None:
 
 
 def test_sacct_flags_an_apportioned_step() -> None:
-    from easlurm.accounting.sacct_cli import step_values
+    from easlurm.accounting.sacct_rows import step_values
 
     dev = DeviceRecord("gpu3", "gpu", 600.0)
     dev.apportion(0.5, "time")

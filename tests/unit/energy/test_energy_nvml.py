@@ -11,7 +11,8 @@ from easlurm_fakes import fake_nvml
 from easlurm.energy import EnergyProfiler
 from easlurm.energy.discovery import discover, parse_devices
 from easlurm.energy.gpus import parse_gpu_ref
-from easlurm.energy.nvml import discover_nvml, nvml_error_class
+from easlurm.energy.nvml import discover_nvml
+from easlurm.energy.nvml_errors import nvml_error_class
 
 FAKE_NVML = "easlurm_fakes.fake_nvml"
 

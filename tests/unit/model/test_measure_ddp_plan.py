@@ -13,11 +13,11 @@ import pytest
 
 from easlurm.cli import main
 from easlurm.errors import ConfigError, TraceError
+from easlurm.measure.ddp import RankWindows, check_device, combine, slurm_rank
+from easlurm.measure.rendezvous import job_master, master_addr
+from easlurm.measure.slurm_array import array_script, groups, read_task_csv, task_gpu_power_w
+from easlurm.measure.steps import MeasureConfig, Result, Run, Timing, configurations, exposed_comm_s
 from easlurm.model.fit.dataset import Measurement, read_measurements, write_measurements
-from easlurm.model.measure.ddp import RankWindows, check_device, combine, slurm_rank
-from easlurm.model.measure.rendezvous import job_master, master_addr
-from easlurm.model.measure.slurm_array import array_script, groups, read_task_csv, task_gpu_power_w
-from easlurm.model.measure.steps import MeasureConfig, Result, Run, Timing, configurations, exposed_comm_s
 
 
 def test_exposed_communication_is_the_synchronised_step_minus_the_local_one_floored_at_zero() -> None:
@@ -86,7 +86,7 @@ def test_multinode_script_runs_one_srun_task_per_gpu_meeting_on_the_first_node(t
     assert groups(cfgs) == {(2, 2): [0, 1], (4, 2): [2, 3]}
     python = _stub(
         tmp_path / "python",
-        'if [ "$2" = easlurm.model.measure.rendezvous ]; then echo "h100-1 23456"; else echo "py $*"; fi\n',
+        'if [ "$2" = easlurm.measure.rendezvous ]; then echo "h100-1 23456"; else echo "py $*"; fi\n',
     )
     text = array_script(
         cfgs,
@@ -151,7 +151,7 @@ def test_comm_exposed_column_round_trips_and_old_files_read_without_it(tmp_path:
 
 
 def test_a_parallel_tasks_csv_keeps_its_runs_exposed_communication(tmp_path: Path) -> None:
-    from easlurm.model.measure.steps import write_results
+    from easlurm.measure.steps import write_results
 
     cfg = MeasureConfig("shufflenet-small", 8, "fp32", image_size=32, n_gpus=4, n_nodes=2)
     runs = (Run(0.05, None, None, 1366792, 10, 0.01), Run(0.06, None, None, 1366792, 10, 0.02))

@@ -16,10 +16,10 @@ import pytest
 
 from easlurm.cli import main
 from easlurm.errors import ConfigError, ModelError
+from easlurm.measure.corun import Gate, Window
+from easlurm.measure.pairs import PAIR_COLUMNS, measure_pairs, parse_pairs, write_pairs
+from easlurm.measure.steps import MeasureConfig, Timing, nvml_energy_reader
 from easlurm.model.fit.pairs import read_pairs
-from easlurm.model.measure.corun import Gate, Window
-from easlurm.model.measure.pairs import PAIR_COLUMNS, measure_pairs, parse_pairs, write_pairs
-from easlurm.model.measure.steps import MeasureConfig, Timing, nvml_energy_reader
 
 FAKES = Path(__file__).resolve().parents[2] / "fakes"
 FAKE_NVML = "easlurm_fakes.fake_nvml"
@@ -211,7 +211,7 @@ def test_nothing_measured_is_an_error(fake_gpu: Any) -> None:
 def test_torch_runner_times_a_window_and_keeps_stepping(monkeypatch: pytest.MonkeyPatch) -> None:
     """The torch runner's loop, with `prepare` stubbed (forked processes inherit it): each window lasts at
     least --window and counts whole synchronised steps; both processes are stopped at the end."""
-    from easlurm.model.measure import steps as measure
+    from easlurm.measure import steps as measure
 
     def prepare(cfg: MeasureConfig, device: str, timing: Timing) -> measure.Prepared:
         return measure.Prepared(

@@ -10,8 +10,8 @@ torch = pytest.importorskip(
     "torch", reason="easlurm model measure --pairs needs torch (pip install 'easlurm[torch]')"
 )
 
-from easlurm.model.measure.pairs import PAIR_COLUMNS, measure_pairs, parse_pairs  # noqa: E402
-from easlurm.model.measure.steps import Timing  # noqa: E402
+from easlurm.measure.pairs import PAIR_COLUMNS, measure_pairs, parse_pairs  # noqa: E402
+from easlurm.measure.steps import Timing  # noqa: E402
 
 
 def test_torch_runner_times_both_processes_of_a_pair() -> None:

@@ -12,7 +12,7 @@ torch = pytest.importorskip(
     "torch", reason="easlurm model measure needs torch (pip install 'easlurm[torch]')"
 )
 
-from easlurm.model.measure.steps import MeasureConfig, Timing, configurations, measure_one  # noqa: E402
+from easlurm.measure.steps import MeasureConfig, Timing, configurations, measure_one  # noqa: E402
 
 TORCHVISION_SHUFFLENET_V2_X0_5_PARAMS = 1_366_792  # torchvision's documented num_params
 
@@ -139,7 +139,7 @@ def test_extra_columns_round_trip_and_are_ignored_by_the_reader(tmp_path):
 def test_slurm_array_script_runs_one_configuration_per_task(tmp_path):
     import subprocess
 
-    from easlurm.model.measure.slurm_array import array_script
+    from easlurm.measure.slurm_array import array_script
 
     cfgs = configurations(["shufflenet"], [2, 4], ["fp32"], image_size=32)
     text = array_script(
@@ -164,7 +164,7 @@ def test_slurm_array_script_runs_one_configuration_per_task(tmp_path):
 
 def test_task_power_is_the_batch_steps_gpu_energy_over_its_duration():
     from easlurm.accounting.step_record import DeviceRecord, NodeRecord, StepRecord, encode_admin_comment
-    from easlurm.model.measure.slurm_array import task_gpu_power_w
+    from easlurm.measure.slurm_array import task_gpu_power_w
 
     def rec(step, gpu_j):
         devices = [DeviceRecord("gpu0", "gpu", gpu_j), DeviceRecord("pkg", "cpu", 900.0)]

@@ -5,7 +5,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="needs the [torch] extra: pip install 'easlurm[torch]'")
 nn = torch.nn
 
-from easlurm.model.measure.torch_trace import trace_module  # noqa: E402
+from easlurm.measure.torch_trace import trace_module  # noqa: E402
 from easlurm.model.zoo import get_workload  # noqa: E402
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from campaign_fakes import fake_runner
 
+from easlurm.plots import pareto_front
 from easlurm.sim.campaign import parse_plan
 from easlurm.sim.campaign_run import load_rows, run_campaign
-from easlurm.sim.plots import pareto_front
 from easlurm.sim.report import build_report
 from easlurm.units import format_energy
 
@@ -134,7 +134,7 @@ def test_pareto_front_keeps_only_undominated_points() -> None:
 def test_long_power_series_keeps_its_peaks() -> None:
     import numpy as np
 
-    from easlurm.sim.plots import _envelope
+    from easlurm.plots import _envelope
 
     t = np.arange(200_000, dtype=float)
     p = np.full(t.size, 3000.0)

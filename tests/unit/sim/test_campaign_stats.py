@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from easlurm.sim.stats import bootstrap_ci, mean_of, pairwise_mann_whitney, summarize
+from easlurm.stats import bootstrap_ci, mean_of, pairwise_mann_whitney, summarize
 
 
 def _rows(values: dict[str, list[float | None]], metric: str = "energy_j") -> list[dict]:

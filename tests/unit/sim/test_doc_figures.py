@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from easlurm.docfigs.figures import regenerate, replace_blocks
+from easlurm.docfigs.renderers import DOCS
 from easlurm.errors import ConfigError
-from easlurm.sim.doc_figures import regenerate, replace_blocks
-from easlurm.sim.doc_renderers import DOCS
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -60,7 +60,7 @@ def test_committed_doc_quotes_what_its_campaign_gives_today(
 
 def test_doc_figures_check_fails_on_a_stale_doc(tmp_path: Path, no_user_config: None) -> None:
     """--check leaves the doc alone and exits 1 when a figure differs; without it the doc is rewritten."""
-    from easlurm.sim.doc_cli import doc_figures_cmd
+    from easlurm.docfigs.cli import doc_figures_cmd
 
     (tmp_path / "docs").mkdir()
     (tmp_path / "campaigns").mkdir()

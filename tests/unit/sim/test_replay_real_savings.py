@@ -138,8 +138,8 @@ def test_pareto_axes_do_not_spread_a_difference_below_the_noise(
     """0.0002 jobs/h between two policies at 10 jobs/h: the axis spans at least +-2 %, so the points sit
     together instead of at its two ends."""
     pytest.importorskip("matplotlib")
-    from easlurm.sim import plots
-    from easlurm.sim.stats import MetricSummary
+    from easlurm import plots
+    from easlurm.stats import MetricSummary
 
     def s(label: str, metric: str, mean: float) -> MetricSummary:
         return MetricSummary(("replay", "t", None, label), metric, 1, mean, None, None, None)

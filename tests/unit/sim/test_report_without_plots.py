@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from campaign_fakes import fake_runner
 
-from easlurm.sim import plots
+from easlurm import plots
 from easlurm.sim.campaign import parse_plan
 from easlurm.sim.campaign_run import run_campaign
 from easlurm.sim.report import build_report

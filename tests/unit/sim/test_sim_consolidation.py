@@ -9,11 +9,11 @@ import pytest
 
 from easlurm.cli import main
 from easlurm.model import Oracle
+from easlurm.model.node_power import PowerSaving
 from easlurm.priority.snapshot import ClusterSnapshot, Decision, StartJob
 from easlurm.sim.cluster import ClusterSpec, NodeSpec
 from easlurm.sim.engine import Truth
 from easlurm.sim.job import JobSpec
-from easlurm.sim.node_power import PowerSaving
 from easlurm.sim.runner import SimSpec, run_simulation, simulate
 
 GPU = "h100-sxm"

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from easlurm.model import Oracle
+from easlurm.model.node_power import PowerSaving, default_idle_w
 from easlurm.priority.policies import POLICY_NAMES, get_policy
 from easlurm.priority.snapshot import ClusterSnapshot, Decision, StartJob
 from easlurm.sim.cluster import ClusterSpec, NodeSpec
 from easlurm.sim.engine import Truth
 from easlurm.sim.job import JobSpec
-from easlurm.sim.node_power import PowerSaving, default_idle_w
 from easlurm.sim.runner import SimSpec, make_oracles, run_simulation, simulate
 from easlurm.sim.scenarios import get_scenario
 from easlurm.sim.workload import poisson_jobs
@@ -199,7 +199,7 @@ def test_without_power_saving_energy_is_the_old_one_plus_the_node_base_power(tru
 
 
 def test_a_node_without_idle_w_gets_the_default_for_its_gpu_count() -> None:
-    """The default base power depends on GPUs per node (sim/node_power.py) and counts in the cluster's."""
+    """The default base power depends on GPUs per node (model/node_power.py) and counts in the cluster's."""
     cluster = ClusterSpec.default()
     assert cluster.base_w == pytest.approx(2 * default_idle_w(8))
     assert default_idle_w(1) <= default_idle_w(4) <= default_idle_w(8)

@@ -13,7 +13,7 @@ from agent_fakes import spool as spool
 
 from easlurm.accounting.agent import restart_count
 from easlurm.accounting.republish import _step_sort
-from easlurm.accounting.sacct_cli import build_rows, job_total, run_numbers
+from easlurm.accounting.sacct_rows import build_rows, job_total, run_numbers
 from easlurm.accounting.step_record import (
     DeviceRecord,
     NodeRecord,

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from easlurm.accounting.sacct_cli import build_rows, format_cell, node_values, sacct_cmd, step_values
+from easlurm.accounting.sacct_cli import sacct_cmd
+from easlurm.accounting.sacct_rows import build_rows, format_cell, node_values, step_values
 from easlurm.accounting.step_record import (
     DeviceRecord,
     NodeRecord,

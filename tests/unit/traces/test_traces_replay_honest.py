@@ -175,7 +175,7 @@ def test_cancelled_pending_jobs_are_reported(tmp_path: Path) -> None:
 
 
 def test_identical_pareto_points_share_one_label() -> None:
-    from easlurm.sim.plots import same_point_labels
+    from easlurm.plots import same_point_labels
 
     groups = same_point_labels(
         [(10.0, 5.0), (10.0, 5.0), (12.0, 5.0), (10.000001, 5.0)], ["zeus", "aurachronos", "pollux", "charon"]
@@ -184,7 +184,7 @@ def test_identical_pareto_points_share_one_label() -> None:
 
 
 def test_user_shares_keep_the_top_users_and_group_the_rest() -> None:
-    from easlurm.sim.plots import top_users
+    from easlurm.plots import top_users
 
     shares = {lab: {f"user{i:02d}": (i + 1) / 4095.0 for i in range(90)} for lab in ("recorded", "zeus")}
     top = top_users(shares, 10)

@@ -13,6 +13,7 @@ from typing import Any
 
 import simpy
 
+from easlurm.model.node_power import PowerSaving
 from easlurm.priority.policy_call import call_policy
 from easlurm.priority.snapshot import ClusterSnapshot, Decision, NodeState, PendingJob, RunningJob, StartJob
 from easlurm.sim.cluster import ClusterSpec
@@ -21,7 +22,6 @@ from easlurm.sim.engine.power_state import NodePower, PowerSaver, PowerState
 from easlurm.sim.engine.records import JobRecord, Run
 from easlurm.sim.engine.truth import Truth
 from easlurm.sim.job import JobSpec
-from easlurm.sim.node_power import PowerSaving
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import simpy
 
+from easlurm.model.node_power import PowerSaving
 from easlurm.sim.engine.ledger import PowerLedger
-from easlurm.sim.node_power import PowerSaving
 
 
 class PowerState(enum.Enum):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from easlurm.errors import ConfigError, TraceError
 from easlurm.sim.traces.record import TraceJob, TraceStats
-from easlurm.sim.traces.slurmtime import parse_timelimit_s, parse_timestamp_s
+from easlurm.slurm.times import parse_timelimit_s, parse_timestamp_s
 from easlurm.sim.traces.source import open_text
 from easlurm.units import parse_duration_s
 

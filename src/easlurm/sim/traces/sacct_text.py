@@ -16,22 +16,18 @@ import itertools
 import logging
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from datetime import tzinfo
 from pathlib import Path
 
 from easlurm.errors import TraceError
-from easlurm.sim.traces.energy_hook import decode_energy
 from easlurm.sim.traces.record import TraceJob, TraceStats
 from easlurm.sim.traces.sacct_fields import FREE_TEXT, Misplaced, place_fields, shape_of
-from easlurm.sim.traces.slurmtime import parse_elapsed_s, parse_timelimit_s, parse_timestamp_s
+from easlurm.sim.traces.sacct_record import merge_het, trace_jobs
 from easlurm.sim.traces.source import open_text
-from easlurm.slurm.gres import gpus_from_tres, gpus_of_gres, parse_tres
+from easlurm.slurm.sacct_jobs import JOBID, job_of_row
 
 log = logging.getLogger(__name__)
 
-JOBID = re.compile(
-    r"^(?P<base>\d+)(?:_(?P<task>\d+|\[[^\]]*\]))?(?:\+(?P<het>\d+))?(?:\.(?P<step>[A-Za-z0-9_+-]+))?$"
-)
 #: Columns the reader reads: a row is refused when a shaped one of them could be placed two ways.
 USED = frozenset(
     {
@@ -175,22 +171,6 @@ def _records(
         yield from finish(first, buf)
 
 
-def _array_tasks(spec: str) -> list[int]:
-    """'[1-3,7,9-11%2]' -> [1, 2, 3, 7, 9, 10, 11] (the %N throttle is dropped)."""
-    body = spec.strip("[]").split("%")[0]
-    tasks: list[int] = []
-    for part in body.split(","):
-        lo, sep, hi = part.partition("-")
-        step = 1
-        if ":" in hi:
-            hi, _, st = hi.partition(":")
-            step = int(st)
-        if not lo.isdigit() or (sep and not hi.isdigit()):
-            raise TraceError(f"field JobID: bad array range {spec!r}")
-        tasks.extend(range(int(lo), int(hi if sep else lo) + 1, step))
-    return tasks
-
-
 class SacctTextReader:
     """Iterate the jobs of a `sacct -P` dump; one instance per file, single use."""
 
@@ -202,10 +182,14 @@ class SacctTextReader:
         stats: TraceStats | None = None,
         columns: Sequence[str] | None = None,
         delimiter: str | None = None,
+        tz: tzinfo | None = None,
     ) -> None:
+        """`tz`: the time zone the dump's times were printed in (default: this process's, see
+        easlurm.slurm.times); give it for a dump recorded on a machine in another zone."""
         if delimiter == "":
             raise TraceError("--delimiter: empty")
         self.delimiter = delimiter or "|"
+        self.tz = tz
         self.path = str(path)
         self.skip_bad = skip_bad
         self.stats = stats if stats is not None else TraceStats()
@@ -294,7 +278,7 @@ class SacctTextReader:
             if m.group("step") is not None:
                 self.stats.steps_folded += 1
                 continue
-            row = {name: fields[i] for name, i in idx.items()}
+            row = {self._names.get(name, name): fields[i] for name, i in idx.items()}
             where = f"{self.path}:{lineno}"
             try:
                 jobs = self._parse_row(row, m, where)
@@ -304,7 +288,7 @@ class SacctTextReader:
             het = m.group("het")
             key = m.group("base") if het is not None else None
             if group and key != group_key:
-                yield from self._emit(_merge_het(group))
+                yield from self._emit(merge_het(group))
                 group = []
             if het is not None:
                 group.extend(jobs)
@@ -313,7 +297,7 @@ class SacctTextReader:
                 group_key = None
                 yield from self._emit(jobs)
         if group:
-            yield from self._emit(_merge_het(group))
+            yield from self._emit(merge_het(group))
 
     def _emit(self, jobs: list[TraceJob]) -> Iterator[TraceJob]:
         for job in jobs:
@@ -321,132 +305,12 @@ class SacctTextReader:
             yield job
 
     def _parse_row(self, row: dict[str, str], m: re.Match[str], where: str) -> list[TraceJob]:
-        def get(name: str) -> str | None:
-            value = row.get(name)
-            return value if value is None else value.strip()
-
-        def field(name: str, fn, *args):  # type: ignore[no-untyped-def]
-            try:
-                return fn(get(name), *args)
-            except (TraceError, ValueError) as exc:
-                raise TraceError(f"field {self._names.get(name, name)}: {exc}") from None
-
-        submit_s = field("submit", parse_timestamp_s)
-        if submit_s is None:
-            raise TraceError(f"field {self._names.get('submit', 'Submit')}: missing ({get('submit')!r})")
-        start_s = field("start", parse_timestamp_s)
-        end_s = field("end", parse_timestamp_s)
-        if "elapsedraw" in row and get("elapsedraw"):
-            runtime_s = field("elapsedraw", lambda v: float(v))
-        else:
-            runtime_s = field("elapsed", parse_elapsed_s)
-        if "timelimitraw" in row:
-            timelimit_s = field("timelimitraw", parse_timelimit_s, True)
-        else:
-            timelimit_s = field("timelimit", parse_timelimit_s)
-        n_gpus, gpu_type = 0, None
-        for col in ("alloctres", "reqtres"):
-            if get(col):
-                n_gpus, gpu_type = field(col, lambda v: gpus_from_tres(parse_tres(v)))
-                if n_gpus:
-                    break
-        if not n_gpus:
-            for col in ("allocgres", "reqgres", "trespernode", "tresperjob"):
-                if get(col):
-                    n_gpus, gpu_type = field(col, lambda v: gpus_of_gres(v, strict=True))
-                    if n_gpus:
-                        break
-        state_text = get("state") or ""
-        state_word, _, by = state_text.partition(" by ")
-        state = state_word.strip().upper().rstrip("+") or None
-        exit_code = None
-        if get("exitcode"):
-            code = (get("exitcode") or "").split(":")[0]
-            if not code.lstrip("-").isdigit():
-                raise TraceError(f"field ExitCode: cannot parse {get('exitcode')!r}")
-            exit_code = int(code)
-        # ConsumedEnergy is per node and misses NVIDIA GPUs on 22.05: only easlurm records count.
-        energy = decode_energy(get("admincomment"))
-        partition = (get("partition") or "").split(",")[0] or None
-        user = get("user") or get("uid") or None
-        nnodes = field("nnodes", lambda v: int(v) if v else None)
-        ncpus = field("ncpus", lambda v: int(v) if v else None) if "ncpus" in row else None
-        if ncpus is None and "alloccpus" in row:
-            ncpus = field("alloccpus", lambda v: int(v) if v else None)
-        allocated = None
-        if "nodelist" in row:
-            allocated = (get("nodelist") or "").lower() not in {"none assigned", "(null)"}
-        elif "alloctres" in row and not get("alloctres") and state == "CANCELLED":
-            allocated = False
-        base = TraceJob(
-            job_id=m.group("base"),
-            submit_s=submit_s,
-            user=user,
-            partition=partition,
-            start_s=start_s,
-            end_s=end_s,
-            runtime_s=runtime_s if (start_s is not None and end_s is not None) else None,
-            timelimit_s=timelimit_s,
-            n_gpus=n_gpus,
-            gpu_type=gpu_type,
-            n_nodes=nnodes,
-            n_cpus=ncpus,
-            state=state,
-            exit_code=exit_code,
-            cancelled_by=by.strip() or None,
-            name=get("jobname") or None,
-            qos=get("qos") or None,
-            model=energy.model if energy else None,
-            total_steps=energy.steps if energy else None,
-            measured_energy_j=energy.energy_j if energy else None,
-            measured_gpu_energy_j=energy.gpu_energy_j if energy else None,
-            allocated=allocated,
-            source=where,
-        )
-        task = m.group("task")
-        if task is None:
-            return [base]
-        if task.startswith("["):
-            tasks = _array_tasks(task)
-            return [
-                replace(base, job_id=f"{base.job_id}_{t}", array_job_id=base.job_id, array_task_id=t)
-                for t in tasks
-            ]
-        return [
-            replace(base, job_id=f"{base.job_id}_{task}", array_job_id=base.job_id, array_task_id=int(task))
-        ]
-
-
-def _merge_het(components: list[TraceJob]) -> list[TraceJob]:
-    """Heterogeneous components start together: one job with the GPUs summed, the largest part's type."""
-    if len(components) == 1:
-        return components
-    first = components[0]
-    main = max(components, key=lambda c: c.n_gpus)
-    starts = [c.start_s for c in components if c.start_s is not None]
-    ends = [c.end_s for c in components if c.end_s is not None]
-    start_s = min(starts) if len(starts) == len(components) else None
-    end_s = max(ends) if len(ends) == len(components) else None
-    return [
-        replace(
-            first,
-            submit_s=min(c.submit_s for c in components),
-            start_s=start_s,
-            end_s=end_s,
-            runtime_s=(end_s - start_s) if start_s is not None and end_s is not None else None,
-            n_gpus=sum(c.n_gpus for c in components),
-            gpu_type=main.gpu_type,
-            partition=main.partition or first.partition,
-            n_nodes=sum(c.n_nodes or 0 for c in components) or None,
-            n_cpus=sum(c.n_cpus or 0 for c in components) or None,
-            measured_energy_j=_sum_known([c.measured_energy_j for c in components]),
-            measured_gpu_energy_j=_sum_known([c.measured_gpu_energy_j for c in components]),
-            het_components=len(components),
-            allocated=False if any(c.allocated is False for c in components) else first.allocated,
-        )
-    ]
-
-
-def _sum_known(values: list[float | None]) -> float | None:
-    """Sum when every part is known (a partial sum would understate the job)."""
-    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+        try:
+            job = job_of_row(row, tz=self.tz)
+        except ValueError as exc:
+            raise TraceError(str(exc)) from None
+        if job.submit_s is None:
+            name = self._names.get("submit", "Submit")
+            raise TraceError(f"field {name}: missing ({(row.get(name) or '').strip()!r})")
+        ran = job.start_s is not None and job.end_s is not None
+        return trace_jobs(job, where, job.elapsed_s if ran else None)

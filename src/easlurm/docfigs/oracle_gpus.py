@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from easlurm.sim.doc_figures import DocFigures, table
+from easlurm.docfigs.figures import DocFigures, table
 
 #: the measurements the shipped parameters are fitted to, in the order `easlurm model evaluate` reads them
 DATA = (

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from easlurm.sim.doc_figures import DocFigures, table
+from easlurm.docfigs.figures import DocFigures, table
 
 DATA = "data/oracle/published_resnet50_dle.csv"
 #: public rows inside one node the communication terms are fitted to (`easlurm model calibrate --scaling`)

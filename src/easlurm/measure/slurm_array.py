@@ -17,12 +17,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from easlurm.errors import EaslurmError, SlurmError, TraceError
-from easlurm.model.measure.steps import MeasureConfig, Result, Run, Timing
+from easlurm.measure.steps import MeasureConfig, Result, Run, Timing
 
 log = logging.getLogger(__name__)
 
 #: The module a data-parallel job script runs on its first node for MASTER_ADDR and MASTER_PORT.
-RENDEZVOUS = "easlurm.model.measure.rendezvous"
+RENDEZVOUS = "easlurm.measure.rendezvous"
 
 
 def task_args(cfg: MeasureConfig) -> list[str]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from easlurm.errors import ModelError
-from easlurm.model.measure.steps import MeasureConfig, Timing
+from easlurm.measure.steps import MeasureConfig, Timing
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from easlurm.errors import ConfigError, ModelError
-from easlurm.model.measure.steps import (
+from easlurm.measure.steps import (
     MeasureConfig,
     Result,
     Run,
@@ -205,7 +205,7 @@ def measure_local(
     configuration whose ranks fail (out of memory, a shape the model cannot take) is reported and left out."""
     import tempfile
 
-    from easlurm.model.measure.rendezvous import free_port
+    from easlurm.measure.rendezvous import free_port
 
     mp = import_torch().multiprocessing
     results: list[Result] = []

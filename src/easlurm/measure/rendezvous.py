@@ -1,6 +1,6 @@
 """Where the ranks of a data-parallel measurement meet: a free port here, or the first node of a Slurm job.
 
-`python -m easlurm.model.measure.rendezvous` prints `HOST PORT` for a job script running on the first node
+`python -m easlurm.measure.rendezvous` prints `HOST PORT` for a job script running on the first node
 of its allocation (where Slurm runs the batch script): the node's name and a port free on it now."""
 
 from __future__ import annotations

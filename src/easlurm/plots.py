@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from easlurm.errors import EaslurmError
-from easlurm.sim.stats import MetricSummary
+from easlurm.stats import MetricSummary
 
 _DPI = 110
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from easlurm.sim.doc_figures import DocFigures, Runs, campaign_source, ci, num, p_text, table
+from easlurm.docfigs.figures import DocFigures, Runs, campaign_source, ci, num, p_text, table
 
 PLAN = "campaigns/powerlimits.yaml"
 EXP = "B-limits"

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from easlurm.errors import ConfigError
-from easlurm.sim.stats import MetricSummary, pairwise_mann_whitney, summarize
+from easlurm.stats import MetricSummary, pairwise_mann_whitney, summarize
 
 log = logging.getLogger(__name__)
 

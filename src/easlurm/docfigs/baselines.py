@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from easlurm.sim.doc_figures import DocFigures, Runs, campaign_source, ci, p_text, table
-from easlurm.sim.doc_limits import ALIBABA, CONVERTER, PHILLY, PHILLY_CONVERTER, convert_excerpt
+from easlurm.docfigs.figures import DocFigures, Runs, campaign_source, ci, p_text, table
+from easlurm.docfigs.limits import ALIBABA, CONVERTER, PHILLY, PHILLY_CONVERTER, convert_excerpt
 from easlurm.sim.site_baselines import (
     ENERGY,
     JCT,

@@ -13,7 +13,7 @@ import click
 
 from easlurm.cli import int_list, int_range, text_list
 from easlurm.errors import ConfigError, ModelError
-from easlurm.model.measure.steps import (
+from easlurm.measure.steps import (
     TORCH_MODELS,
     MeasureConfig,
     Result,
@@ -151,7 +151,7 @@ def measure_cmd(
         raise ConfigError("give either --model or --pairs")
     check_writable(out_path or f"{'pairs' if pairs else 'measurements'}-{today}.csv", "--out")
     if pairs is not None:
-        from easlurm.model.measure.pairs import pairs_command, parse_pairs
+        from easlurm.measure.pairs import pairs_command, parse_pairs
 
         if slurm:
             raise ConfigError("--pairs runs on this machine's device; it has no --slurm mode")
@@ -194,7 +194,7 @@ def measure_cmd(
         _ddp_task(configs, out, sweeps, timing, gpu, device)
         return
     if slurm:
-        from easlurm.model.measure.slurm_array import measure_on_slurm
+        from easlurm.measure.slurm_array import measure_on_slurm
 
         if gres and parallel and len(gpu_counts) > 1:
             raise ConfigError(
@@ -266,7 +266,7 @@ def _measure_parallel(
     cpu_threads: int | None,
 ) -> None:
     """--gpus on this machine: one-GPU configurations as always, the others on spawned ranks."""
-    from easlurm.model.measure.ddp import check_device, measure_local
+    from easlurm.measure.ddp import check_device, measure_local
 
     torch = import_torch()
     kind = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -320,8 +320,8 @@ def _ddp_task(
     device: str | None,
 ) -> None:
     """One rank of the srun step a --slurm job script starts; rank 0 writes the configuration's row."""
-    from easlurm.model.measure.ddp import check_device, run_rank, slurm_rank
-    from easlurm.model.measure.rendezvous import master_addr
+    from easlurm.measure.ddp import check_device, run_rank, slurm_rank
+    from easlurm.measure.rendezvous import master_addr
 
     if len(configs) != 1:
         raise ConfigError("--ddp-task: one configuration per srun step")

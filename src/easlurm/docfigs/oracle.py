@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from easlurm.sim.doc_figures import DocFigures, table
+from easlurm.docfigs.figures import DocFigures, table
 
 DATA = "data/oracle/h100_sxm_training_steps.csv"
 SCHEMES = ("none", "leave-one-model-out", "kfold:5")

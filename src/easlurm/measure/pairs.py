@@ -20,8 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from easlurm.errors import ConfigError, ModelError
-from easlurm.model.measure.corun import Gate, GroupResult, Runner, Window, job_text, run_group
-from easlurm.model.measure.steps import MODES, PRECISIONS, MeasureConfig, Timing, configurations
+from easlurm.measure.corun import Gate, GroupResult, Runner, Window, job_text, run_group
+from easlurm.measure.steps import MODES, PRECISIONS, MeasureConfig, Timing, configurations
+from easlurm.model.colocation import CoRun, GpuFacts, Sharing, Solo, corun, predict_solo
+from easlurm.model.oracle import Oracle
+from easlurm.model.zoo import get_workload
 from easlurm.units import MAX_INT
 
 log = logging.getLogger(__name__)
@@ -50,7 +53,7 @@ PAIR_COLUMNS = (
 
 def torch_runner(cfg: MeasureConfig, device: str, timing: Timing, gate: Gate) -> None:
     """The torch job of `easlurm model measure` (same build, precision and warm-up), gated."""
-    from easlurm.model.measure.steps import prepare
+    from easlurm.measure.steps import prepare
 
     p = prepare(cfg, device, timing)
     t0 = gate.wait_start()
@@ -110,6 +113,27 @@ def parse_job(
     return MeasureConfig(
         cfg.model, cfg.batch, cfg.precision, cfg.optimizer, cfg.seq_len, cfg.image_size, mode
     )
+
+
+def predict_pair(
+    oracle: Oracle, first: str, second: str, gpu: str, sharing: str
+) -> tuple[tuple[Solo, Solo], CoRun]:
+    """Each job alone (a Solo) and the two sharing one GPU (a CoRun), for jobs named MODEL:BATCH[:PRECISION]
+    (bf16 unless named); what `easlurm model corun` prints and docs/colocation.md quotes."""
+    solos = []
+    for text, name in ((first, "FIRST"), (second, "SECOND")):
+        job = parse_job(text, "bf16", name)
+        if job.mode != "train":
+            raise ConfigError(f"{name}: the oracle predicts training steps; {text!r} is {job.mode}")
+        workload = get_workload(
+            job.model, precision=job.precision, seq_len=job.seq_len, image_size=job.image_size
+        )
+        solo = predict_solo(oracle, workload, job.batch, gpu)
+        if solo is None:
+            raise ConfigError(f"{name}: {job.model} batch {job.batch} does not fit one {gpu}")
+        solos.append(solo)
+    facts = GpuFacts.of(oracle.catalogue.get(gpu), oracle.params)
+    return (solos[0], solos[1]), corun(solos[0], solos[1], facts, Sharing(sharing), oracle.params)
 
 
 def parse_pairs(
@@ -264,7 +288,7 @@ def pairs_command(
 
     import click
 
-    from easlurm.model.measure.steps import (
+    from easlurm.measure.steps import (
         TORCH_MODELS,
         default_device,
         device_gpu_name,

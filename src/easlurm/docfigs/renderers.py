@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from easlurm.sim.doc_baselines import FIGURES as BASELINES_FIGURES
-from easlurm.sim.doc_comm import FIGURES as COMM_FIGURES
-from easlurm.sim.doc_figures import (
+from easlurm.docfigs.baselines import FIGURES as BASELINES_FIGURES
+from easlurm.docfigs.comm import FIGURES as COMM_FIGURES
+from easlurm.docfigs.figures import (
     DocFigures,
     Runs,
     campaign_source,
@@ -15,9 +15,9 @@ from easlurm.sim.doc_figures import (
     signed_pct,
     table,
 )
-from easlurm.sim.doc_limits import FIGURES as LIMITS_FIGURES
-from easlurm.sim.doc_oracle import FIGURES as ORACLE_FIGURES
-from easlurm.sim.doc_oracle_gpus import FIGURES as ORACLE_GPU_FIGURES
+from easlurm.docfigs.limits import FIGURES as LIMITS_FIGURES
+from easlurm.docfigs.oracle import FIGURES as ORACLE_FIGURES
+from easlurm.docfigs.oracle_gpus import FIGURES as ORACLE_GPU_FIGURES
 from easlurm.units import format_energy
 
 BUDGET_EXP = "budget-4500W"
@@ -231,7 +231,7 @@ def _coloc_pairs(gpu: str = "h100-sxm") -> str:
     """What `easlurm model corun FIRST SECOND --gpu h100-sxm` says of each example pair (shipped parameters):
     the energy per unit of work against running the two one after the other is the pair's power over the
     alone powers weighted by the speeds (the same work done in the same time alone)."""
-    from easlurm.model.colocation_cli import predict_pair
+    from easlurm.measure.pairs import predict_pair
     from easlurm.model.oracle import Oracle
 
     oracle = Oracle()

@@ -1,0 +1,92 @@
+"""sacct's neutral job record -> the replay's TraceJob: array tasks expanded, het parts merged, energy decoded."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from easlurm.errors import TraceError
+from easlurm.sim.traces.energy_hook import decode_energy
+from easlurm.sim.traces.record import TraceJob
+from easlurm.slurm.sacct_jobs import SacctJob, SacctValueError, expand_array
+
+
+def trace_jobs(job: SacctJob, where: str, runtime_s: float | None) -> list[TraceJob]:
+    """The TraceJobs of one sacct job (one per array task; a het part under its het job's id).
+
+    `submit_s` must be known (the caller names the missing field); `runtime_s` is the recorded run time.
+    A damaged easlurm record in AdminComment raises TraceError naming the field."""
+    assert job.submit_s is not None
+    energy = decode_energy(job.admin_comment)
+    base = TraceJob(
+        job_id=job.het_job_id or job.job_id,
+        submit_s=job.submit_s,
+        user=job.user,
+        partition=(job.partition or "").split(",")[0] or None,
+        start_s=job.start_s,
+        end_s=job.end_s,
+        runtime_s=runtime_s,
+        timelimit_s=job.timelimit_s,
+        n_gpus=job.n_gpus,
+        gpu_type=job.gpu_type,
+        n_nodes=job.n_nodes,
+        n_cpus=job.n_cpus,
+        state=job.state,
+        exit_code=job.exit_code,
+        cancelled_by=job.cancelled_by,
+        name=job.name,
+        qos=job.qos,
+        model=energy.model if energy else None,
+        total_steps=energy.steps if energy else None,
+        measured_energy_j=energy.energy_j if energy else None,
+        measured_gpu_energy_j=energy.gpu_energy_j if energy else None,
+        allocated=job.allocated,
+        source=where,
+    )
+    arr = job.array_job_id
+    if arr is None:
+        return [base]
+    if job.array_task_id is not None:
+        tasks = [job.array_task_id]
+    elif job.array_tasks:
+        try:
+            tasks = expand_array(job.array_tasks)
+        except SacctValueError as exc:
+            raise TraceError(str(exc)) from None
+    else:
+        raise TraceError("field array.task: array job without task id or range")
+    return [replace(base, job_id=f"{arr}_{t}", array_job_id=arr, array_task_id=t) for t in tasks]
+
+
+def merge_het(components: list[TraceJob]) -> list[TraceJob]:
+    """Heterogeneous components start together: one job with the GPUs summed, the largest part's type."""
+    if len(components) == 1:
+        return components
+    first = components[0]
+    main = max(components, key=lambda c: c.n_gpus)
+    starts = [c.start_s for c in components if c.start_s is not None]
+    ends = [c.end_s for c in components if c.end_s is not None]
+    start_s = min(starts) if len(starts) == len(components) else None
+    end_s = max(ends) if len(ends) == len(components) else None
+    return [
+        replace(
+            first,
+            submit_s=min(c.submit_s for c in components),
+            start_s=start_s,
+            end_s=end_s,
+            runtime_s=(end_s - start_s) if start_s is not None and end_s is not None else None,
+            n_gpus=sum(c.n_gpus for c in components),
+            gpu_type=main.gpu_type,
+            partition=main.partition or first.partition,
+            n_nodes=sum(c.n_nodes or 0 for c in components) or None,
+            n_cpus=sum(c.n_cpus or 0 for c in components) or None,
+            measured_energy_j=_sum_known([c.measured_energy_j for c in components]),
+            measured_gpu_energy_j=_sum_known([c.measured_gpu_energy_j for c in components]),
+            het_components=len(components),
+            allocated=False if any(c.allocated is False for c in components) else first.allocated,
+        )
+    ]
+
+
+def _sum_known(values: list[float | None]) -> float | None:
+    """Sum when every part is known (a partial sum would understate the job)."""
+    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
