@@ -6,7 +6,8 @@ import importlib
 import logging
 import math
 import sys
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import click
 
@@ -73,6 +74,46 @@ def int_list(text: str, option: str) -> list[int]:
     if not values or min(values) < 1 or max(values) > MAX_INT:
         raise ConfigError(f"{option}: expected integers between 1 and {MAX_INT}, got {text!r}")
     return values
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def output_options(
+    columns: Sequence[str] | None = None,
+    *,
+    table: bool = True,
+    json_help: str = "One JSON document.",
+    format_help: str | None = None,
+) -> Callable[[F], F]:
+    """The output options of every command, spelled once with sacct's letters: `--json` (keyword `as_json`)
+    and, for a command that prints a table, `-o/--format` (`fmt`; COLUMNS listed in its help),
+    `-P/--parsable2` (`parsable`) and `-n/--noheader` (`noheader`). `format_help` replaces the -o help where a
+    command's columns take more than names (sacct's NAME%N widths)."""
+    options = [click.option("--json", "as_json", is_flag=True, help=json_help)]
+    if table:
+        listed = f": {','.join(columns)}" if columns else " (see --helpformat)"
+        options = [
+            click.option(
+                "-o", "--format", "fmt", default=None, help=format_help or f"Columns, a comma list{listed}."
+            ),
+            click.option(
+                "-P",
+                "--parsable2",
+                "parsable",
+                is_flag=True,
+                help="'|'-delimited, none after the last field (sacct -P).",
+            ),
+            click.option("-n", "--noheader", is_flag=True, help="No header line (sacct -n)."),
+            *options,
+        ]
+
+    def decorate(f: F) -> F:
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate
 
 
 class FiniteFloat(click.FloatRange):
