@@ -14,31 +14,19 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from easlurm.accounting.sacct_rows import job_total, run_numbers, split_job_id
-from easlurm.accounting.seff import GpuLimits, device_lines, hosts_of, idle_gpus, shard_gpu_type, tres_gpus
+from easlurm.accounting.seff import GpuLimits, device_lines, hosts_of, idle_gpus, shard_gpu_type
 from easlurm.accounting.step_record import StepRecord
 from easlurm.errors import ConfigError
+from easlurm.slurm.sacct_jobs import job_of_row
+from easlurm.slurm.times import parse_timestamp_s
 
 SCHEMA_VERSION = 1
 J_PER_KWH = 3.6e6
-SACCT_FIELDS = (
-    "JobIDRaw",
-    "JobID",
-    "User",
-    "Account",
-    "Partition",
-    "State",
-    "Start",
-    "End",
-    "ElapsedRaw",
-    "AllocTRES",
-    "AdminComment",
-)
 
 
 class GroupBy(StrEnum):
@@ -145,20 +133,17 @@ class GridIntensity:
         return self.g_per_kwh[max(i, 0)]
 
 
-def parse_time_s(text: str) -> float | None:
-    """A sacct or CSV time ("2026-11-24T03:55:44", ISO with zone, or unix seconds); None for Unknown/None."""
-    text = text.strip()
-    if not text or text in ("Unknown", "None"):
-        return None
+def _csv_time_s(text: str) -> float | None:
+    """A CSV time: unix seconds (0 included), or a timestamp as Slurm's (easlurm.slurm.times: a naive one
+    is local time); None when unreadable."""
     try:
         return float(text)
     except ValueError:
         pass
     try:
-        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return parse_timestamp_s(text)
     except ValueError:
         return None
-    return t.timestamp()  # a naive time (sacct's) is local time
 
 
 def parse_intensity_csv(text: str, source: str = "CSV") -> GridIntensity:
@@ -169,7 +154,7 @@ def parse_intensity_csv(text: str, source: str = "CSV") -> GridIntensity:
             continue
         if len(row) < 2:
             raise ConfigError(f"{source} line {n}: expected time,g_per_kwh")
-        t = parse_time_s(row[0])
+        t = _csv_time_s(row[0])
         try:
             value = float(row[1])
         except ValueError:
@@ -206,11 +191,12 @@ def job_runs(
         job, step = split_job_id(row["JobIDRaw"])
         if step is not None:
             continue
-        n_gpus, gtype, shards = tres_gpus(row.get("AllocTRES", ""))
-        elapsed = float(row["ElapsedRaw"]) if (row.get("ElapsedRaw") or "").isdigit() else 0.0
+        sj = job_of_row(row, strict=False)
+        (n_gpus, gtype), shards = sj.alloc_gpus, sj.shards
+        elapsed = sj.elapsed_s or 0.0
         total = job_total([s for s in records.get(job, ()) if s.run == run])
         if gtype is None and shards and node_gpu_types:
-            hosts = [*hosts_of(row.get("NodeList", "")), *(n.host for n in (total.nodes if total else ()))]
+            hosts = [*hosts_of(sj.nodelist or ""), *(n.host for n in (total.nodes if total else ()))]
             gtype = shard_gpu_type(hosts, node_gpu_types)[0]
         energy = None if total is None else total.total_energy_j
         gpu_hours = n_gpus * elapsed / 3600.0
@@ -229,13 +215,13 @@ def job_runs(
             RunEnergy(
                 job_id=job,
                 run=run,
-                user=row.get("User", ""),
-                account=row.get("Account", ""),
-                partition=row.get("Partition", ""),
+                user=sj.user or "",
+                account=sj.account or "",
+                partition=sj.partition or "",
                 gpu_type=gtype or ("shard" if shards else "none"),
-                state=(row.get("State") or "").split(" ")[0],
-                start_s=parse_time_s(row.get("Start", "")),
-                end_s=parse_time_s(row.get("End", "")),
+                state=sj.state or "",
+                start_s=sj.start_s,
+                end_s=sj.end_s,
                 elapsed_s=elapsed,
                 gpu_hours=gpu_hours,
                 energy_j=energy,
@@ -365,7 +351,7 @@ def render_json(
 
 def plot_report(groups: Sequence[GroupTotals], out: Path, title: str) -> Path | None:
     """Stacked bars per group: energy of kept runs, lost to requeues, of idle allocated GPUs (kWh)."""
-    from easlurm.plots import plot_stacked_bars
+    from easlurm.plots import plot_stacked_bars  # here: matplotlib, only for --plot
 
     if not groups:
         return None

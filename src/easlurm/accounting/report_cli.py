@@ -8,7 +8,29 @@ from typing import Any
 
 import click
 
+from easlurm.accounting.power_cli import node_report
+from easlurm.accounting.power_state import render_csv as render_nodes_csv
+from easlurm.accounting.power_state import render_json as render_nodes_json
+from easlurm.accounting.power_state import table_rows as node_table_rows
+from easlurm.accounting.report import (
+    GridIntensity,
+    GroupBy,
+    aggregate,
+    job_runs,
+    parse_intensity_csv,
+    plot_report,
+    render_csv,
+    render_json,
+    render_markdown,
+    table_rows,
+)
+from easlurm.accounting.sacct_rows import build_rows, selection_argv
+from easlurm.accounting.seff_cli import gpu_limits, node_gpu_types
+from easlurm.cli import load_ctx_config
 from easlurm.errors import ConfigError
+from easlurm.slurm.sacct_jobs import FIELDS, job_of_row
+from easlurm.slurm.sched_client import CliSchedClient
+from easlurm.table import render_table
 
 
 @click.command(
@@ -71,26 +93,7 @@ def report_cmd(
     no_spool: bool,
     debug: bool,
 ) -> None:
-    from easlurm.accounting.report import (
-        SACCT_FIELDS,
-        GridIntensity,
-        GroupBy,
-        aggregate,
-        job_runs,
-        parse_intensity_csv,
-        plot_report,
-        render_csv,
-        render_json,
-        render_markdown,
-        table_rows,
-    )
-    from easlurm.accounting.sacct_rows import build_rows, selection_argv
-    from easlurm.accounting.seff import tres_gpus
-    from easlurm.accounting.seff_cli import gpu_limits, node_gpu_types
-    from easlurm.cli import load_ctx_config
-    from easlurm.model.build import apply_oracle_config
-    from easlurm.slurm.sched_client import CliSchedClient
-    from easlurm.table import render_table
+    from easlurm.model.build import apply_oracle_config  # here: numpy
 
     if sum((as_markdown, as_csv, as_json)) > 1:
         raise ConfigError("--markdown, --csv and --json are exclusive")
@@ -144,13 +147,13 @@ def report_cmd(
             "duplicates": True,
         }
     )
-    rows = client.sacct(selection, list(SACCT_FIELDS))
+    rows = client.sacct(selection, list(FIELDS))
     spool_dir = None if no_spool else Path(spool or cfg.get("spank.spool"))
     _, records = build_rows(rows, None, spool_dir, duplicates=True)
-    gres = [tres_gpus(r.get("AllocTRES", "")) for r in rows]
+    accounted = [job_of_row(r, strict=False) for r in rows]
     # shards name no GPU type in AllocTRES: their nodes' GRES does (asked only then)
-    by_node = node_gpu_types(client) if any(s and not t for _, t, s in gres) else {}
-    types = sorted({t or "" for _, t, _ in gres} | {t for t in by_node.values() if t})
+    by_node = node_gpu_types(client) if any(j.shards and not j.alloc_gpus[1] for j in accounted) else {}
+    types = sorted({j.alloc_gpus[1] or "" for j in accounted} | {t for t in by_node.values() if t})
     runs = job_runs(rows, records, gpu_limits(apply_oracle_config(cfg), types), by_node)
     group_by = GroupBy(by)
     groups, total = aggregate(runs, group_by, intensity)
@@ -191,22 +194,15 @@ def _node_section(
     debug: bool,
 ) -> None:
     """`--by node`: the power-state log's table (docs/power-saving.md), in the report's formats."""
-    from easlurm.accounting.power_cli import node_report
-    from easlurm.accounting.power_state import render_csv, table_rows
-    from easlurm.accounting.power_state import render_json as render_nodes_json
-    from easlurm.accounting.report import render_markdown
-    from easlurm.cli import load_ctx_config
-    from easlurm.table import render_table
-
     cfg = load_ctx_config(ctx)
     rows, start_s, end_s, path, skipped, notes = node_report(cfg, starttime, endtime, debug)
     if as_json:
         click.echo(render_nodes_json(rows, start_s, end_s, path, skipped))
         return
     if as_csv:
-        click.echo(render_csv(rows), nl=False)
+        click.echo(render_nodes_csv(rows), nl=False)
         return
-    header, cells = table_rows(rows, parsable=False, with_total=True)
+    header, cells = node_table_rows(rows, parsable=False, with_total=True)
     if as_markdown:
         title = f"easlurm power saving by node, {starttime} to {endtime}"
         click.echo(render_markdown(title, header, [[c[h] for h in header] for c in cells], notes), nl=False)

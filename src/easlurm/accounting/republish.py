@@ -25,7 +25,7 @@ from easlurm.accounting.spool import job_lock, spool_records
 from easlurm.accounting.step_record import StepRecord, decode_admin_comment, encode_admin_comment
 from easlurm.errors import EaslurmError, SlurmError
 from easlurm.slurm.client import SlurmClient
-from easlurm.slurm.json_values import dig, epoch, job_state, num, text
+from easlurm.slurm.sacct_jobs import SacctJob, jobs_of_json
 from easlurm.slurm.states import FINAL_JOB_STATES
 
 log = logging.getLogger(__name__)
@@ -67,36 +67,14 @@ class JobResult:
         }
 
 
-@dataclass(frozen=True)
-class DbJob:
-    """The accounting database's view of a job (the latest record with that id)."""
-
-    job_id: str
-    state: str
-    admin_comment: str
-    start_s: float | None
-    end_s: float | None
-
-
-def parse_sacct_json_jobs(doc: dict[str, Any]) -> dict[str, DbJob]:
-    """`sacct --json` (any version) -> {job id: DbJob}; with several records per id, the latest submission."""
-    out: dict[str, tuple[float, DbJob]] = {}
-    for job in doc.get("jobs", []):
-        job_id = num(job.get("job_id"))
-        if job_id is None:
-            continue
-        jid = str(int(job_id))
-        admin = text(dig(job, "comment.administrator"))
-        rec = DbJob(
-            job_id=jid,
-            state=job_state(dig(job, "state.current"))[0],
-            admin_comment=admin if admin is not None else str(job.get("admin_comment") or ""),
-            start_s=epoch(dig(job, "time.start")),
-            end_s=epoch(dig(job, "time.end")),
-        )
-        submitted = epoch(dig(job, "time.submission")) or 0.0
-        if jid not in out or submitted >= out[jid][0]:
-            out[jid] = (submitted, rec)
+def parse_sacct_json_jobs(doc: dict[str, Any]) -> dict[str, SacctJob]:
+    """`sacct --json` (any version) -> {job id: its record}; with several records per id (a requeued job),
+    the latest submission: the accounting database's view of the job."""
+    out: dict[str, tuple[float, SacctJob]] = {}
+    for job in jobs_of_json(doc):
+        submitted = job.submit_s or 0.0
+        if job.job_id not in out or submitted >= out[job.job_id][0]:
+            out[job.job_id] = (submitted, job)
     return {k: v for k, (_, v) in out.items()}
 
 
@@ -110,7 +88,7 @@ def _step_sort(key: str) -> tuple[int, int, int]:
     )
 
 
-def belongs_to(step: StepRecord, job: DbJob, slack_s: float = IDENTITY_SLACK_S) -> bool:
+def belongs_to(step: StepRecord, job: SacctJob, slack_s: float = IDENTITY_SLACK_S) -> bool:
     """True unless the record provably started outside the job's run (a reused job id)."""
     starts = [n.step_start_time for n in step.nodes if n.step_start_time is not None]
     if not starts or job.start_s is None:
@@ -168,9 +146,9 @@ class Republisher:
         self.lock = lock or job_lock
         self.lock_timeout_s = lock_timeout_s
 
-    def db_jobs(self, job_ids: Sequence[str]) -> dict[str, DbJob]:
+    def db_jobs(self, job_ids: Sequence[str]) -> dict[str, SacctJob]:
         """One `sacct --json` call for all jobs (a bounded comma list per call)."""
-        out: dict[str, DbJob] = {}
+        out: dict[str, SacctJob] = {}
         for i in range(0, len(job_ids), 500):
             chunk = ",".join(job_ids[i : i + 500])
             out.update(parse_sacct_json_jobs(self.client.sacct_json(["-X", "-j", chunk])))
@@ -183,7 +161,7 @@ class Republisher:
         db = self.db_jobs(ids)
         return [self.job(jid, db.get(jid), dry_run) for jid in ids]
 
-    def _plan(self, job_id: str, db: DbJob) -> tuple[dict[str, StepRecord], list[str], str]:
+    def _plan(self, job_id: str, db: SacctJob) -> tuple[dict[str, StepRecord], list[str], str]:
         """(merged steps, steps the database lacks, why some spool steps were left out)."""
         spool = self.read_spool(self.spool, job_id)
         latest = max((r.run for r in spool.values()), default=0)
@@ -194,7 +172,7 @@ class Republisher:
         for s in foreign:
             del spool[s]
         try:
-            current = {s.key: s for s in decode_admin_comment(db.admin_comment)}
+            current = {s.key: s for s in decode_admin_comment(db.admin_comment or "")}
         except EaslurmError as exc:  # a damaged value is replaced; nothing readable is lost
             log.warning("job %s: %s; rewriting it from the spool", job_id, exc)
             current = {}
@@ -205,7 +183,7 @@ class Republisher:
         note = f"left out step(s) {','.join(foreign)} of an earlier job with this id" if foreign else ""
         return merged, sorted(lacking, key=_step_sort), note
 
-    def job(self, job_id: str, db: DbJob | None, dry_run: bool = False) -> JobResult:
+    def job(self, job_id: str, db: SacctJob | None, dry_run: bool = False) -> JobResult:
         """Republish one job (see the module docstring for when it is safe)."""
         if db is None:
             return JobResult(job_id, Status.FAILED, detail="not in the accounting database")
@@ -257,7 +235,7 @@ class Republisher:
         shown = set()
         if after is not None:
             try:
-                shown = {s.key for s in decode_admin_comment(after.admin_comment)}
+                shown = {s.key for s in decode_admin_comment(after.admin_comment or "")}
             except EaslurmError as exc:
                 log.warning("job %s: %s", job_id, exc)
         lost = [s for s in missing if s not in shown]

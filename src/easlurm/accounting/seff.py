@@ -12,31 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from easlurm.accounting.sacct_rows import job_total, run_numbers, split_job_id
-from easlurm.accounting.step_record import ProfileSpec, StepRecord, parse_spec
+from easlurm.accounting.step_record import StepRecord
 from easlurm.energy.result import sum_known
+from easlurm.energy.spec import ProfileSpec, parse_spec
 from easlurm.errors import ConfigError
-from easlurm.slurm.gres import gpus_of_gres
 from easlurm.slurm.hostlist import expand_hostlist
-from easlurm.units import parse_duration_s
+from easlurm.slurm.sacct_jobs import job_of_row
 
 SCHEMA_VERSION = 1
-#: sacct fields the card reads.
-SACCT_FIELDS = (
-    "JobIDRaw",
-    "JobID",
-    "JobName",
-    "User",
-    "Account",
-    "Partition",
-    "State",
-    "Start",
-    "End",
-    "ElapsedRaw",
-    "NNodes",
-    "NodeList",
-    "AllocTRES",
-    "AdminComment",
-)
 #: A GPU counts as idle when its mean power stays below idle + this share of (limit - idle).
 IDLE_DYNAMIC_SHARE = 0.10
 
@@ -161,34 +144,6 @@ def parse_spec_quiet(text: str) -> ProfileSpec:
         return ProfileSpec()
 
 
-def _elapsed_s(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return float(text) if text.isdigit() else parse_duration_s(text, "Elapsed")
-    except (ValueError, ConfigError):
-        return None
-
-
-def _int(text: str | None) -> int | None:
-    return int(text) if text and text.isdigit() else None
-
-
-def tres_gpus(tres: str) -> tuple[int, str | None, int]:
-    """(GPUs, GPU type, shards) of an AllocTRES value ("cpu=2,gres/gpu:a100=2,gres/gpu=2")."""
-    gres = []
-    shards = 0
-    for item in tres.split(","):
-        key, _, value = item.partition("=")
-        if key.startswith("gres/gpu") and value.isdigit():
-            gres.append(f"{key[5:]}:{value}")
-        elif key == "gres/shard" and value.isdigit():
-            shards = int(value)
-    typed = [g for g in gres if g.count(":") == 2]
-    count, gtype = gpus_of_gres(",".join(typed or gres))
-    return count, gtype, shards
-
-
 def device_lines(rec: StepRecord, limits: GpuLimits | None) -> list[DeviceLine]:
     out = []
     for node in rec.nodes:
@@ -260,23 +215,24 @@ def build_card(
     if not 0 <= shown <= last:
         raise ConfigError(f"job {split_job_id(jobs[0][0]['JobIDRaw'])[0]}: no run {shown} (runs 0..{last})")
     row = next(row for row, r in jobs if r == shown)
-    n_gpus, gtype, shards = tres_gpus(row.get("AllocTRES", ""))
+    job = job_of_row(row, strict=False)
+    (n_gpus, gtype), shards = job.alloc_gpus, job.shards
     steps = sorted((s for s in records if s.run == shown), key=lambda s: _step_order(s.step))
     type_note = None
     if gtype is None and shards:
-        hosts = [*hosts_of(row.get("NodeList", "")), *(n.host for s in steps for n in s.nodes)]
+        hosts = [*hosts_of(job.nodelist or ""), *(n.host for s in steps for n in s.nodes)]
         gtype, type_note = shard_gpu_type(hosts, node_gpu_types or {})
     limits = (limits_of or {}).get(gtype or "")
     card = JobCard(
         job_id=split_job_id(row["JobIDRaw"])[0],
-        name=row.get("JobName", ""),
-        user=row.get("User", ""),
-        account=row.get("Account", ""),
-        partition=row.get("Partition", ""),
-        state=(row.get("State") or "").split(" ")[0],
-        elapsed_s=_elapsed_s(row.get("ElapsedRaw") or row.get("Elapsed")),
-        nnodes=_int(row.get("NNodes")),
-        nodelist=row.get("NodeList", ""),
+        name=job.name or "",
+        user=job.user or "",
+        account=job.account or "",
+        partition=job.partition or "",
+        state=job.state or "",
+        elapsed_s=job.elapsed_s,
+        nnodes=job.n_nodes,
+        nodelist=job.nodelist or "",
         gpu_type=gtype,
         n_gpus=n_gpus,
         shards=shards,

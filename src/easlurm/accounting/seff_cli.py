@@ -10,15 +10,23 @@ from typing import Any
 
 import click
 
+from easlurm.accounting.sacct_rows import build_rows
+from easlurm.accounting.seff import GpuLimits, build_card, card_document, parse_spec_quiet
+from easlurm.accounting.whatif import Placement, what_ifs
+from easlurm.cli import load_ctx_config
+from easlurm.energy.result import sum_known
 from easlurm.errors import ConfigError, EaslurmError
+from easlurm.slurm.gres import parse_gres
+from easlurm.slurm.sacct_jobs import FIELDS, job_of_row
+from easlurm.slurm.sched_client import CliSchedClient
+from easlurm.table import render_table
+from easlurm.units import format_edp, format_energy, format_power, format_si
 
 log = logging.getLogger(__name__)
 
 
 def gpu_limits(catalogue: Any, slurm_types: Sequence[str]) -> dict[str, Any]:
     """{Slurm GPU type: GpuLimits} for the types the catalogue knows (TDP as the limit, idle draw)."""
-    from easlurm.accounting.seff import GpuLimits
-
     out = {}
     for t in slurm_types:
         if t and t in catalogue:
@@ -29,8 +37,6 @@ def gpu_limits(catalogue: Any, slurm_types: Sequence[str]) -> dict[str, Any]:
 
 def cluster_gpu_types(client: Any) -> list[str]:
     """The GPU types of the cluster's nodes (`sinfo %G`); [] when sinfo cannot tell."""
-    from easlurm.slurm.gres import parse_gres
-
     try:
         text = client.run(["sinfo", "-h", "-o", "%G"])
     except EaslurmError as exc:
@@ -52,21 +58,15 @@ def node_gpu_types(client: Any) -> dict[str, str | None]:
 
 
 def _e(v: float | None) -> str:
-    from easlurm.units import format_energy
-
     return format_energy(v) or "-"
 
 
 def _p(v: float | None) -> str:
-    from easlurm.units import format_power
-
     return format_power(v) or "-"
 
 
 def _memory(d: Any) -> str:
     """A GPU's peak memory in use of its total ("31.20GB/80.00GB"), "-" where not measured."""
-    from easlurm.units import format_si
-
     if d is None or d.peak_memory_bytes is None:
         return "-"
     total = "" if d.memory_total_bytes is None else f"/{format_si(d.memory_total_bytes, 'B')}"
@@ -77,9 +77,6 @@ def render_card(card: Any, whatifs: Sequence[Any], whatif_note: str | None, per_
     """The card as text: a header, totals, one row per step, node and device kind (per device with
     `per_device`; power columns are per device: mean of means, highest peak; Util is the mean GPU
     utilisation, PeakMem the fullest GPU's peak memory of its total), then the what-ifs."""
-    from easlurm.energy.result import sum_known
-    from easlurm.table import render_table
-
     gpus = f"{card.n_gpus} x {card.gpu_type or 'gpu'}" if card.n_gpus else "none"
     if card.shards:
         shared = f"{card.shards} shard{'s' if card.shards > 1 else ''} of one {card.gpu_type or 'GPU'}"
@@ -104,8 +101,6 @@ def render_card(card: Any, whatifs: Sequence[Any], whatif_note: str | None, per_
         f"Energy {_e(card.total_energy_j)} = GPU {_e(card.gpu_energy_j)} + CPU {_e(card.cpu_energy_j)} + "
         f"DRAM {_e(card.dram_energy_j)}{modelled}"
     )
-    from easlurm.units import format_edp
-
     lim = "" if card.limits is None else f" (GPU limit {card.limits.limit_w:g} W each)"
     edp = "-" if card.edp_j_s is None else format_edp(card.edp_j_s)
     lines.append(f"Mean power {_p(card.mean_power_w)}{lim}  EDP {edp}")
@@ -181,10 +176,7 @@ def compute_whatifs(
     ctx: click.Context, card: Any, cluster_types: Sequence[str]
 ) -> tuple[list[Any], str | None]:
     """The what-ifs of a card with a declared model, or ([], why not)."""
-    from easlurm.accounting.seff import parse_spec_quiet
-    from easlurm.accounting.whatif import Placement, what_ifs
-    from easlurm.cli import load_ctx_config
-    from easlurm.model.build import apply_oracle_config, build_oracle
+    from easlurm.model.build import apply_oracle_config, build_oracle  # here: numpy
 
     spec = parse_spec_quiet(card.spec)
     if spec.model is None:
@@ -252,28 +244,22 @@ def seff_cmd(
     no_spool: bool,
     debug: bool,
 ) -> None:
-    from easlurm.accounting.sacct_rows import build_rows
-    from easlurm.accounting.seff import SACCT_FIELDS, build_card, card_document
-    from easlurm.cli import load_ctx_config
-    from easlurm.model.build import apply_oracle_config
-    from easlurm.slurm.sched_client import CliSchedClient
+    from easlurm.model.build import apply_oracle_config  # here: numpy
 
     if not job_id.isdigit():
         raise ConfigError(f"seff: JOBID must be a job number, got {job_id[:40]!r}")
     client = CliSchedClient(debug=debug, echo=lambda msg: click.echo(msg, err=True))
-    rows = client.sacct(["--jobs", job_id, "--duplicates"], list(SACCT_FIELDS))
+    rows = client.sacct(["--jobs", job_id, "--duplicates"], list(FIELDS))
     rows = [r for r in rows if r["JobIDRaw"].split(".")[0] == job_id]
     if not rows:
         raise ConfigError(f"seff: job {job_id} is not in the accounting records")
     cfg = load_ctx_config(ctx)
     spool_dir = None if no_spool else Path(spool or cfg.get("spank.spool"))
     _, records = build_rows(rows, None, spool_dir, duplicates=True)
-    from easlurm.accounting.seff import tres_gpus
-
-    gres = [tres_gpus(r.get("AllocTRES", "")) for r in rows]
-    types = {t or "" for _, t, _ in gres}
+    jobs = [job_of_row(r, strict=False) for r in rows]
+    types = {j.alloc_gpus[1] or "" for j in jobs}
     # shards name no GPU type in AllocTRES: ask Slurm for the nodes' GRES (only then)
-    by_node = node_gpu_types(client) if any(s and not t for _, t, s in gres) else {}
+    by_node = node_gpu_types(client) if any(j.shards and not j.alloc_gpus[1] for j in jobs) else {}
     types |= {t for t in by_node.values() if t}
     limits = gpu_limits(apply_oracle_config(cfg), sorted(types))
     card = build_card(rows, records.get(job_id, []), limits, run, node_gpu_types=by_node)

@@ -154,7 +154,9 @@ def job_of_row(row: Mapping[str, str], *, strict: bool = True, tz: tzinfo | None
     raw_id = get("jobidraw") or get("jobid") or ""
     m = JOBID.match(raw_id)
     if m is None:
-        raise SacctValueError(f"field {names.get('jobidraw', names.get('jobid', 'JobID'))}: cannot parse {raw_id!r}")
+        raise SacctValueError(
+            f"field {names.get('jobidraw', names.get('jobid', 'JobID'))}: cannot parse {raw_id!r}"
+        )
     # JobIDRaw is the record's own id; JobID names its array (`123_4`) or het job (`123+1`)
     display = JOBID.match(get("jobid") or "") or m
     base, task, het = display.group("base"), display.group("task"), display.group("het")
@@ -194,7 +196,9 @@ def job_of_row(row: Mapping[str, str], *, strict: bool = True, tz: tzinfo | None
         if code.lstrip("-").isdigit():
             exit_code = int(code)
         elif strict:
-            raise SacctValueError(f"field {names.get('exitcode', 'ExitCode')}: cannot parse {get('exitcode')!r}")
+            raise SacctValueError(
+                f"field {names.get('exitcode', 'ExitCode')}: cannot parse {get('exitcode')!r}"
+            )
     n_cpus = read("ncpus", _count) if "ncpus" in low else None
     if n_cpus is None and "alloccpus" in low:
         n_cpus = read("alloccpus", _count)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from easlurm.errors import ConfigError, TraceError
 from easlurm.sim.traces.record import TraceJob, TraceStats
-from easlurm.slurm.times import parse_timelimit_s, parse_timestamp_s
 from easlurm.sim.traces.source import open_text
+from easlurm.slurm.times import parse_timelimit_s, parse_timestamp_s
 from easlurm.units import parse_duration_s
 
 REQUIRED = ("submit", "duration", "gpus")
