@@ -53,10 +53,10 @@ from easlurm.accounting.step_record import (
     NodeRecord,
     StepRecord,
     encode_admin_comment,
-    parse_spec,
     run_step_key,
 )
 from easlurm.energy.power_limits import StepCap
+from easlurm.energy.spec import parse_spec
 from easlurm.errors import EaslurmError
 from easlurm.slurm.hostlist import expand_hostlist
 

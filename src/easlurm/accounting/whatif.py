@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from easlurm.accounting.step_record import ProfileSpec
+from easlurm.energy.spec import ProfileSpec
 from easlurm.errors import EaslurmError
 
 #: Per-GPU power limits tried, as fractions of the GPU's TDP (rounded to 25 W, kept inside its range).

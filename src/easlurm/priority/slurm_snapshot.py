@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from easlurm.accounting.step_record import ProfileSpec, parse_spec
+from easlurm.energy.spec import ProfileSpec, parse_spec
 from easlurm.errors import ConfigError, EaslurmError
 from easlurm.priority.holds import foreign_hold
 from easlurm.priority.sharing import colocations, sharing_mode

@@ -18,8 +18,9 @@ from easlurm.accounting.report import (
 )
 from easlurm.accounting.sacct_rows import job_total
 from easlurm.accounting.seff import GpuLimits, build_card, card_document
-from easlurm.accounting.step_record import DeviceRecord, NodeRecord, StepRecord, parse_spec
+from easlurm.accounting.step_record import DeviceRecord, NodeRecord, StepRecord
 from easlurm.accounting.whatif import Placement, confidence, what_ifs
+from easlurm.energy.spec import parse_spec
 from easlurm.errors import ConfigError
 from easlurm.model.oracle import Oracle, Placements
 from easlurm.model.zoo import get_workload

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from easlurm.accounting.step_record import parse_spec
 from easlurm.config import check_setting
+from easlurm.energy.spec import parse_spec
 from easlurm.errors import ConfigError
 from easlurm.model import Oracle, Placements, get_workload
 from easlurm.priority.packing import DEFAULT_MAX_SLOWDOWN, LIMIT_STEPS

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from schedd_fake import job
 
-from easlurm.accounting.step_record import parse_spec
+from easlurm.energy.spec import parse_spec
 from easlurm.priority.slurm_snapshot import pending_job
 from easlurm.slurm.sched_client import CliSchedClient
 

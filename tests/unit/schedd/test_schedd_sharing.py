@@ -8,7 +8,7 @@ from pathlib import Path
 
 from schedd_fake import job, node
 
-from easlurm.accounting.step_record import parse_spec
+from easlurm.energy.spec import parse_spec
 from easlurm.priority.apply import Kind, PlanContext, plan
 from easlurm.priority.sharing import colocations, first_fit, gpu_use, share_placement, sharing_mode
 from easlurm.priority.slurm_snapshot import GpuFacts, SnapshotInputs, build_snapshot

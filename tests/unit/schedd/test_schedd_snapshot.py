@@ -7,7 +7,7 @@ from pathlib import Path
 
 from schedd_fake import job, node
 
-from easlurm.accounting.step_record import parse_spec
+from easlurm.energy.spec import parse_spec
 from easlurm.priority.slurm_snapshot import (
     GpuFacts,
     SnapshotInputs,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from easlurm.accounting.step_record import DEVICE_KINDS, parse_spec
+from easlurm.energy.spec import DEVICE_KINDS, parse_spec
 from easlurm.errors import ConfigError
 
 SPANK = Path(__file__).resolve().parents[3] / "spank"
