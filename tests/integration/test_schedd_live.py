@@ -27,6 +27,7 @@ from easlurm.priority.policies import get_policy
 from easlurm.priority.slurm_snapshot import SPANK_ENV_VAR, oracle_power
 from easlurm.priority.snapshot import ClusterSnapshot, Decision
 from easlurm.slurm.sched_client import CliSchedClient
+from easlurm.slurm.times import format_timestamp
 
 pytestmark = pytest.mark.slurm
 NODE = "h100-2"
@@ -602,7 +603,7 @@ def test_schedd_hold_shows_why_in_squeue_and_ends_after_its_ttl_on_an_idle_clust
             of the daemon's current hold (extended when half the TTL is left)."""
             now_mark = holds.mark_of(mine(slurm_box, [jid])[jid])
             row = slurm_box.run(["squeue", "-h", "-j", jid, "-o", "%r|%S"]).stdout.strip()
-            return now_mark is not None and row == f"BeginTime|{holds.slurm_time(now_mark.until_s)}"
+            return now_mark is not None and row == f"BeginTime|{format_timestamp(now_mark.until_s)}"
 
         wait_for(shown, 10, "squeue to show BeginTime until the hold's end")
         wait_for(lambda: mine(slurm_box, [jid])[jid].running, ttl + 15, "the job to run after one TTL")

@@ -15,8 +15,8 @@ from easlurm.errors import SlurmError
 from easlurm.priority import holds
 from easlurm.priority.sharing import share_placement
 from easlurm.priority.snapshot import ClusterSnapshot, Decision, StartJob
-from easlurm.slurm.gres import request_prefix
 from easlurm.slurm.hostlist import expand_hostlist
+from easlurm.slurm.job_updates import Hold, Order, Placement, Release
 from easlurm.slurm.sched_client import SchedClient, SlurmJob, SlurmNode
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,8 @@ class Kind(enum.Enum):
 
 @dataclass(frozen=True)
 class Action:
-    """One change to one job; `fields` are scontrol update keys (or EASLURM_* variables for ENV)."""
+    """One change to one job: `fields` is a job change of easlurm.slurm.job_updates (read as the scontrol
+    fields it composes: what the decision log shows) or, for ENV, the EASLURM_* variables."""
 
     kind: Kind
     job_id: str
@@ -93,8 +94,8 @@ def partition_for(job: SlurmJob, node: SlurmNode | None) -> str | None:
 
 def placement_fields(
     job: SlurmJob, start: StartJob, node: SlurmNode | None, nodes: Mapping[str, SlurmNode] | None = None
-) -> dict[str, str]:
-    """scontrol fields that turn the job's request into the chosen placement ({} when it already is).
+) -> Placement:
+    """The placement that turns the job's request into the chosen one (empty when it already is).
 
     A typed request is rewritten in the job's own GRES prefix (`gres:gpu:h100:2`). An untyped one
     (`--gres=gpu:2`) keeps no type, since Slurm refuses a typed rewrite of it ("Invalid GRES specification
@@ -102,23 +103,26 @@ def placement_fields(
     (`NodeList=`), unless the job's own node list already holds only nodes of that type. A start spread
     over several nodes asks for them all (`NumNodes=N`, `NodeList=`) and its GPUs per node (an even split:
     `feasible_starts` drops others)."""
-    fields: dict[str, str] = {}
     typed = job.gpu_type is not None
     m = start.n_nodes
     per_node = start.n_gpus // m
-    if job.gpus_per_node != per_node or job.node_count != m or (typed and job.gpu_type != start.gpu_type):
-        prefix = request_prefix(job.gres_request)
-        fields["NumNodes"] = str(m)
-        gpu_type = f"{start.gpu_type}:" if typed else ""
-        fields["TresPerNode"] = f"{prefix}gpu:{gpu_type}{per_node}"
+    regres = (
+        job.gpus_per_node != per_node or job.node_count != m or (typed and job.gpu_type != start.gpu_type)
+    )
+    required: tuple[str, ...] = ()
     if m > 1:
-        fields["NodeList"] = ",".join(start.nodes)  # the nodes the policy spread it over, no others
+        required = tuple(start.nodes)  # the nodes the policy spread it over, no others
     elif not typed and not _pinned_to_type(job, start.gpu_type, nodes or {}):
-        fields["NodeList"] = start.node
-    part = partition_for(job, node)
-    if part is not None:
-        fields["Partition"] = part
-    return fields
+        required = (start.node,)
+    return Placement(
+        num_nodes=m if regres else None,
+        gres_name="gpu" if regres else None,
+        gres_count=per_node,
+        gres_type=start.gpu_type if typed else None,
+        like_request=job.gres_request,
+        nodes=required,
+        partition=partition_for(job, node),
+    )
 
 
 def _pinned_to_type(job: SlurmJob, gpu_type: str, nodes: Mapping[str, SlurmNode]) -> bool:
@@ -134,14 +138,14 @@ def _pinned_to_type(job: SlurmJob, gpu_type: str, nodes: Mapping[str, SlurmNode]
 
 def feasible_starts(
     decision: Decision, snapshot: ClusterSnapshot, ctx: PlanContext
-) -> tuple[list[StartJob], dict[str, dict[str, str]]]:
+) -> tuple[list[StartJob], dict[str, Placement]]:
     """The decision's starts that Slurm can realise, and the placement fields of each pending one.
 
     A shareable job (SPEC `share`, on gres/shard) is placed on shards of one GPU of its node: alone, or
     on the GPU of `colocate_with`; a start Slurm would put elsewhere is dropped this cycle (logged)."""
     shareable = {p.job_id for p in snapshot.pending if p.shareable}
     starts: list[StartJob] = []
-    places: dict[str, dict[str, str]] = {}
+    places: dict[str, Placement] = {}
     for start in decision.starts:
         job = ctx.jobs.get(start.job_id)
         node = ctx.nodes.get(start.node)
@@ -246,12 +250,12 @@ def plan(
         factor = SITE_BASE - i * SITE_STEP
         if ctx.site_factors.get(job_id, (0, -1))[1] != factor:
             why = "start now" if job_id in started else "queue order"
-            actions.append(Action(Kind.ORDER, job_id, {"SiteFactor": str(factor)}, f"{why}, rank {i + 1}"))
+            actions.append(Action(Kind.ORDER, job_id, Order(factor), f"{why}, rank {i + 1}"))
     for job_id in sorted(ctx.declared - ranked):
         job = ctx.jobs.get(job_id)
         current = ctx.site_factors.get(job_id)
         if job is not None and job.pending and current is not None and current[1] != 0:
-            actions.append(Action(Kind.ORDER, job_id, {"SiteFactor": "0"}, "not ranked"))
+            actions.append(Action(Kind.ORDER, job_id, Order(0), "not ranked"))
     # the policy's own holds first, then the queue in its order: with a bounded number of updates per
     # cycle, the jobs Slurm would start first are held first
     rank = {j: i for i, j in enumerate([*decision.hold, *ranking])}
@@ -272,8 +276,9 @@ def plan(
                 why = holds.WHY_BEGIN
             else:
                 why = holds.WHY_GATE
-            fields = holds.hold_fields(job, ctx.now_s, ctx.hold_ttl_s, why)
-            actions.append(Action(Kind.HOLD, job_id, fields, why))
+            actions.append(
+                Action(Kind.HOLD, job_id, holds.hold_fields(job, ctx.now_s, ctx.hold_ttl_s, why), why)
+            )
     return actions
 
 
@@ -361,7 +366,7 @@ def execute(actions: Iterable[Action], client: SchedClient, env_dir: Path | None
                 if env_dir is not None:
                     write_env_file(env_dir, act.job_id, act.fields)
             else:
-                client.update_job(act.job_id, act.fields)
+                _apply_change(client, act.job_id, act.fields)
         except (SlurmError, OSError) as exc:
             log.warning("%s of job %s failed: %s", act.kind.value, act.job_id, exc)
             out.failed.append((act, str(exc)))
@@ -370,3 +375,17 @@ def execute(actions: Iterable[Action], client: SchedClient, env_dir: Path | None
             continue
         out.done.append(act)
     return out
+
+
+def _apply_change(client: SchedClient, job_id: str, change: Mapping[str, str]) -> None:
+    """The client's verb for one job change."""
+    if isinstance(change, Placement):
+        client.place(job_id, change)
+    elif isinstance(change, Order):
+        client.order(job_id, change.site_factor)
+    elif isinstance(change, Hold):
+        client.hold(job_id, change.until_s, change.mark)
+    elif isinstance(change, Release):
+        client.release(job_id, change.begin_s)
+    else:
+        raise SlurmError(f"job {job_id}: {type(change).__name__} is not a job change")

@@ -10,9 +10,9 @@ admin holds, priority 0) are never touched.
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass
 
+from easlurm.slurm.job_updates import Hold, Release
 from easlurm.slurm.sched_client import SlurmJob
 
 HOLD_PREFIX = "easlurm-hold:"
@@ -52,11 +52,6 @@ class HoldMark:
         begin = int(m.group(2))
         since = int(m.group(3)) if m.group(3) is not None else None
         return cls(until_s=int(m.group(1)), begin_s=begin or None, since_s=since, why=m.group(4))
-
-
-def slurm_time(epoch_s: float) -> str:
-    """Local wall time as scontrol's StartTime= reads it (the daemon runs next to slurmctld)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch_s))
 
 
 def mark_of(job: SlurmJob) -> HoldMark | None:
@@ -99,7 +94,7 @@ def can_hold(job: SlurmJob, now_s: float | None = None, ttl_s: float = 0.0) -> b
     return job.pending and not foreign_hold(job) and (not job.admin_comment or mark_of(job) is not None)
 
 
-def hold_fields(job: SlurmJob, now_s: float, ttl_s: float, why: str = WHY_POLICY) -> dict[str, str]:
+def hold_fields(job: SlurmJob, now_s: float, ttl_s: float, why: str = WHY_POLICY) -> Hold:
     """The one update that holds (or extends the hold of) a job until now + ttl, saying why."""
     previous = mark_of(job)
     begin = previous.begin_s if previous is not None else None
@@ -107,8 +102,7 @@ def hold_fields(job: SlurmJob, now_s: float, ttl_s: float, why: str = WHY_POLICY
         begin = int(job.eligible_s)
     since = previous.since_s if previous is not None and previous.since_s is not None else int(now_s)
     until = int(max(now_s + ttl_s, begin or 0))
-    mark = HoldMark(until, begin, since, why)
-    return {"StartTime": slurm_time(until), "AdminComment": mark.encode()}
+    return Hold(until, HoldMark(until, begin, since, why).encode())
 
 
 def held_a_full_ttl(job: SlurmJob, now_s: float, ttl_s: float) -> bool:
@@ -117,12 +111,11 @@ def held_a_full_ttl(job: SlurmJob, now_s: float, ttl_s: float) -> bool:
     return mark is not None and mark.since_s is not None and now_s - mark.since_s >= ttl_s
 
 
-def release_fields(job: SlurmJob, now_s: float) -> dict[str, str]:
+def release_fields(job: SlurmJob, now_s: float) -> Release:
     """The one update that undoes a daemon hold: the user's own begin time (if still ahead) or now."""
     mark = mark_of(job)
     begin = mark.begin_s if mark is not None else None
-    start = slurm_time(begin) if begin is not None and begin > now_s else "now"
-    return {"StartTime": start, "AdminComment": ""}
+    return Release(begin if begin is not None and begin > now_s else None)
 
 
 def needs_refresh(job: SlurmJob, now_s: float, ttl_s: float) -> bool:

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 
 from easlurm.priority.snapshot import StartJob
 from easlurm.slurm.hostlist import first_node
+from easlurm.slurm.job_updates import Placement
 from easlurm.slurm.sched_client import SlurmJob, SlurmNode
 
 log = logging.getLogger(__name__)
@@ -60,9 +61,9 @@ def first_fit(
 
 def share_placement(
     job: SlurmJob, start: StartJob, node: SlurmNode | None, jobs: Mapping[str, SlurmJob]
-) -> dict[str, str] | None:
-    """scontrol fields that start a shareable job as `start` says (alone, or beside `colocate_with`)
-    on start.node; {} when the job already asks for that; None when Slurm would not put it there."""
+) -> Placement | None:
+    """The placement that starts a shareable job as `start` says (alone, or beside `colocate_with`)
+    on start.node; empty when the job already asks for that; None when Slurm would not put it there."""
     if node is None or node.shards_per_gpu < MIN_SHARDS_PER_GPU:
         log.info("job %s: node %s offers no shards to share a GPU", start.job_id, start.node)
         return None
@@ -96,14 +97,13 @@ def share_placement(
                 gpu,
             )
             return None
-    fields: dict[str, str] = {}
-    if job.shards != want or job.n_gpus:
-        fields["TresPerNode"] = f"gres:shard:{want}"
-    if job.required_nodes != node.name:
-        fields["NodeList"] = node.name
-    if job.node_count != 1:
-        fields["NumNodes"] = "1"
-    return fields
+    regres = job.shards != want or job.n_gpus > 0
+    return Placement(
+        num_nodes=1 if job.node_count != 1 else None,
+        gres_name="shard" if regres else None,
+        gres_count=want,  # 22.05's form (`gres:shard:N`): sharing is verified there
+        nodes=(node.name,) if job.required_nodes != node.name else (),
+    )
 
 
 def colocations(jobs: Iterable[SlurmJob]) -> dict[str, str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -12,6 +11,7 @@ from typing import Any
 from easlurm.errors import SlurmError
 from easlurm.slurm.client import SCONTROL_JSON_SINCE, CliSlurmClient, SlurmClient
 from easlurm.slurm.gres import gpu_indices, gpus_of_gres, gpus_of_tres, shards_of_gres
+from easlurm.slurm.job_updates import Hold, Order, Placement, Release
 from easlurm.slurm.json_values import (
     NODE_BASE_STATES,
     epoch,
@@ -21,6 +21,7 @@ from easlurm.slurm.json_values import (
     num,
     split_state,
 )
+from easlurm.slurm.times import format_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -283,6 +284,23 @@ class SchedClient(SlurmClient):
     def requeue(self, job_id: str) -> None:
         """`scontrol requeue X` (the job must be requeueable)."""
 
+    # The daemon's verbs: each composes its fields (easlurm.slurm.job_updates) and is one update_job.
+    def place(self, job_id: str, placement: Placement) -> None:
+        """Ask Slurm to run a pending job where `placement` says (nodes, GRES, partition)."""
+        self.update_job(job_id, placement.fields())
+
+    def order(self, job_id: str, site_factor: int) -> None:
+        """Set a pending job's site factor (its rank in the daemon's queue order)."""
+        self.update_job(job_id, Order(site_factor).fields())
+
+    def hold(self, job_id: str, until_s: int, mark: str) -> None:
+        """Defer a pending job until `until_s` (Slurm releases it then by itself), marked in AdminComment."""
+        self.update_job(job_id, Hold(until_s, mark).fields())
+
+    def release(self, job_id: str, begin_s: int | None = None) -> None:
+        """Undo a daemon hold: eligible at the user's own `begin_s` (if given) or now; the mark cleared."""
+        self.update_job(job_id, Release(begin_s).fields())
+
     @abstractmethod
     def state_save_location(self) -> str | None:
         """slurmctld's StateSaveLocation (`scontrol show config`), None when unknown."""
@@ -308,7 +326,7 @@ class CliSchedClient(CliSlurmClient, SchedClient):
         return parse_sprio(self.run(["sprio", "-h", "-o", "%i %Y %S"], retry=True))
 
     def user_gpu_s(self, since_s: float) -> dict[str, float]:
-        start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since_s))
+        start = format_timestamp(since_s)
         rows = self.sacct(["-a", "-X", "-S", start, "-E", "now"], GPU_HISTORY_FIELDS)
         return gpu_seconds_by_user(rows)
 

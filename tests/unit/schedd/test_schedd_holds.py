@@ -6,6 +6,7 @@ from schedd_fake import job
 
 from easlurm.priority import holds
 from easlurm.priority.holds import HoldMark
+from easlurm.slurm.times import format_timestamp
 
 NOW = 1_800_000_000.0
 
@@ -28,7 +29,7 @@ def test_hold_then_release_restores_user_begin() -> None:
     held = job("1", eligible_s=NOW + 600, reason="BeginTime", admin_comment=fields["AdminComment"])
     assert holds.held_by_us(held, NOW) and not holds.foreign_hold(held)
     rel = holds.release_fields(held, NOW)
-    assert rel["AdminComment"] == "" and rel["StartTime"] == holds.slurm_time(NOW + 300)
+    assert rel["AdminComment"] == "" and rel["StartTime"] == format_timestamp(NOW + 300)
     assert holds.release_fields(held, NOW + 400)["StartTime"] == "now"
 
 
