@@ -49,7 +49,6 @@ from easlurm.accounting.spool import (
     write_record,
 )
 from easlurm.accounting.step_record import (
-    DeviceRecord,
     NodeRecord,
     StepRecord,
     encode_admin_comment,
@@ -124,55 +123,6 @@ class StepContext:
     @property
     def step_file(self) -> Path:
         return self.job_dir / f"step-{self.step_key}.json"
-
-
-# ---------------------------------------------------------------------------------------- records
-
-
-def _finite(v: Any) -> float | None:
-    if v is None:
-        return None
-    f = float(v)
-    return f if math.isfinite(f) else None
-
-
-def _opt_int(v: Any) -> int | None:
-    return None if v is None else int(v)
-
-
-def node_record_from_profile(
-    result: Any, node_id: int, step_start: float | None, step_end: float | None
-) -> NodeRecord:
-    """A NodeRecord from an easlurm.energy.ProfileResult (NaN/inf become None)."""
-    devices = [
-        DeviceRecord(
-            name=str(d.name),
-            kind=str(getattr(d.kind, "value", d.kind)),
-            energy_j=_finite(d.energy_j),
-            mean_power_w=_finite(d.mean_power_w),
-            peak_power_w=_finite(getattr(d, "peak_power_w", None)),
-            samples=int(d.samples),
-            modelled=bool(d.modelled),
-            source=str(d.source),
-            error=d.error,
-            in_total=bool(getattr(d, "in_total", True)),
-            duration_s=_finite(getattr(d, "duration_s", None)),
-            mean_util_pct=_finite(getattr(d, "mean_util_pct", None)),
-            peak_memory_bytes=_opt_int(getattr(d, "peak_memory_bytes", None)),
-            memory_total_bytes=_opt_int(getattr(d, "memory_total_bytes", None)),
-        )
-        for d in result.devices
-    ]
-    return NodeRecord(
-        node_id=node_id,
-        host=str(result.host),
-        start_time=_finite(result.start_time),
-        duration_s=_finite(result.duration_s),
-        devices=devices,
-        step_start_time=step_start,
-        step_end_time=step_end,
-        no_sensor=[str(k) for k in getattr(result, "no_sensor", [])],
-    )
 
 
 # ------------------------------------------------------------------------------------------ agent
@@ -309,7 +259,7 @@ class NodeAgent:
         if self.profiler is not None:
             try:
                 result = self.profiler.stop()
-                rec = node_record_from_profile(result, self.ctx.node_id, self.ctx.step_start_time, end)
+                rec = NodeRecord.from_profile(result, self.ctx.node_id, self.ctx.step_start_time, end)
                 if self.share_watcher is not None:
                     self._apportion(rec)
                 rec.error = self.error

@@ -11,13 +11,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from easlurm.energy.result import sum_known
+from easlurm.energy.result import DeviceEnergy, ProfileResult, sum_known
 from easlurm.energy.spec import DEVICE_KINDS
 
 # Re-exported only for the importers not yet moved to easlurm.energy.spec (sim/traces/energy_hook.py,
@@ -38,9 +39,32 @@ DETAIL_LEVELS = ("device", "node", "step")
 # ------------------------------------------------------------------------------------------- records
 
 
+def _finite(v: Any) -> float | None:
+    """A float JSON can carry: NaN and infinities (a sensor's glitch) become None, unknown."""
+    if v is None:
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+#: How a profiled device's value becomes a record's, by the field's declared type: plain Python values
+#: (no enum members, no numpy scalars) that JSON carries as they are.
+_PLAIN: dict[str, Callable[[Any], Any]] = {
+    "str": lambda v: str(getattr(v, "value", v)),
+    "str | None": lambda v: v,
+    "float | None": _finite,
+    "int": int,
+    "int | None": lambda v: None if v is None else int(v),
+    "bool": bool,
+}
+
+
 @dataclass
 class DeviceRecord:
-    """Energy of one device on one node over the step; `None` where the sensor could not tell."""
+    """Energy of one device on one node over the step; `None` where the sensor could not tell.
+
+    Every field of the profiler's DeviceEnergy, under the same name (`from_energy` copies them by name),
+    in the order the records on disk and in AdminComment keep, then how a shared GPU was split."""
 
     name: str
     kind: str
@@ -77,6 +101,14 @@ class DeviceRecord:
         self.apportioned = method
 
     @classmethod
+    def from_energy(cls, dev: DeviceEnergy) -> DeviceRecord:
+        """The record of a profiled device: each of DeviceEnergy's fields as a plain JSON value; the
+        sharing fields stay unset until `apportion`."""
+        return cls(
+            **{f.name: _PLAIN[str(f.type)](getattr(dev, f.name)) for f in dataclasses.fields(DeviceEnergy)}
+        )
+
+    @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DeviceRecord:
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in d.items() if k in known})
@@ -103,6 +135,22 @@ class NodeRecord:
     power_limit_requested_w: float | None = None
     power_limit_w: float | None = None
     limit_error: str | None = None
+
+    @classmethod
+    def from_profile(
+        cls, result: ProfileResult, node_id: int, step_start: float | None, step_end: float | None
+    ) -> NodeRecord:
+        """This node's record from its profiled run (NaN and infinities become None)."""
+        return cls(
+            node_id=node_id,
+            host=str(result.host),
+            start_time=_finite(result.start_time),
+            duration_s=_finite(result.duration_s),
+            devices=[DeviceRecord.from_energy(d) for d in result.devices],
+            step_start_time=step_start,
+            step_end_time=step_end,
+            no_sensor=[str(k) for k in result.no_sensor],
+        )
 
     def kind_energy_j(self, kind: str | None) -> float | None:
         return sum_known(d.energy_j for d in self.devices if d.in_total and (kind is None or d.kind == kind))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from easlurm_fakes.powercap import FakePowercap
 
-from easlurm.accounting.agent import node_record_from_profile
+from easlurm.accounting.step_record import NodeRecord
 from easlurm.energy import EnergyProfiler
 from easlurm.energy.discovery import discover, parse_devices
 
@@ -56,7 +56,7 @@ def test_the_node_record_carries_it_and_a_full_host_has_none(
     with EnergyProfiler(devices="gpu,dram", interval_s=0.05, nvml_module=FAKE_NVML) as prof:
         pass
     assert prof.result is not None and prof.result.no_sensor == ["gpu"]
-    assert node_record_from_profile(prof.result, 0, None, None).no_sensor == ["gpu"]
+    assert NodeRecord.from_profile(prof.result, 0, None, None).no_sensor == ["gpu"]
     nvml_env.delenv("EASLURM_FAKE_NVML_INIT_ERROR")
     from easlurm_fakes import fake_nvml
 

@@ -3,6 +3,7 @@ value takes through Slurm (scontrol keeps it; sacctmgr lowercases and turns quot
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
@@ -16,6 +17,7 @@ from easlurm.accounting.step_record import (
     decode_admin_comment,
     encode_admin_comment,
 )
+from easlurm.energy.result import DeviceEnergy, DeviceKind
 from easlurm.errors import TraceError
 
 
@@ -53,6 +55,29 @@ def test_missing_values_are_none_never_zero() -> None:
     s = StepRecord(1, "batch", 1, [n])
     assert s.total_energy_j is None and s.gpu_energy_j is None and s.cpu_energy_j is None
     assert s.mean_power_w is None and s.edp is None and s.duration_s is None
+
+
+def test_a_device_record_keeps_every_reading_of_the_profiled_device() -> None:
+    """DeviceRecord is built from DeviceEnergy field by field name, so each reading keeps its name and
+    type; a value JSON cannot carry (NaN, infinity) becomes None, unknown, and an enum its value."""
+    kept = {f.name: f.type for f in dataclasses.fields(DeviceRecord)}
+    assert {f.name: f.type for f in dataclasses.fields(DeviceEnergy)}.items() <= kept.items()
+    dev = DeviceEnergy("gpu0", DeviceKind.GPU, float("nan"), 250.0, 300.0, 100, False, "nvml-energy")
+    dev.duration_s, dev.peak_memory_bytes = 10.0, 2**30
+    rec = DeviceRecord.from_energy(dev)
+    assert rec == DeviceRecord(
+        "gpu0",
+        "gpu",
+        None,
+        250.0,
+        100,
+        False,
+        "nvml-energy",
+        duration_s=10.0,
+        peak_power_w=300.0,
+        peak_memory_bytes=2**30,
+    )
+    assert type(rec.kind) is str and rec.apportioned is None
 
 
 def test_partial_when_a_node_is_missing_or_failed() -> None:
