@@ -41,6 +41,7 @@ from easlurm.accounting.publish import (
     warn_partial,
 )
 from easlurm.accounting.spool import (
+    Spool,
     check_owned_dir,
     job_lock,
     make_private_dir,
@@ -106,8 +107,13 @@ class StepContext:
             raise EaslurmError(f"node name {self.node_name!r}: unexpected characters")
 
     @property
+    def paths(self) -> Spool:
+        """The spool's layout: every path below is named there."""
+        return Spool(self.spool)
+
+    @property
     def job_dir(self) -> Path:
-        return self.spool / str(self.job_id)
+        return self.paths.job_dir(self.job_id)
 
     @property
     def step_key(self) -> str:
@@ -115,14 +121,28 @@ class StepContext:
 
     @property
     def step_dir(self) -> Path:
-        return self.job_dir / self.step_key
+        return self.paths.step_dir(self.job_id, self.step_key)
 
     def node_file(self, node_id: int) -> Path:
-        return self.step_dir / f"node-{node_id}.json"
+        return self.paths.node_file(self.job_id, self.step_key, node_id)
 
     @property
     def step_file(self) -> Path:
-        return self.job_dir / f"step-{self.step_key}.json"
+        return self.paths.step_file(self.job_id, self.step_key)
+
+    @property
+    def manifest_file(self) -> Path:
+        return self.paths.manifest_file(self.job_id)
+
+    @property
+    def run_dir(self) -> Path:
+        """This node's profiler run directory (samples)."""
+        return self.paths.node_run_dir(self.job_id, self.step_key, self.node_id)
+
+    @property
+    def log_file(self) -> Path:
+        """This node's agent log."""
+        return self.paths.node_log(self.job_id, self.step_key, self.node_id)
 
 
 # ------------------------------------------------------------------------------------------ agent
@@ -168,8 +188,7 @@ class NodeAgent:
             return False
 
     def _mine_exists(self) -> bool:
-        own = self.ctx.node_file(self.ctx.node_id)
-        return own.exists() or own.with_suffix("").exists()
+        return self.ctx.node_file(self.ctx.node_id).exists() or self.ctx.run_dir.exists()
 
     def start(self) -> None:
         """Start profiling; a failure is recorded as the node's error, never raised."""
@@ -190,7 +209,7 @@ class NodeAgent:
                 from easlurm.energy import EnergyProfiler
 
                 factory = EnergyProfiler
-            out_dir = self.ctx.step_dir / f"node-{self.ctx.node_id}" if spool_ok else None
+            out_dir = self.ctx.run_dir if spool_ok else None
             self.profiler = factory(
                 devices=",".join(spec.devices),
                 interval_s=spec.interval_s or float(self.settings.get("interval_s", 0.1)),
@@ -464,7 +483,7 @@ def keep_log_in_spool(ctx: StepContext) -> None:
     """Also log to SPOOL/<job>/<step>/node-<id>.log: once the plugin stops waiting (timeout_ms), the
     agent's stderr goes nowhere, and a late agent's messages must still reach the admin."""
     try:
-        handler = logging.FileHandler(ctx.step_dir / f"node-{ctx.node_id}.log", delay=True)
+        handler = logging.FileHandler(ctx.log_file, delay=True)
     except OSError as exc:
         log.warning("agent log in the spool: %s", exc)
         return

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from easlurm.accounting.spool import PUBLISHED_MANIFEST, read_json, read_step_files, write_record
+from easlurm.accounting.spool import read_json, read_step_files, write_record
 from easlurm.accounting.step_record import NodeRecord, StepRecord, decode_admin_comment, encode_admin_comment
 from easlurm.errors import EaslurmError, SlurmError
 
@@ -23,7 +23,8 @@ POLL_S = 0.02
 
 
 class StepPlace(Protocol):
-    """The step being published and its place in the spool (the agent's StepContext)."""
+    """The step being published and its place in the spool (the agent's StepContext, whose paths come
+    from easlurm.accounting.spool.Spool)."""
 
     @property
     def job_id(self) -> int: ...
@@ -41,6 +42,8 @@ class StepPlace(Protocol):
     def job_dir(self) -> Path: ...
     @property
     def step_file(self) -> Path: ...
+    @property
+    def manifest_file(self) -> Path: ...
     def node_file(self, node_id: int) -> Path: ...
 
 
@@ -133,7 +136,7 @@ def publish_from_spool(ctx: StepPlace, client: Any, own: StepRecord | None = Non
         files.pop(ctx.step_file.name, None)  # stale or absent: `own` stands in for it
     else:
         mine = files.get(ctx.step_file.name)
-        manifest = read_json(ctx.job_dir / PUBLISHED_MANIFEST) or {}
+        manifest = read_json(ctx.manifest_file) or {}
         if mine is not None and manifest.get(ctx.step_file.name) == mine[0]:
             return True
     steps = [rec for _, rec in files.values()]
@@ -143,7 +146,7 @@ def publish_from_spool(ctx: StepPlace, client: Any, own: StepRecord | None = Non
         return False
     carried = {name: digest for name, (digest, _) in files.items()}
     try:
-        write_record(ctx.job_dir / PUBLISHED_MANIFEST, carried, ctx.gid)
+        write_record(ctx.manifest_file, carried, ctx.gid)
     except OSError as exc:  # only costs a redundant publication later
-        log.warning("%s: %s", ctx.job_dir / PUBLISHED_MANIFEST, exc)
+        log.warning("%s: %s", ctx.manifest_file, exc)
     return True

@@ -1,7 +1,7 @@
 """The accounting spool on disk: its layout, safe directories and writes, the job lock, and its readers.
 
-Layout (root-owned; a job's directory is root:<job gid> 0750, so the user reads it, and no other user
-can write it; nothing in it is named after user input):
+Layout (`Spool` names every path in it; root-owned; a job's directory is root:<job gid> 0750, so the user
+reads it, and no other user can write it; nothing in it is named after user input):
     SPOOL/<job>/<step>/node-<id>.json      one node's record (<step> is `<step>+r<N>` in run N > 0 of a
                                            requeued job: SLURM_RESTART_COUNT)
     SPOOL/<job>/<step>/node-<id>/          the profiler's run directory (samples) for that node
@@ -9,7 +9,13 @@ can write it; nothing in it is named after user input):
     SPOOL/<job>/step-<step>.json           the step record (what AdminComment carries)
     SPOOL/<job>/.publish.lock              serialises the job's AdminComment writers
     SPOOL/<job>/.published.json            digest of each step file the last publication carried
-Node records meet in SPOOL: it must be shared between nodes for multi-node steps.
+    SPOOL/<job>.stale-<unix time>[.<n>]/   a job directory left from an earlier job with the same ID
+    .<name>.<pid>.tmp                      a record being written, renamed to <name> once complete
+Node records meet in SPOOL: it must be shared between nodes for multi-node steps. The same root also
+holds trees this module does not name: the scheduler's hint files (`sched/`: easlurm.energy.power_limits,
+the SPANK plugin and the daemon), the power-limit ledger (easlurm.energy.power_limits; both below this
+room) and the nodes' power events (`power/state.jsonl`: easlurm.accounting.power_state, which the power
+saving programs import without the records).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import os
 import stat
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +40,64 @@ from easlurm.errors import EaslurmError
 log = logging.getLogger(__name__)
 
 PUBLISHED_MANIFEST = ".published.json"
+LOCK_NAME = ".publish.lock"
+
+
+@dataclass(frozen=True)
+class Spool:
+    """The spool under `root`: the one place that spells its layout (the module docstring draws it).
+
+    `job` is a job ID (as int or as the directory's name), `step_key` a step's name within the job's
+    runs (easlurm.accounting.step_record.run_step_key), `node` the node's index in the step."""
+
+    root: Path
+
+    @classmethod
+    def of_job_dir(cls, job_dir: Path) -> tuple[Spool, str]:
+        """The spool and job ID a job directory belongs to (for callers that hold only the directory)."""
+        return cls(job_dir.parent), job_dir.name
+
+    def job_dir(self, job: int | str) -> Path:
+        return self.root / str(job)
+
+    def step_dir(self, job: int | str, step_key: str) -> Path:
+        """The nodes' records, run directories and logs of one step."""
+        return self.job_dir(job) / step_key
+
+    def node_file(self, job: int | str, step_key: str, node: int) -> Path:
+        return self.step_dir(job, step_key) / f"node-{node}.json"
+
+    def node_run_dir(self, job: int | str, step_key: str, node: int) -> Path:
+        """The profiler's run directory (samples) of one node."""
+        return self.step_dir(job, step_key) / f"node-{node}"
+
+    def node_log(self, job: int | str, step_key: str, node: int) -> Path:
+        return self.step_dir(job, step_key) / f"node-{node}.log"
+
+    def step_file(self, job: int | str, step_key: str) -> Path:
+        """The step record: what AdminComment carries."""
+        return self.job_dir(job) / f"step-{step_key}.json"
+
+    @staticmethod
+    def is_step_file(name: str) -> bool:
+        """Whether a name in a job directory is a step record's."""
+        return name.startswith("step-") and name.endswith(".json")
+
+    def lock_file(self, job: int | str) -> Path:
+        return self.job_dir(job) / LOCK_NAME
+
+    def manifest_file(self, job: int | str) -> Path:
+        """What the job's last publication carried (PUBLISHED_MANIFEST)."""
+        return self.job_dir(job) / PUBLISHED_MANIFEST
+
+    def stale_dir(self, job: int | str, stamp: int, n: int = 0) -> Path:
+        """The n-th free name for a stale job directory moved aside at unix time `stamp`."""
+        return self.root / (f"{job}.stale-{stamp}" + (f".{n}" if n else ""))
+
+    @staticmethod
+    def tmp_file(path: Path) -> Path:
+        """Where this process writes `path` before renaming it into place."""
+        return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
 def check_owned_dir(path: Path) -> None:
@@ -58,7 +123,7 @@ def make_private_dir(path: Path, gid: int) -> None:
 
 def write_record(path: Path, doc: dict[str, Any], gid: int) -> None:
     """Atomic write (temp name, then rename) that never follows a symlink; mode 0640, group = job's."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = Spool.tmp_file(path)
     data = (json.dumps(doc, indent=1, allow_nan=False) + "\n").encode()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
     try:
@@ -91,8 +156,9 @@ def move_aside(job_dir: Path, now_s: float | None = None) -> Path:
     """Rename a stale job directory to `<job>.stale-<unix time>` (kept for the admin, ignored by
     readers, which take only numeric job directories); returns the new path."""
     stamp = int(time.time() if now_s is None else now_s)
+    spool, job = Spool.of_job_dir(job_dir)
     for n in range(100):
-        target = job_dir.with_name(f"{job_dir.name}.stale-{stamp}" + (f".{n}" if n else ""))
+        target = spool.stale_dir(job, stamp, n)
         try:
             os.rename(job_dir, target)
         except FileExistsError:
@@ -110,8 +176,9 @@ def move_aside(job_dir: Path, now_s: float | None = None) -> Path:
 def job_lock(job_dir: Path, timeout_s: float) -> Iterator[bool]:
     """Exclusive lock on the job's publication (one writer at a time owns the AdminComment document).
     Yields False when the lock could not be had in time."""
+    spool, job = Spool.of_job_dir(job_dir)
     try:
-        fd = os.open(job_dir / ".publish.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = os.open(spool.lock_file(job), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as exc:
         log.warning("publication lock: %s", exc)
         yield False
@@ -143,7 +210,7 @@ def read_step_files(job_dir: Path, log_level: int = logging.WARNING) -> dict[str
         log.log(log_level, "%s: %s", job_dir, exc)
         return out
     for name in names:
-        if not (name.startswith("step-") and name.endswith(".json")):
+        if not Spool.is_step_file(name):
             continue
         try:
             data = (job_dir / name).read_bytes()
@@ -160,4 +227,4 @@ def spool_records(spool: Path, job: str) -> dict[str, StepRecord]:
     (cancelled or timed-out jobs end COMPLETING, when slurmctld refuses updates)."""
     if not job.isdigit():
         return {}
-    return {rec.key: rec for _, rec in read_step_files(spool / job, logging.DEBUG).values()}
+    return {rec.key: rec for _, rec in read_step_files(Spool(spool).job_dir(job), logging.DEBUG).values()}

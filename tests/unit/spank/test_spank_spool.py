@@ -9,8 +9,27 @@ from pathlib import Path
 from agent_fakes import FakeClient, ctx, run_node
 from agent_fakes import spool as spool
 
-from easlurm.accounting.spool import job_lock, move_aside, read_step_files, spool_records
+from easlurm.accounting.spool import Spool, job_lock, move_aside, read_step_files, spool_records
 from easlurm.accounting.step_record import StepRecord
+
+
+def test_the_spool_names_each_path_of_its_layout() -> None:
+    """Spool is the one place that spells the layout the module docstring draws; the files on disk are
+    the plugin's, the agents' and the readers' contract, so each name is pinned here."""
+    s = Spool(Path("/spool"))
+    assert s.job_dir(42) == s.job_dir("42") == Path("/spool/42")
+    assert s.step_dir(42, "0+r1") == Path("/spool/42/0+r1")
+    assert s.node_file(42, "0", 3) == Path("/spool/42/0/node-3.json")
+    assert s.node_run_dir(42, "0", 3) == Path("/spool/42/0/node-3")
+    assert s.node_log(42, "0", 3) == Path("/spool/42/0/node-3.log")
+    assert s.step_file(42, "batch") == Path("/spool/42/step-batch.json")
+    assert s.lock_file(42) == Path("/spool/42/.publish.lock")
+    assert s.manifest_file(42) == Path("/spool/42/.published.json")
+    assert s.stale_dir(42, 1700000000) == Path("/spool/42.stale-1700000000")
+    assert s.stale_dir(42, 1700000000, 2) == Path("/spool/42.stale-1700000000.2")
+    assert Spool.of_job_dir(Path("/spool/42")) == (s, "42")
+    assert Spool.is_step_file("step-0+r1.json") and not Spool.is_step_file("node-0.json")
+    assert Spool.tmp_file(Path("/spool/42/step-0.json")).name.startswith(".step-0.json.")
 
 
 def test_a_held_lock_keeps_the_record_and_never_publishes_unlocked(spool: Path) -> None:
