@@ -5,12 +5,16 @@ Slurm task that predicts."""
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from pathlib import Path
 from typing import Any
 
-from easlurm.config import ENV_PREFIX
+from easlurm.config import ENV_PREFIX, load_config
+from easlurm.errors import ConfigError, ModelError
 from easlurm.model.hardware import Catalogue, load_catalogue, load_user_catalogue
+from easlurm.model.limit_check import limit_responses
+from easlurm.model.oracle import Oracle
 from easlurm.model.params import OracleParams, load_params
 
 #: Child processes (campaign workers, Slurm array tasks) inherit the user catalogue through this.
@@ -22,8 +26,6 @@ PARAMS_ENV = f"{ENV_PREFIX}ORACLE__PARAMS"
 def hardware_setting(cfg: Any = None) -> str | None:
     """The user catalogue path: `oracle.hardware` of `cfg`, else of the effective configuration."""
     if cfg is None:
-        from easlurm.config import load_config
-
         cfg = load_config()
     value = cfg.get("oracle.hardware")
     return str(value) if value else None
@@ -32,8 +34,6 @@ def hardware_setting(cfg: Any = None) -> str | None:
 def params_setting(cfg: Any = None) -> str | None:
     """The oracle parameter file: `oracle.params` of `cfg`, else of the effective configuration."""
     if cfg is None:
-        from easlurm.config import load_config
-
         cfg = load_config()
     value = cfg.get("oracle.params")
     return str(value) if value else None
@@ -52,8 +52,6 @@ def oracle_params(path: str | Path | None = None) -> OracleParams:
     oracles: parsing the YAML each time took a quarter of a 10-hour run)."""
     if not path:
         return _shipped_params()
-    from easlurm.errors import ModelError
-
     return _user_params(*_file_version(path, "oracle parameters", ModelError))
 
 
@@ -91,8 +89,6 @@ def catalogue(hardware: str | Path | None = None) -> Catalogue:
     """The shipped catalogue, with `hardware`'s GPUs added or overridden; parsed once per file version."""
     if not hardware:
         return _shipped()
-    from easlurm.errors import ConfigError
-
     return _user(*_file_version(hardware, "GPU catalogue", ConfigError))
 
 
@@ -120,11 +116,6 @@ def _user(path: str, mtime_ns: int) -> Catalogue:
 def _warn_limit_response(path: str, cat: Catalogue) -> None:
     """Warn about each GPU the file adds or changes whose figures imply an implausible response to its
     minimum power limit (model/limit_check.py), once per file version."""
-    import logging
-
-    from easlurm.model.limit_check import limit_responses
-    from easlurm.model.oracle import Oracle
-
     shipped = _shipped()
     changed = [k for k in cat if k not in shipped or cat.get(k) != shipped.get(k)]
     for r in limit_responses(Oracle(_shipped_params(), cat), changed):
@@ -148,8 +139,6 @@ def build_oracle(
 ) -> Any:
     """An analytical Oracle over `params` (an OracleParams or a YAML path) and the catalogue of `hardware`;
     None for either: the configured one when `use_config`, else the shipped one."""
-    from easlurm.model.oracle import Oracle
-
     if params is None and use_config:
         params = params_setting()
     p = params if isinstance(params, OracleParams) else oracle_params(params)

@@ -7,10 +7,17 @@ import math
 from typing import Any
 
 import click
+import numpy as np
 
 from easlurm.cli import LazyGroup, int_list, int_range, load_ctx_config, text_list
 from easlurm.errors import ConfigError
+from easlurm.model.build import apply_oracle_config, build_oracle
 from easlurm.model.hardware import DEFAULT_GPU
+from easlurm.model.oracle import Placements
+from easlurm.model.yaml_workload import load_workload_yaml
+from easlurm.model.zoo import MODEL_NAMES, default_size, get_workload, model_family
+from easlurm.table import render_table, select_columns
+from easlurm.units import format_edp, format_energy, format_power, parse_power_w
 
 PREDICT_COLUMNS = (
     "GPUType",
@@ -53,8 +60,6 @@ HARDWARE_OPTION = click.option(
 
 
 def ctx_oracle(ctx: click.Context, params_path: str | None, hardware_path: str | None = None) -> Any:
-    from easlurm.model.build import apply_oracle_config, build_oracle
-
     cfg = load_ctx_config(ctx, {"oracle": {"params": params_path}} if params_path else None)
     apply_oracle_config(cfg, hardware_path)
     return build_oracle(
@@ -75,10 +80,6 @@ def _placements(
     """The grid, keeping for each GPU type only the power limits inside its range (a 700 W limit is H100-only)
     and the node counts that can hold each GPU count (at least one, at most gpus_per_node GPUs per node; no
     `nodes`: the fewest nodes); each limit or count left out is reported on stderr, naming the GPU."""
-    import numpy as np
-
-    from easlurm.model.oracle import Placements
-
     cols: list[list[Any]] = [[], [], [], [], []]
     for key in keys:
         spec = oracle.catalogue.get(key)
@@ -178,13 +179,6 @@ def predict_cmd(
 ) -> None:
     """Predict step time, power, energy and EDP of a training job for each placement; * in Best marks the
     lowest EDP."""
-    import numpy as np
-
-    from easlurm.model.yaml_workload import load_workload_yaml
-    from easlurm.model.zoo import get_workload
-    from easlurm.table import render_table, select_columns
-    from easlurm.units import format_edp, format_energy, format_power, parse_power_w
-
     if (model is None) == (workload_file is None):
         raise ConfigError("give exactly one of --model or --workload")
     columns = select_columns(fmt, PREDICT_COLUMNS, PREDICT_DEFAULT)
@@ -291,10 +285,6 @@ def _note_mapped_precision(oracle: Any, keys: list[str], precision: Any) -> None
 @click.pass_context
 def list_cmd(ctx: click.Context, hardware_path: str | None) -> None:
     """List the zoo models and the catalogue GPUs."""
-    from easlurm.model.build import apply_oracle_config
-    from easlurm.model.zoo import MODEL_NAMES, default_size, get_workload, model_family
-    from easlurm.table import render_table
-
     rows = []
     for name in MODEL_NAMES:
         kind, size = default_size(name)

@@ -16,6 +16,7 @@ from easlurm.model.equations import (
     clock_under_limit,
 )
 from easlurm.model.hardware import GpuSpec
+from easlurm.model.oracle import Placements
 from easlurm.model.params import OracleParams
 from easlurm.model.workload import Workload
 
@@ -138,8 +139,6 @@ def solo_of(pred: Any, i: int, spec: GpuSpec, params: OracleParams) -> Solo:
 
 def predict_solo(oracle: Any, workload: Workload, batch: int, gpu_type: str) -> Solo | None:
     """The oracle's Solo of a workload on one GPU of a type at a batch, no power limit (None: does not fit)."""
-    from easlurm.model.oracle import Placements
-
     pred = oracle.predict(workload, Placements.of([1], [batch], [gpu_type]))
     if pred.feasible is not None and not bool(pred.feasible[0]):
         return None

@@ -7,6 +7,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from easlurm.model.oracle import Placements
+from easlurm.model.zoo import get_workload
+
 #: what a compute-bound FP32 step may cost at the board's minimum limit, as a multiple of its time at TDP:
 #: a board keeps running at its lowest clocks there (never stalled), and never runs faster than at TDP
 MIN_LIMIT_SLOWDOWN = (1.2, 4.0)
@@ -44,9 +47,6 @@ class LimitResponse:
 
 def limit_responses(oracle: Any, gpus: Iterable[str]) -> list[LimitResponse]:
     """The minimum-limit response of each GPU type under `oracle`'s parameters and catalogue."""
-    from easlurm.model.oracle import Placements
-    from easlurm.model.zoo import get_workload
-
     work = get_workload("resnet50", precision="fp32")
     out = []
     for key in gpus:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from easlurm.errors import ConfigError
+from easlurm.units import _NUMBER_UNIT, _POWER_UNITS, parse_duration_s
 
 #: Base power (W) of a powered-on node without its GPUs, by GPUs per node (the smallest class that holds
 #: the node's GPUs). Estimates, to be replaced by a site's readings:
@@ -55,8 +56,6 @@ def default_off_w(n_gpus: int) -> float:
 
 def _watts(value: Any, where: str) -> float:
     if isinstance(value, str):
-        from easlurm.units import _NUMBER_UNIT, _POWER_UNITS
-
         m = _NUMBER_UNIT.match(value.strip())
         unit = (m.group(2).lower() if m else "") or "w"
         if not m or unit not in _POWER_UNITS:
@@ -84,8 +83,6 @@ def node_power(entry: Mapping[str, Any], n_gpus: int, where: str) -> tuple[float
 
 
 def _seconds(value: Any, where: str) -> float:
-    from easlurm.units import parse_duration_s
-
     if isinstance(value, bool):
         raise ConfigError(f"{where}: expected a duration, got {value!r}")
     if isinstance(value, int | float) and (not math.isfinite(value) or value < 0):

@@ -11,7 +11,9 @@ from typing import Any
 
 import yaml
 
+from easlurm.config import read_yaml_file
 from easlurm.errors import ModelError
+from easlurm.files import write_text_atomic
 
 SCHEMA_VERSION = 1
 
@@ -315,14 +317,10 @@ def load_params(path: str | Path | None = None) -> OracleParams:
     if path is None:
         ref = resources.files("easlurm.model").joinpath("params/default.yaml")
         return params_from_doc(yaml.safe_load(ref.read_text()), "params/default.yaml")
-    from easlurm.config import read_yaml_file
-
     p = Path(path)
     return params_from_doc(read_yaml_file(p, "oracle parameters"), str(p))
 
 
 def save_params(params: OracleParams, path: str | Path) -> None:
     """Write a versioned parameter file that `load_params` (and so `Oracle`) reads back (atomically)."""
-    from easlurm.files import write_text_atomic
-
     write_text_atomic(path, yaml.safe_dump(params_to_doc(params), sort_keys=False), "--out")

@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from easlurm.errors import ModelError
+from easlurm.files import read_text
 from easlurm.model.layers import WorkloadBuilder
 from easlurm.model.workload import Optimizer, Precision, Workload
 
@@ -131,8 +132,6 @@ def load_workload_yaml(
     path: str | Path, precision: str | Precision | None = None, optimizer: str | Optimizer | None = None
 ) -> Workload:
     """Read a YAML layer list from a file."""
-    from easlurm.files import read_text
-
     p = Path(path)
     text = read_text(p, "workload", ModelError)
     return parse_workload_yaml(text, str(p), precision, optimizer)
