@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Generator
 from typing import Any
 
 import numpy as np
 import pytest
+import simpy
 
 from easlurm.model import Oracle
 from easlurm.priority.policies import get_policy
 from easlurm.priority.snapshot import ClusterSnapshot, Decision, StartJob
 from easlurm.sim.cluster import ClusterSpec
+from easlurm.sim.engine.core import CountingEnvironment
 from easlurm.sim.job import JobSpec
 from easlurm.sim.runner import SimSpec, run_simulation, simulate
 
@@ -253,3 +256,26 @@ def test_preempted_job_resumes_and_keeps_its_identity() -> None:
     assert victims and all(not j["urgent"] for j in victims)
     assert all(j["start_s"] is not None for j in victims)
     assert dataclasses.asdict(SimSpec("zeus"))["scenario"] == "B"
+
+
+def test_an_abandoned_event_does_not_end_a_run_on_its_time() -> None:
+    """A completion abandoned before it fires (a job's old rate) does not keep a run without horizon going:
+    the run ends at the last event that matters, and what waited on the abandoned event never runs."""
+    env = CountingEnvironment()
+    log: list[tuple[str, float]] = []
+    stale = env.timeout(50.0)
+
+    def waiter() -> Generator[simpy.Event, Any, None]:
+        yield stale
+        log.append(("stale", env.now))
+
+    def worker() -> Generator[simpy.Event, Any, None]:
+        yield env.timeout(10.0)
+        env.abandon(stale)
+        log.append(("worker", env.now))
+
+    env.process(waiter())
+    env.process(worker())
+    env.run_active()
+    assert log == [("worker", 10.0)]
+    assert env.now == 10.0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import logging
 import math
 import time
@@ -12,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import simpy
+from simpy.core import SimTime
+from simpy.events import NORMAL, EventPriority
 
 from easlurm.model.node_power import PowerSaving
 from easlurm.priority.policy_call import call_policy
@@ -35,43 +36,75 @@ _SNAPSHOT_POWER = {
 
 
 class CountingEnvironment(simpy.Environment):
-    """A SimPy environment that counts the events it processes (for events/s figures) and drops events
-    abandoned before they fire (a job's old completion time after its rate changed), so that they neither
-    count nor move the clock past the last real event. A passive event (a node's power-down timer) happens
-    when the run gets there but does not keep a run without horizon going (`run_active`)."""
+    """A SimPy environment that counts the events it processes (for events/s figures) and passes over
+    events abandoned before they fire (a job's old completion time after its rate changed), so that they
+    neither count nor end a run on their time. A passive event (a node's power-down timer) happens when the
+    run gets there but does not keep a run without horizon going (`run_active`).
+
+    Only SimPy's public interface is used: `schedule` counts what is queued, and a callback on each
+    abandoned or passive event says when it has fired."""
 
     def __init__(self) -> None:
         super().__init__()
         self.n_events = 0
         self.abandoned: set[simpy.Event] = set()
         self.passive: set[simpy.Event] = set()
+        self._queued = 0  # events scheduled and not yet processed
+        self._passed_over = False  # the event just processed was abandoned
+
+    def schedule(self, event: simpy.Event, priority: EventPriority = NORMAL, delay: SimTime = 0) -> None:
+        self._queued += 1
+        super().schedule(event, priority, delay)
 
     def abandon(self, event: simpy.Event) -> None:
+        """`event` (scheduled) no longer matters: it fires without counting, and its waiting process
+        parks (Simulator._job)."""
         self.abandoned.add(event)
+        event.callbacks.append(self._pass_over)
+
+    def _pass_over(self, event: simpy.Event) -> None:
+        self.abandoned.discard(event)
+        self._passed_over = True
 
     def mark_passive(self, event: simpy.Event) -> None:
         self.passive.add(event)
+        event.callbacks.append(self.passive.discard)
 
     def mark_active(self, event: simpy.Event) -> None:
         self.passive.discard(event)
 
     def step(self) -> None:
-        queue = self._queue
-        while self.abandoned and queue and queue[0][3] in self.abandoned:
-            self.abandoned.discard(heapq.heappop(queue)[3])
-        if self.passive and queue:
-            self.passive.discard(queue[0][3])
-        self.n_events += 1
-        super().step()
+        """Process the next event that matters, passing over the abandoned ones before it; EmptySchedule
+        (counted, as one call of SimPy's own step that finds no event) when only abandoned ones are left."""
+        while True:
+            if self._queued == len(self.abandoned):
+                self.n_events += 1
+                raise simpy.core.EmptySchedule
+            self._queued -= 1
+            self._passed_over = False
+            self.n_events += 1
+            super().step()
+            if not self._passed_over:
+                return
+            self.n_events -= 1
 
     def run_active(self) -> None:
         """Run while any event other than a passive one is scheduled."""
-        queue = self._queue
         try:
-            while len(queue) > len(self.passive):
+            while self._queued > len(self.passive):
                 self.step()
         except simpy.core.EmptySchedule:  # only abandoned events were left
             pass
+
+
+@dataclass(frozen=True)
+class Preempted:
+    """The cause a preempted job's process is interrupted with: the policy stopped `job_id` at `at_s`; it
+    keeps the work of its first `kept_s` seconds (its last checkpoint) and goes back to the queue."""
+
+    job_id: str
+    at_s: float
+    kept_s: float
 
 
 @dataclass
@@ -278,11 +311,18 @@ class Simulator:
         timer.callbacks.append(lambda _ev: self._mark_dirty())
 
     def _job(self, run: Run, duration_s: float) -> Generator[simpy.Event, Any, None]:
-        try:
-            yield self.env.timeout(duration_s)
-        except simpy.Interrupt:
-            return  # preemption already accounted by _preempt; a new rate has its own process
-        self._finish(run)
+        """The run's completion after `duration_s` at its current rate. A new rate starts a new process
+        and abandons this one's event (`_rerate`): this one then parks on an event nothing triggers, so
+        that it ends unseen and schedules nothing."""
+        if self.env.active_process is run.process:
+            try:
+                yield self.env.timeout(duration_s)
+            except simpy.Interrupt:
+                return  # preemption (cause: Preempted) already accounted by _preempt
+            if self.env.active_process is run.process:
+                self._finish(run)
+                return
+        yield self.env.event()  # superseded by a new rate's process
 
     # -- state changes ---------------------------------------------------------------------------
     def _mark_dirty(self) -> None:
@@ -533,7 +573,7 @@ class Simulator:
         )
         self._running_tuple = None
         if run.process is not None and run.process.is_alive:
-            self.env.abandon(run.process.target)  # the old completion never fires; the process ends unseen
+            self.env.abandon(run.process.target)  # the old completion is passed over; its process parks
         run.process = self.env.process(self._job(run, left / sps))
 
     def _release(self, run: Run) -> float:
@@ -576,7 +616,7 @@ class Simulator:
         run.record.preemptions += 1
         self.preemptions += 1
         if run.process is not None and run.process.is_alive:
-            run.process.interrupt("preempted")
+            run.process.interrupt(Preempted(job_id, self.now, kept_s))
         requeued = PendingJob.queued(
             run.record.spec,
             remaining_steps=remaining / run.record.spec.batch_options[0],
