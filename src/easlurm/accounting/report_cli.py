@@ -93,68 +93,25 @@ def report_cmd(
     no_spool: bool,
     debug: bool,
 ) -> None:
-    from easlurm.model.build import apply_oracle_config  # here: numpy
-
     if sum((as_markdown, as_csv, as_json)) > 1:
         raise ConfigError("--markdown, --csv and --json are exclusive")
     if co2_g_per_kwh is not None and co2_csv is not None:
         raise ConfigError("--co2 and --co2-csv are exclusive")
     if by == "node":
-        given = [
-            flag
-            for flag, value in (
-                ("-u", user),
-                ("-A", account),
-                ("-r", partition),
-                ("-j", jobs),
-                ("--co2", co2_g_per_kwh),
-                ("--co2-csv", co2_csv),
-                ("--plot", plot_path),
-                ("--spool", spool),
-            )
-            if value is not None
-        ]
+        job_flags = {"-u": user, "-A": account, "-r": partition, "-j": jobs, "--co2": co2_g_per_kwh}
+        job_flags.update({"--co2-csv": co2_csv, "--plot": plot_path, "--spool": spool})
+        given = [flag for flag, value in job_flags.items() if value is not None]
         if given:
             raise ConfigError(f"--by node reports nodes, not jobs: {', '.join(given)} do not apply")
         _node_section(ctx, starttime, endtime, as_markdown, as_csv, as_json, debug)
         return
     cfg = load_ctx_config(ctx)
-    intensity: GridIntensity | None = None
-    source = None
-    csv_path = co2_csv or (None if co2_g_per_kwh is not None else cfg.get("report.grid_intensity_csv"))
-    g_per_kwh = co2_g_per_kwh if co2_g_per_kwh is not None else cfg.get("report.grid_intensity_g_per_kwh")
-    if csv_path:
-        try:
-            text = Path(csv_path).read_text()
-        except OSError as exc:
-            raise ConfigError(f"grid intensity CSV {csv_path}: {exc.strerror}") from exc
-        intensity, source = parse_intensity_csv(text, str(csv_path)), f"csv:{csv_path}"
-    elif g_per_kwh is not None:
-        try:
-            intensity, source = GridIntensity.constant(float(g_per_kwh)), f"{float(g_per_kwh):g} g/kWh"
-        except (TypeError, ValueError):
-            raise ConfigError(f"grid intensity: {g_per_kwh!r} is not a number of g/kWh") from None
+    intensity, source = _grid_intensity(cfg, co2_g_per_kwh, co2_csv)
     client = CliSchedClient(debug=debug, echo=lambda msg: click.echo(msg, err=True))
-    selection = selection_argv(
-        {
-            "starttime": starttime,
-            "endtime": endtime,
-            "user": user,
-            "allusers": not user,
-            "account": account,
-            "partition": partition,
-            "jobs": jobs,
-            "duplicates": True,
-        }
-    )
-    rows = client.sacct(selection, list(FIELDS))
+    selection = {"starttime": starttime, "endtime": endtime, "user": user, "allusers": not user}
+    selection.update({"account": account, "partition": partition, "jobs": jobs, "duplicates": True})
     spool_dir = None if no_spool else Path(spool or cfg.get("spank.spool"))
-    _, records = build_rows(rows, None, spool_dir, duplicates=True)
-    accounted = [job_of_row(r, strict=False) for r in rows]
-    # shards name no GPU type in AllocTRES: their nodes' GRES does (asked only then)
-    by_node = node_gpu_types(client) if any(j.shards and not j.alloc_gpus[1] for j in accounted) else {}
-    types = sorted({j.alloc_gpus[1] or "" for j in accounted} | {t for t in by_node.values() if t})
-    runs = job_runs(rows, records, gpu_limits(apply_oracle_config(cfg), types), by_node)
+    runs = _job_runs(cfg, client, selection, spool_dir)
     group_by = GroupBy(by)
     groups, total = aggregate(runs, group_by, intensity)
     title = f"easlurm energy report by {by}, {starttime} to {endtime}"
@@ -182,6 +139,41 @@ def report_cmd(
     click.echo(render_table(header, [dict(zip(header, c)) for c in cells]))
     for n in notes:
         click.echo(n)
+
+
+def _grid_intensity(
+    cfg: Any, co2_g_per_kwh: float | None, co2_csv: str | None
+) -> tuple[GridIntensity | None, str | None]:
+    """The grid intensity and where it came from (None, None: no CO2 column): --co2/--co2-csv, else the
+    configuration's report.grid_intensity_csv, else its report.grid_intensity_g_per_kwh."""
+    csv_path = co2_csv or (None if co2_g_per_kwh is not None else cfg.get("report.grid_intensity_csv"))
+    g_per_kwh = co2_g_per_kwh if co2_g_per_kwh is not None else cfg.get("report.grid_intensity_g_per_kwh")
+    if csv_path:
+        try:
+            text = Path(csv_path).read_text()
+        except OSError as exc:
+            raise ConfigError(f"grid intensity CSV {csv_path}: {exc.strerror}") from exc
+        return parse_intensity_csv(text, str(csv_path)), f"csv:{csv_path}"
+    if g_per_kwh is not None:
+        try:
+            return GridIntensity.constant(float(g_per_kwh)), f"{float(g_per_kwh):g} g/kWh"
+        except (TypeError, ValueError):
+            raise ConfigError(f"grid intensity: {g_per_kwh!r} is not a number of g/kWh") from None
+    return None, None
+
+
+def _job_runs(cfg: Any, client: Any, selection: dict[str, Any], spool_dir: Path | None) -> list[Any]:
+    """Every run of the selected jobs (sacct, with the spool's records for jobs without AdminComment),
+    each with its GPU type's limits; shards name no GPU type in AllocTRES, so their nodes' GRES is asked
+    for only then."""
+    from easlurm.model.build import apply_oracle_config  # here: numpy
+
+    rows = client.sacct(selection_argv(selection), list(FIELDS))
+    _, records = build_rows(rows, None, spool_dir, duplicates=True)
+    accounted = [job_of_row(r, strict=False) for r in rows]
+    by_node = node_gpu_types(client) if any(j.shards and not j.alloc_gpus[1] for j in accounted) else {}
+    types = sorted({j.alloc_gpus[1] or "" for j in accounted} | {t for t in by_node.values() if t})
+    return job_runs(rows, records, gpu_limits(apply_oracle_config(cfg), types), by_node)
 
 
 def _node_section(
