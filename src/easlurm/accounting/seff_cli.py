@@ -77,6 +77,31 @@ def render_card(card: Any, whatifs: Sequence[Any], whatif_note: str | None, per_
     """The card as text: a header, totals, one row per step, node and device kind (per device with
     `per_device`; power columns are per device: mean of means, highest peak; Util is the mean GPU
     utilisation, PeakMem the fullest GPU's peak memory of its total), then the what-ifs."""
+    lines = _header_lines(card)
+    if not card.has_records:
+        lines.append(
+            "no energy records (the job was not submitted with --energy-profile, or its agents wrote none)"
+        )
+        if card.earlier_runs_j:
+            lines.append(f"Earlier runs (requeue): {_e(card.requeue_energy_j)}")
+        return "\n".join(lines)
+    lines += _totals_lines(card)
+    lines.append("")
+    cols = ["Step", "Node", "Device", "Energy", "MeanPower", "PeakPower", "Limit", "Util", "PeakMem", "Flags"]
+    lines.append(render_table(cols, _device_rows(card, per_device)))
+    if whatifs or whatif_note:
+        lines.append("")
+        lines.append(
+            "What if (oracle; same work, changes against the oracle's own figure for this placement):"
+        )
+        lines.extend(f"  {w.line()}" for w in whatifs)
+        if whatif_note:
+            lines.append(f"  {whatif_note}")
+    return "\n".join(lines)
+
+
+def _header_lines(card: Any) -> list[str]:
+    """Who ran the job, where, on which GPUs (or shards of one), which run of a requeued job, its SPEC."""
     gpus = f"{card.n_gpus} x {card.gpu_type or 'gpu'}" if card.n_gpus else "none"
     if card.shards:
         shared = f"{card.shards} shard{'s' if card.shards > 1 else ''} of one {card.gpu_type or 'GPU'}"
@@ -89,13 +114,13 @@ def render_card(card: Any, whatifs: Sequence[Any], whatif_note: str | None, per_
     ]
     if card.spec:
         lines.append(f"SPEC {card.spec}")
-    if not card.has_records:
-        lines.append(
-            "no energy records (the job was not submitted with --energy-profile, or its agents wrote none)"
-        )
-        if card.earlier_runs_j:
-            lines.append(f"Earlier runs (requeue): {_e(card.requeue_energy_j)}")
-        return "\n".join(lines)
+    return lines
+
+
+def _totals_lines(card: Any) -> list[str]:
+    """The job's totals: energy by kind, mean power and EDP, energy per step of work, the energy lost to
+    requeues and the idle allocated GPUs (the card's headline), then the card's notes."""
+    lines = []
     modelled = f" (modelled: {', '.join(card.modelled)})" if card.modelled else ""
     lines.append(
         f"Energy {_e(card.total_energy_j)} = GPU {_e(card.gpu_energy_j)} + CPU {_e(card.cpu_energy_j)} + "
@@ -118,6 +143,12 @@ def render_card(card: Any, whatifs: Sequence[Any], whatif_note: str | None, per_
         idle = ", ".join(f"{d.device}@{d.host} ({_p(d.mean_power_w)})" for d in card.idle_gpus)
         lines.append(f"Idle allocated GPUs: {idle or 'none'}")
     lines.extend(card.notes)
+    return lines
+
+
+def _device_rows(card: Any, per_device: bool) -> list[dict[str, str]]:
+    """One table row per step, node and device kind (per device with `per_device`); a sub-domain, a
+    modelled device and a shared GPU get rows of their own, so their flags say what the figure is."""
     rows = []
     for s in card.steps:
         groups: dict[tuple[str, str, bool, str | None], list[Any]] = {}
@@ -158,18 +189,7 @@ def render_card(card: Any, whatifs: Sequence[Any], whatif_note: str | None, per_
                     "Flags": ",".join(flags) or "measured",
                 }
             )
-    lines.append("")
-    cols = ["Step", "Node", "Device", "Energy", "MeanPower", "PeakPower", "Limit", "Util", "PeakMem", "Flags"]
-    lines.append(render_table(cols, rows))
-    if whatifs or whatif_note:
-        lines.append("")
-        lines.append(
-            "What if (oracle; same work, changes against the oracle's own figure for this placement):"
-        )
-        lines.extend(f"  {w.line()}" for w in whatifs)
-        if whatif_note:
-            lines.append(f"  {whatif_note}")
-    return "\n".join(lines)
+    return rows
 
 
 def compute_whatifs(
