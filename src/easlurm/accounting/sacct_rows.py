@@ -229,26 +229,7 @@ def build_rows(
     from AdminComment are read from the spool files when readable. Job rows get the run's total
     (`job_total`) and the earlier runs' energy; without `duplicates` only each job's last run is shown."""
     runs = run_numbers(sacct_rows)
-    records: dict[str, dict[str, StepRecord]] = {}
-    damaged: set[str] = set()
-    from_spool: set[tuple[str, str]] = set()
-    for row in sacct_rows:
-        job, step = split_job_id(row.get("JobIDRaw", ""))
-        if step is not None:
-            continue
-        if row.get("AdminComment"):
-            try:
-                records.setdefault(job, {}).update(
-                    {s.key: s for s in decode_admin_comment(row["AdminComment"])}
-                )
-            except EaslurmError as exc:
-                log.warning("job %s: %s", job, exc)
-                damaged.add(job)
-        if spool is not None:
-            for name, found in spool_records(spool, job).items():
-                if name not in records.setdefault(job, {}):
-                    records[job][name] = found
-                    from_spool.add((job, name))
+    records, damaged, from_spool = _job_records(sacct_rows, spool)
     last_run = {split_job_id(r.get("JobIDRaw", ""))[0]: run for r, run in zip(sacct_rows, runs, strict=True)}
     out: list[dict[str, Any]] = []
     for row, run in zip(sacct_rows, runs, strict=True):
@@ -284,22 +265,49 @@ def build_rows(
             values["EnergyFlags"] = "damaged"
         values["_record"] = rec if step is not None else None
         out.append(values)
-        if rec is None or detail is None or step is None:
-            continue
-        for node in rec.nodes:
-            out.append(
-                {"JobID": row.get("JobID", ""), "JobIDRaw": row.get("JobIDRaw", ""), **node_values(node)}
-            )
-            if detail == "device":
-                out.extend(
-                    {
-                        "JobID": row.get("JobID", ""),
-                        "JobIDRaw": row.get("JobIDRaw", ""),
-                        **device_values(node, d),
-                    }
-                    for d in node.devices
-                )
+        if rec is not None and detail is not None and step is not None:
+            out.extend(_detail_rows(row, rec, detail))
     return out, {job: list(steps.values()) for job, steps in records.items()}
+
+
+def _job_records(
+    sacct_rows: Sequence[dict[str, str]], spool: Path | None
+) -> tuple[dict[str, dict[str, StepRecord]], set[str], set[tuple[str, str]]]:
+    """Every job's step records by step key, from its AdminComment and then, for steps it lacks, from the
+    spool; also the jobs whose AdminComment is damaged and the (job, step key) read from the spool, so
+    their rows can say so."""
+    records: dict[str, dict[str, StepRecord]] = {}
+    damaged: set[str] = set()
+    from_spool: set[tuple[str, str]] = set()
+    for row in sacct_rows:
+        job, step = split_job_id(row.get("JobIDRaw", ""))
+        if step is not None:
+            continue
+        if row.get("AdminComment"):
+            try:
+                records.setdefault(job, {}).update(
+                    {s.key: s for s in decode_admin_comment(row["AdminComment"])}
+                )
+            except EaslurmError as exc:
+                log.warning("job %s: %s", job, exc)
+                damaged.add(job)
+        if spool is not None:
+            for name, found in spool_records(spool, job).items():
+                if name not in records.setdefault(job, {}):
+                    records[job][name] = found
+                    from_spool.add((job, name))
+    return records, damaged, from_spool
+
+
+def _detail_rows(row: dict[str, str], rec: StepRecord, detail: str) -> list[dict[str, Any]]:
+    """The rows under a step's row: one per node, each followed by its devices with detail "device"."""
+    ids = {"JobID": row.get("JobID", ""), "JobIDRaw": row.get("JobIDRaw", "")}
+    out: list[dict[str, Any]] = []
+    for node in rec.nodes:
+        out.append({**ids, **node_values(node)})
+        if detail == "device":
+            out.extend({**ids, **device_values(node, d)} for d in node.devices)
+    return out
 
 
 def format_cell(column: str, value: Any, prefix: str | None = None) -> Any:
