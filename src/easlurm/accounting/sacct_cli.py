@@ -18,7 +18,9 @@ from easlurm.accounting.sacct_rows import (
     row_value,
     selection_argv,
 )
+from easlurm.cli import load_ctx_config
 from easlurm.errors import ConfigError
+from easlurm.slurm.client import CliSlurmClient
 from easlurm.table import delimiter_clashes, parse_format, render_table
 from easlurm.units import si_prefix
 
@@ -121,29 +123,15 @@ def sacct_cmd(
     helpformat: bool,
     **selection: Any,
 ) -> None:
-    from easlurm.slurm.client import CliSlurmClient
-
     client = CliSlurmClient(debug=debug, echo=lambda msg: click.echo(msg, err=True))
     if helpformat:
-        click.echo(" ".join(client.sacct_fields()))
-        for name, (key, what) in ENERGY_COLUMNS.items():
-            click.echo(f"{name:15} {key:17} {what}")
-        for name, of in RAW_COLUMNS.items():
-            click.echo(f"{name:15} {'':17} {of} as a plain number in SI units (J, W, J*s)")
+        _help_format(client)
         return
     if as_json and (parsable or parsable2):
         raise ConfigError("--json and -p/-P are exclusive")
     if not delimiter:
         raise ConfigError("--delimiter: must not be empty")
-    # the running Slurm's own field list (each version adds and drops fields): asked only to check a --format
-    available = [*client.sacct_fields(), *EASLURM_COLUMNS] if fmt else list(EASLURM_COLUMNS)
-    spec = parse_format(fmt, available, DEFAULT_COLUMNS)
-    columns = [c.name for c in spec]
-    widths = [c.width for c in spec]
-    if detail and not fmt:
-        extra = ["Node", "Device"] if detail == "device" else ["Node"]
-        columns[1:1] = extra
-        widths[1:1] = [None] * len(extra)
+    columns, widths = _columns(client, fmt, detail)
     native = [c for c in columns if c not in EASLURM_COLUMNS]
     fields = list(dict.fromkeys(["JobIDRaw", "JobID", "AdminComment", *native, "State"]))
     if as_json:  # exact numbers, whatever --units says
@@ -152,8 +140,6 @@ def sacct_cmd(
     sacct_rows = client.sacct(selection_argv({**selection, "duplicates": True}), fields)
     spool_dir = None
     if not no_spool:
-        from easlurm.cli import load_ctx_config
-
         spool_dir = Path(spool or load_ctx_config(ctx).get("spank.spool"))
     rows, _ = build_rows(sacct_rows, detail, spool_dir, duplicates=bool(selection.get("duplicates")))
     if as_json:  # every energy column, whatever --format says: JSON readers pick keys
@@ -187,3 +173,29 @@ def sacct_cmd(
     )
     if text:
         click.echo(text)
+
+
+def _help_format(client: CliSlurmClient) -> None:
+    """--helpformat: the running Slurm's sacct fields, then easlurm's columns with what each holds."""
+    click.echo(" ".join(client.sacct_fields()))
+    for name, (key, what) in ENERGY_COLUMNS.items():
+        click.echo(f"{name:15} {key:17} {what}")
+    for name, of in RAW_COLUMNS.items():
+        click.echo(f"{name:15} {'':17} {of} as a plain number in SI units (J, W, J*s)")
+
+
+def _columns(
+    client: CliSlurmClient, fmt: str | None, detail: str | None
+) -> tuple[list[str], list[int | None]]:
+    """The columns shown and their widths (None: fit the values): --format, checked against the running
+    Slurm's own field list (each version adds and drops fields; asked only for a --format), else the
+    default columns with Node (and Device) after the first where --detail adds those rows."""
+    available = [*client.sacct_fields(), *EASLURM_COLUMNS] if fmt else list(EASLURM_COLUMNS)
+    spec = parse_format(fmt, available, DEFAULT_COLUMNS)
+    columns = [c.name for c in spec]
+    widths = [c.width for c in spec]
+    if detail and not fmt:
+        extra = ["Node", "Device"] if detail == "device" else ["Node"]
+        columns[1:1] = extra
+        widths[1:1] = [None] * len(extra)
+    return columns, widths
