@@ -14,7 +14,14 @@ import click
 
 from easlurm.cli import load_ctx_config
 from easlurm.errors import ConfigError
+from easlurm.model.build import apply_oracle_config
 from easlurm.model.cli import HARDWARE_OPTION
+from easlurm.priority.daemon import Daemon, DaemonConfig
+from easlurm.priority.metrics import Metrics, check_port
+from easlurm.priority.report import render_report
+from easlurm.slurm import sched_client
+from easlurm.slurm.hostlist import expand_hostlist
+from easlurm.units import parse_duration_s, parse_power_w
 
 log = logging.getLogger(__name__)
 
@@ -94,11 +101,6 @@ def schedd_cmd(
     debug: bool,
 ) -> None:
     """Drive Slurm with an energy-aware policy: order (SiteFactor), placement, power budget, preemption."""
-    from easlurm.priority.daemon import Daemon, DaemonConfig
-    from easlurm.priority.metrics import Metrics, check_port
-    from easlurm.slurm.sched_client import CliSchedClient
-    from easlurm.units import parse_duration_s, parse_power_w
-
     overrides: dict[str, Any] = {
         "policy": policy,
         "interval_s": parse_duration_s(interval, field="--interval") if interval else None,
@@ -118,14 +120,12 @@ def schedd_cmd(
             "sched.metrics_port": "--metrics-port",
         },
     )
-    from easlurm.model.build import apply_oracle_config
-
     apply_oracle_config(cfg, hardware_path)
     sched = cfg.section("sched")
     name = str(sched["policy"]).lower()
     if name.split("-")[0] not in CHOICES and not name.startswith("static-cap"):
         raise ConfigError(f"--policy: unknown policy {name!r} (known: {', '.join(CHOICES)})")
-    client = CliSchedClient(debug=debug, echo=lambda m: click.echo(m, err=True))
+    client = sched_client.CliSchedClient(debug=debug, echo=lambda m: click.echo(m, err=True))
     if sched["state_save_dir"]:
         check_state_save_dir(str(sched["state_save_dir"]))
     if sched["decision_log"]:
@@ -134,8 +134,40 @@ def schedd_cmd(
         only_nodes = ",".join(check_nodes(only_nodes, [n.name for n in client.nodes()]))
     state_dir = sched["state_save_dir"] or client.state_save_location()
     env_dir = scheduler_env_dir(cfg.get("spank.spool"), sched["env_dir"], dry_run)
-    dcfg = DaemonConfig(
-        policy=name,
+    scope: dict[str, Any] = {"log_snapshots": log_snapshots, "name_prefix": only_names}
+    scope["nodes"] = tuple(n for n in only_nodes.split(",") if n) if only_nodes else None
+    dcfg = daemon_config(sched, name, dry_run, env_dir, state_dir, scope)
+    if sched["metrics_port"] is not None:
+        check_port(
+            sched["metrics_port"]
+        )  # also with --once, which does not serve: a bad port is still an error
+    metrics = Metrics(enabled=sched["metrics_port"] is not None or once)
+    if sched["metrics_port"] is not None and not once:
+        metrics.serve(int(sched["metrics_port"]), str(sched["metrics_address"] or "0.0.0.0"))
+    daemon = Daemon(client, dcfg, metrics=metrics)
+    if once:
+        run_once(daemon, dry_run, log_snapshots, as_json)
+        return
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    log.warning(
+        "schedd: policy %s, every %gs%s%s",
+        name,
+        dcfg.interval_s,
+        ", dry run" if dry_run else "",
+        f", budget {dcfg.power_budget_w:g} W" if dcfg.power_budget_w else "",
+    )
+    daemon.run(stop)
+
+
+def daemon_config(
+    sched: dict[str, Any], policy: str, dry_run: bool, env_dir: Path, state_dir: Any, scope: dict[str, Any]
+) -> DaemonConfig:
+    """The daemon's settings from the effective `sched` section (flags already folded in) as numbers, and
+    `scope`: the flags that are not settings (log_snapshots, name_prefix, nodes)."""
+    return DaemonConfig(
+        policy=policy,
         interval_s=float(sched["interval_s"]),
         power_budget_w=sched["power_budget_w"],
         dry_run=dry_run,
@@ -151,45 +183,22 @@ def schedd_cmd(
         decision_log=Path(sched["decision_log"]) if sched["decision_log"] else None,
         env_dir=env_dir,
         state_save_dir=state_dir,
-        log_snapshots=log_snapshots,
-        name_prefix=only_names,
-        nodes=tuple(n for n in only_nodes.split(",") if n) if only_nodes else None,
+        **scope,
     )
-    if sched["metrics_port"] is not None:
-        check_port(
-            sched["metrics_port"]
-        )  # also with --once, which does not serve: a bad port is still an error
-    metrics = Metrics(enabled=sched["metrics_port"] is not None or once)
-    if sched["metrics_port"] is not None and not once:
-        metrics.serve(int(sched["metrics_port"]), str(sched["metrics_address"] or "0.0.0.0"))
-    daemon = Daemon(client, dcfg, metrics=metrics)
-    if once:
-        from easlurm.priority.report import render_report
 
-        report = daemon.cycle()
-        doc = {"dry_run": dry_run, **report.to_dict(with_snapshot=log_snapshots)}
-        click.echo(json.dumps(doc, indent=1) if as_json else render_report(doc))
-        if report.error is not None:
-            sys.exit(1)
-        return
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    log.warning(
-        "schedd: policy %s, every %gs%s%s",
-        name,
-        dcfg.interval_s,
-        ", dry run" if dry_run else "",
-        f", budget {dcfg.power_budget_w:g} W" if dcfg.power_budget_w else "",
-    )
-    daemon.run(stop)
+
+def run_once(daemon: Daemon, dry_run: bool, log_snapshots: bool, as_json: bool) -> None:
+    """--once: one cycle, its decisions printed as a table (or JSON); exit status 1 when it failed."""
+    report = daemon.cycle()
+    doc = {"dry_run": dry_run, **report.to_dict(with_snapshot=log_snapshots)}
+    click.echo(json.dumps(doc, indent=1) if as_json else render_report(doc))
+    if report.error is not None:
+        sys.exit(1)
 
 
 def check_nodes(text: str, known: list[str]) -> list[str]:
     """`--nodes` (a comma list or hostlist) against the nodes Slurm knows: an unknown one is a typo that
     would leave the daemon scheduling nothing, so it is an error at start."""
-    from easlurm.slurm.hostlist import expand_hostlist
-
     try:
         names = expand_hostlist(text)
     except ValueError as exc:
