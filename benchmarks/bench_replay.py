@@ -85,11 +85,11 @@ def write_trace(path: Path, n_jobs: int, n_gpus: int, seed: int = 0) -> None:
 def run_one(trace: str, policy: str, n_nodes: int) -> dict[str, float]:
     """Replay under one policy in this process; returns jobs/s and peak RSS."""
     from easlurm.sim.cluster import ClusterSpec
-    from easlurm.sim.replay import replay
+    from easlurm.sim.replay import ReplayRequest, replay
 
     cluster = ClusterSpec.mixed([(n_nodes // 2, 8, "a100-40gb"), (n_nodes - n_nodes // 2, 8, "h100-sxm")])
     t0 = time.perf_counter()
-    res = replay(trace, cluster, [policy] if policy != "recorded" else [], noise_sigma=0.10)
+    res = replay(ReplayRequest(trace, cluster, [policy] if policy != "recorded" else [], noise_sigma=0.10))
     wall = time.perf_counter() - t0
     run = res.run(policy).get("metrics", {}) if res.runs else {}
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from easlurm.sim.cluster import ClusterSpec
-from easlurm.sim.replay import replay
+from easlurm.sim.replay import ReplayRequest, replay
 from easlurm.sim.traces import TraceStats, open_trace
 
 pytestmark = pytest.mark.slurm
@@ -148,7 +148,9 @@ def test_replay_matches_what_the_cluster_did(captured: dict[str, Any], fmt: str)
     policy completes them all with the recorded runtimes (JCT within the 1 s scheduling step), at the
     recorded busy energy when every job keeps the default power limit, and below it when Zeus caps them."""
     jobs, _ = _read(captured[fmt])
-    res = replay(captured[fmt], BOX_CLUSTER, ["zeus", "pollux"], noise_sigma=0.0, compare_limits=True)
+    res = replay(
+        ReplayRequest(captured[fmt], BOX_CLUSTER, ["zeus", "pollux"], noise_sigma=0.0, compare_limits=True)
+    )
     ran_gpu = [j for j in jobs.values() if j.n_gpus > 0 and j.ran]
     base = res.baseline["metrics"]
     assert res.mapping.mapped == len(ran_gpu) == base["completed_jobs"] == 9

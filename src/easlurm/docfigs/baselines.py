@@ -46,7 +46,7 @@ class BaselinesData:
 def baselines_source(root: Path, work_dir: Path, jobs: int) -> BaselinesData:
     """Run the plan; convert the Alibaba and Philly excerpts and replay them with the site baselines."""
     from easlurm.sim.campaign_run import row_of
-    from easlurm.sim.replay import replay
+    from easlurm.sim.replay import ReplayRequest, replay
 
     runs = campaign_source(PLAN)(root, work_dir / "campaign", jobs)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -57,7 +57,7 @@ def baselines_source(root: Path, work_dir: Path, jobs: int) -> BaselinesData:
         ("Alibaba GPU v2025 DLRM (CSV)", DLRM_CONVERTER, DLRM, "dlrm.csv"),
     ):
         trace = convert_excerpt(root, script, source, work_dir / target)
-        res = replay(trace, None, ENERGY_POLICIES, seeds=REPLAY_SEEDS, baselines=True)
+        res = replay(ReplayRequest(trace, None, ENERGY_POLICIES, seeds=REPLAY_SEEDS, baselines=True))
         records = res.records()
         out.append((name, res, Runs(records, [row_of(r) for r in records])))
     return BaselinesData(runs, out)

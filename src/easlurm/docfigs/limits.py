@@ -50,16 +50,16 @@ def convert_excerpt(root: Path, script: str, source: str, out: Path) -> Path:
 def limits_source(root: Path, work_dir: Path, jobs: int) -> LimitsData:
     """Run the campaign, convert the Alibaba and Philly excerpts and replay them and the UB CCR excerpt."""
     from easlurm.sim.campaign_run import row_of
-    from easlurm.sim.replay import replay
+    from easlurm.sim.replay import ReplayRequest, replay
 
     runs = campaign_source(PLAN)(root, work_dir / "campaign", jobs)
     work_dir.mkdir(parents=True, exist_ok=True)
     converted = convert_excerpt(root, CONVERTER, ALIBABA, work_dir / "alibaba.csv")
-    alibaba = replay(converted, None, REPLAY_POLICIES, seeds=REPLAY_SEEDS, compare_limits=True)
+    alibaba = replay(ReplayRequest(converted, None, REPLAY_POLICIES, seeds=REPLAY_SEEDS, compare_limits=True))
     records = alibaba.records()
-    ubccr = replay(root / UBCCR, None, ("zeus",), seeds=(0,))
+    ubccr = replay(ReplayRequest(root / UBCCR, None, ("zeus",), seeds=(0,)))
     swf = convert_excerpt(root, PHILLY_CONVERTER, PHILLY, work_dir / "philly.swf")
-    philly = replay(swf, None, REPLAY_POLICIES, seeds=REPLAY_SEEDS, compare_limits=True)
+    philly = replay(ReplayRequest(swf, None, REPLAY_POLICIES, seeds=REPLAY_SEEDS, compare_limits=True))
     p_records = philly.records()
     return LimitsData(
         runs,

@@ -8,6 +8,8 @@ oracle whose power is calibrated per model class on the trace's own measurements
 
 from __future__ import annotations
 
+import html
+import json
 import logging
 import math
 import pickle
@@ -16,18 +18,27 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+from easlurm.model.build import build_oracle, default_catalogue
 from easlurm.model.node_power import add_node_base, apply_power_saving
+from easlurm.model.oracle import NoisyOracle
+from easlurm.priority.policies import REGISTRY, get_policy
+from easlurm.sim.campaign_run import row_of, write_tables
+from easlurm.sim.cluster import ClusterSpec
 from easlurm.sim.differences import QUEUED_AFTER_S
 from easlurm.sim.identical import DIGEST_KEY, outcome_digest
 from easlurm.sim.replay_savings import JobEnergies, intervals
 from easlurm.sim.replay_window import align, savings, savings_section
+from easlurm.sim.report import write_report
+from easlurm.sim.runner import simulate
+from easlurm.sim.site_baselines import DEFAULT_POWER_SAVING, baseline_runs
 from easlurm.sim.traces.baseline import RecordedBaseline
 from easlurm.sim.traces.calibration import CalibratedOracle, Calibrator, ClassCheck
 from easlurm.sim.traces.mapping import Mapped, MappingStats, ReplayOptions, TraceMapper, map_trace
-from easlurm.sim.traces.reader import open_trace, trace_format
+from easlurm.sim.traces.reader import SubmitOrder, open_trace, trace_format
 from easlurm.sim.traces.record import TraceStats
+from easlurm.sim.traces.sizing import cluster_for, measure
 from easlurm.sim.traces.swf_gpus import SwfMachine, swf_machine
 from easlurm.units import format_duration, format_number
 
@@ -146,11 +157,6 @@ def size_cluster(
 ) -> tuple[Any, str]:
     """(a cluster sized like the trace's record, the sentence that announces it); one quiet read. An SWF
     log's `machine` (its header's MaxProcs and MaxNodes) bounds the size."""
-    from easlurm.model.build import default_catalogue
-    from easlurm.sim.cluster import ClusterSpec
-    from easlurm.sim.traces.reader import SubmitOrder
-    from easlurm.sim.traces.sizing import cluster_for, measure
-
     quiet = TraceStats(quiet=True)
     source = open_trace(trace, fmt, skip_bad=skip_bad, stats=quiet, **trace_options)
     size = measure(SubmitOrder(source, stats=quiet), default_catalogue())
@@ -196,224 +202,341 @@ def _fit_notice(fit: dict[str, Any], cluster_name: str, jobs: int) -> str:
     )
 
 
-def replay(
-    trace: str | Path,
-    cluster: Any | None,
-    policies: Sequence[str],
-    *,
-    fmt: str = "auto",
-    skip_bad: bool = False,
-    power_budget_w: float | None = None,
-    seed: int = 0,
-    seeds: Sequence[int] | None = None,
-    noise_sigma: float = 0.10,
-    options: ReplayOptions | None = None,
-    calibrate: bool = True,
-    simulate_fn: SimulateFn | None = None,
-    on_progress: Callable[[str], None] | None = None,
-    trace_options: dict[str, Any] | None = None,
-    compare_retype: bool = False,
-    progress_bar: Callable[[Iterator[Any], int, str], Iterator[Any]] | None = None,
-    on_notice: Callable[[str], None] | None = None,
-    max_slowdown: float | None = None,
-    compare_limits: bool = False,
-    cluster_source: str | None = None,
-    power_saving: tuple[tuple[str, Any], ...] = (),
-    baselines: bool = False,
-) -> ReplayResult:
-    """Replay `trace` on `cluster` (a ClusterSpec) under each policy; the recorded schedule is the baseline.
+@dataclass(frozen=True)
+class ReplayRequest:
+    """What `replay` replays, on what, and who hears about it: one frozen value instead of twenty keywords.
 
-    Each policy runs once per seed in `seeds` (default: just `seed`): the seed drives the noise of
+    `trace` is replayed on `cluster` (a ClusterSpec) under each of `policies`; the recorded schedule is the
+    baseline. Each policy runs once per seed in `seeds` (default: just `seed`): the seed drives the noise of
     the oracle the policy sees (`noise_sigma`), so several seeds give confidence intervals.
-    `simulate_fn` defaults to easlurm.sim.runner.simulate (injectable for tests).
+    `cluster` None: a cluster sized like the trace's record (one extra read of the trace);
+    `cluster_source` says where `cluster` came from (for the report's assumptions).
     `compare_retype` also runs each policy with jobs of unknown GPU type free to move (`name+retype`).
-    `progress_bar(jobs, n, label)` wraps each run's job stream (n jobs) to show progress.
-    `cluster` None: a cluster sized like the trace's record (one extra read of the trace).
-    `on_notice(sentence)` hears, before any simulation, what the user must know about the target:
-    the sized cluster, or a record that does not fit it (also kept in `result.notices`).
     `max_slowdown` bounds the slowdown of the power limits the energy policies choose (default: theirs);
-    `compare_limits` also runs each of them without limits (`name+nolimit`), so that the report can
-    tell the saving of the limits from that of the placement. Every row's energy is then put on one
-    window and the same GPUs (sim/replay_window.py). `cluster_source` says where `cluster` came from (for
-    the report's assumptions). `power_saving` changes the cluster's power saving (SimSpec.power_saving)
-    for the simulated rows; the record keeps every node on. `baselines` adds what a site does today
-    (sim/site_baselines.py): `slurm`, the static-cap sweep and `slurm+power-saving` (Slurm's power saving
-    as `power_saving` sets it, else SuspendTime 600 s), each policy the list does not already name; a
-    policy named `NAME+power-saving` is NAME on the cluster with that power saving. An SWF log needs
-    `trace_options["procs_per_gpu"]`, its own `ProcsPerGPU` header or a `cluster`: ConfigError otherwise (a CPU log is not silently a GPU cluster).
+    `compare_limits` also runs each of them without limits (`name+nolimit`), so that the report can tell
+    the saving of the limits from that of the placement. Every row's energy is then put on one window and
+    the same GPUs (sim/replay_window.py). `power_saving` changes the cluster's power saving
+    (SimSpec.power_saving) for the simulated rows; the record keeps every node on. `baselines` adds what a
+    site does today (sim/site_baselines.py): `slurm`, the static-cap sweep and `slurm+power-saving`
+    (Slurm's power saving as `power_saving` sets it, else SuspendTime 600 s), each policy the list does not
+    already name; a policy named `NAME+power-saving` is NAME on the cluster with that power saving. An SWF
+    log needs `trace_options["procs_per_gpu"]`, its own `ProcsPerGPU` header or a `cluster`: ConfigError
+    otherwise (a CPU log is not silently a GPU cluster).
+
+    Hooks: `simulate_fn` defaults to easlurm.sim.runner.simulate (injectable for tests);
+    `progress_bar(jobs, n, label)` wraps each run's job stream (n jobs) to show progress; `on_progress`
+    hears a line per finished run; `on_notice(sentence)` hears, before any simulation, what the user must
+    know about the target: the sized cluster, or a record that does not fit it (also kept in
+    `result.notices`).
     """
-    from easlurm.model.build import build_oracle
-    from easlurm.model.oracle import NoisyOracle
 
-    options = options or ReplayOptions()
-    trace = str(trace)
-    trace_options = trace_options or {}
-    notices: list[str] = []
+    trace: str | Path
+    cluster: Any | None
+    policies: Sequence[str]
+    fmt: str = "auto"
+    skip_bad: bool = False
+    trace_options: dict[str, Any] | None = None
+    power_budget_w: float | None = None
+    seed: int = 0
+    seeds: Sequence[int] | None = None
+    noise_sigma: float = 0.10
+    options: ReplayOptions | None = None
+    calibrate: bool = True
+    compare_retype: bool = False
+    max_slowdown: float | None = None
+    compare_limits: bool = False
+    cluster_source: str | None = None
+    power_saving: tuple[tuple[str, Any], ...] = ()
+    baselines: bool = False
+    simulate_fn: SimulateFn | None = None
+    on_progress: Callable[[str], None] | None = None
+    progress_bar: Callable[[Iterator[Any], int, str], Iterator[Any]] | None = None
+    on_notice: Callable[[str], None] | None = None
 
-    def notice(sentence: str) -> None:
-        notices.append(sentence)
+
+class _PlannedRun(NamedTuple):
+    """One simulated row to run (once per seed): its label and suffix (`+retype`, `+nolimit`), the mapping
+    options, what the simulator is given as policy (a name or a maker) and the cluster it runs on."""
+
+    label: str
+    suffix: str
+    options: ReplayOptions
+    policy: Any
+    cluster: Any
+
+
+@dataclass
+class _Record:
+    """The first pass over the trace: its mapped jobs spilled to disk, the recorded schedule, the
+    oracle-vs-measured energy pairs and the span of submit times."""
+
+    stats: TraceStats
+    mapper: TraceMapper
+    baseline: RecordedBaseline
+    calibrator: Calibrator
+    spill: _SpecSpill
+    first_submit_s: float = math.inf
+    last_submit_s: float = -math.inf
+
+
+def replay(request: ReplayRequest) -> ReplayResult:
+    """Replay the request's trace under each policy against its recorded schedule (see ReplayRequest)."""
+    return _Replay(request).run()
+
+
+class _Replay:
+    """One replay, in the steps its docstrings name: choose the target cluster, read the trace once, build
+    the recorded row, plan the simulated runs, run each, and put every row on one window."""
+
+    def __init__(self, request: ReplayRequest) -> None:
+        self.request = request
+        self.trace = str(request.trace)
+        self.options = request.options or ReplayOptions()
+        self.trace_options: dict[str, Any] = request.trace_options or {}
+        self.notices: list[str] = []
+        self.assumptions: list[str] = []
+        self.cluster: Any = None  # the target, once chosen
+        self.sized = False  # no cluster given: sized like the trace's own record
+
+    def notice(self, sentence: str) -> None:
+        """Say what the user must know before any simulation (kept in the result's notices too)."""
+        self.notices.append(sentence)
         log.info("%s", sentence)
-        if on_notice is not None:
-            on_notice(sentence)
+        if self.request.on_notice is not None:
+            self.request.on_notice(sentence)
 
-    sized = cluster is None
-    assumptions: list[str] = []
-    machine = None
-    if trace_format(trace, fmt, trace_options.get("delimiter")) == "swf":
-        machine = swf_machine(trace, trace_options.get("procs_per_gpu"), cluster_given=not sized)
-        trace_options = {**trace_options, "procs_per_gpu": machine.procs_per_gpu}
-    if cluster is None:
-        cluster, sentence = size_cluster(trace, fmt, skip_bad, trace_options, machine)
-        notice(sentence)
-        assumptions.append(f"cluster: {cluster.name}, sized like the trace's own record (no --cluster given)")
-    else:
-        assumptions.append(f"cluster: {cluster.name}, from {cluster_source or 'the caller'}")
-    if machine is not None:
-        assumptions.append(machine.sentence())
-    cluster = replace(
-        cluster, power_saving=apply_power_saving(cluster.power_saving, power_saving, "--suspend-time")
-    )
-    truth = build_oracle()
-    stats = TraceStats()
-    mapper = TraceMapper(cluster, truth, options)
-    baseline = RecordedBaseline(_idle_by_type(mapper), mapper.cluster.gpus_by_type(), mapper.max_node_gpus)
-    calibrator = Calibrator()
-    t0 = time.perf_counter()
-    spill = _SpecSpill()  # the mapped jobs, pickled to a temporary file: each policy replays them from there
-    first_submit_s, last_submit_s = math.inf, -math.inf
-    for m in map_trace(
-        open_trace(trace, fmt, skip_bad=skip_bad, stats=stats, **trace_options), mapper, stats
-    ):
-        spill.add(m.spec)
-        first_submit_s = min(first_submit_s, m.spec.submit_s)
-        last_submit_s = max(last_submit_s, m.spec.submit_s)
-        baseline.add(m)
-        measured = m.trace.measured_gpu_energy_j
-        if measured is None:
-            measured = m.trace.measured_energy_j
-        calibrator.add(m.spec.model, m.power_w * m.runtime_s, measured)
-    log.info("trace %s: %d jobs mapped in %.1f s", trace, mapper.stats.mapped, time.perf_counter() - t0)
-    checks = calibrator.checks() if calibrate else []
-    scales = {c.model: c.power_scale for c in checks}
-    truth_c = CalibratedOracle(truth, scales)
-    # the recorded placements' power under the oracle the simulated runs use (calibrated, TDP-capped)
-    power_model = TraceMapper(cluster, truth_c, options)
-    result = ReplayResult(
-        trace=trace,
-        trace_stats=stats,
-        mapping=mapper.stats,
-        calibration=checks,
-        baseline=baseline.result(
-            power_of=lambda key: power_model.step(*key)[1], power_budget_w=power_budget_w
-        ),
-        power_budget_w=power_budget_w,
-        seed=seed,
-        cluster_name=cluster.name,
-        cluster_gpus=cluster.n_gpus,
-        cluster_sized=sized,
-        notices=notices,
-        unknown_start_jobs=baseline.unknown_start,
-        assumptions=assumptions,
-        job_energies=JobEnergies(baseline.job_energy_j(lambda key: power_model.step(*key)[1])),
-    )
-    if mapper.stats.mapped >= 2 and last_submit_s > first_submit_s:
-        result.arrival_jobs_per_h = mapper.stats.mapped / ((last_submit_s - first_submit_s) / 3600.0)
-    fit = result.baseline.get("fit")
-    if fit and not fit["fits"]:
-        notice(_fit_notice(fit, cluster.name, mapper.stats.mapped))
-    if on_progress:
-        on_progress(f"{BASELINE_LABEL}: {mapper.stats.mapped} jobs")
-    if simulate_fn is None:
-        from easlurm.sim.runner import simulate
+    def run(self) -> ReplayResult:
+        """The steps in order; the spilled jobs of the first pass serve every run, then go."""
+        cluster = self.cluster = self.target_cluster()
+        truth = build_oracle()
+        record = self.read_record(cluster, truth)
+        checks = record.calibrator.checks() if self.request.calibrate else []
+        scales = {c.model: c.power_scale for c in checks}
+        truth_c = CalibratedOracle(truth, scales)
+        result = self.recorded_result(cluster, record, checks, truth_c)
+        seeds = self.request.seeds if self.request.seeds is not None else [self.request.seed]
+        for planned in self.planned_runs(cluster):
+            for run_seed in seeds:
+                self.simulate_one(result, planned, run_seed, record, (truth, truth_c, scales))
+        record.spill.close()
+        _one_window(result, cluster, record.mapper)
+        return result
 
-        simulate_fn = simulate
-    sim_fn: SimulateFn = simulate_fn
-    variants = [("", options)]
-    if compare_retype:
-        variants.append(("+retype", replace(options, allow_retype=True)))
-    runs_to_do: list[tuple[str, str, ReplayOptions, Any, Any]] = []
-    for label, (suffix, run_options) in ((n, v) for n in policies for v in variants):
-        name, run_cluster = label, cluster
-        if label.endswith(POWER_SAVING_SUFFIX):  # `zeus+power-saving`: zeus under Slurm's power saving
-            name, run_cluster = label.removesuffix(POWER_SAVING_SUFFIX), _saving_cluster(cluster)
-        runs_to_do.append((label, suffix, run_options, _policy(name, max_slowdown), run_cluster))
-        if compare_limits and _chooses_limits(name):
-            runs_to_do.append((label, suffix + "+nolimit", run_options, _unlimited(name), run_cluster))
-    if baselines:
-        runs_to_do += _baseline_runs(cluster, policies, options)
-    for name, suffix, run_options, policy, run_cluster in runs_to_do:
-        for run_seed in seeds if seeds is not None else [seed]:
-            seen: Any = truth_c
-            if noise_sigma > 0:
-                noisy = NoisyOracle(
-                    sigma=noise_sigma, seed=run_seed, params=truth.params, catalogue=truth.catalogue
-                )
-                seen = CalibratedOracle(noisy, scales)
-            run_mapper = TraceMapper(cluster, truth, run_options)
-            run_mapper._step = mapper._step  # same placements, same answers: share the cache
-            waits = _WaitCount()
-            jobs: Iterator[Any]
-            if run_options == options:
-                jobs, n_jobs = spill.specs(), mapper.stats.mapped
-            else:
-                # other mapping options: read the trace again; the first pass counted and reported
-                # malformed records, so this one skips them quietly
-                run_stats = TraceStats(quiet=True)
-                source = open_trace(trace, fmt, skip_bad=skip_bad, stats=run_stats, **trace_options)
-                jobs, n_jobs = _specs(map_trace(source, run_mapper, run_stats)), mapper.stats.mapped
-            if progress_bar is not None:
-                jobs = progress_bar(jobs, n_jobs, f"{name}{suffix} (seed {run_seed})")
-            t1 = time.perf_counter()
-            sim = sim_fn(
-                run_cluster,
-                jobs,
-                policy() if callable(policy) else policy,
-                seed=run_seed,
-                oracle=seen,
-                truth_oracle=truth_c,
-                power_budget_w=power_budget_w,
+    def target_cluster(self) -> Any:
+        """The cluster replayed on, with the request's power saving: the given one, else one sized like the
+        trace's record; an SWF log's header (or `procs_per_gpu`) says how many processors make a GPU."""
+        request = self.request
+        cluster = request.cluster
+        sized = cluster is None
+        machine = None
+        if trace_format(self.trace, request.fmt, self.trace_options.get("delimiter")) == "swf":
+            machine = swf_machine(
+                self.trace, self.trace_options.get("procs_per_gpu"), cluster_given=not sized
             )
-            wall = time.perf_counter() - t1
-            run = sim.to_dict() if hasattr(sim, "to_dict") else dict(sim)
-            waits.add_rows(run.get("jobs"))
-            if result.job_energies is not None:
-                result.job_energies.add(name + suffix, run.get("jobs"))
-            run[DIGEST_KEY] = outcome_digest(run.get("jobs"))  # identical rows are merged in the report
-            run.pop("jobs", None)  # per-job rows stay out of the report records (100k jobs)
-            run.pop("spec", None)
-            run.setdefault("metrics", {})["replay_wall_s"] = wall
-            run["metrics"]["jobs_per_s"] = n_jobs / wall if wall > 0 else None
-            run["metrics"].update(waits.metrics())
-            if not baseline.users_known:
-                run["metrics"]["jain_index"] = None  # no user column: unknown, not perfect
-            result.runs.append((name + suffix, run_seed, run))
-            log.info("policy %s seed %d: %d jobs in %.1f s", name, run_seed, n_jobs, wall)
-            if on_progress:
-                on_progress(f"{name} (seed {run_seed}): {n_jobs} jobs in {wall:.1f} s")
-    spill.close()
+            self.trace_options = {**self.trace_options, "procs_per_gpu": machine.procs_per_gpu}
+        if cluster is None:
+            cluster, sentence = size_cluster(
+                self.trace, request.fmt, request.skip_bad, self.trace_options, machine
+            )
+            self.notice(sentence)
+            self.assumptions.append(
+                f"cluster: {cluster.name}, sized like the trace's own record (no --cluster given)"
+            )
+        else:
+            self.assumptions.append(f"cluster: {cluster.name}, from {request.cluster_source or 'the caller'}")
+        if machine is not None:
+            self.assumptions.append(machine.sentence())
+        self.sized = sized
+        return replace(
+            cluster,
+            power_saving=apply_power_saving(cluster.power_saving, request.power_saving, "--suspend-time"),
+        )
+
+    def read_record(self, cluster: Any, truth: Any) -> _Record:
+        """The one pass over the trace: map its jobs, spill them for the policy passes, collect the recorded
+        schedule and the measured energies the oracle is calibrated on."""
+        stats = TraceStats()
+        mapper = TraceMapper(cluster, truth, self.options)
+        baseline = RecordedBaseline(
+            _idle_by_type(mapper), mapper.cluster.gpus_by_type(), mapper.max_node_gpus
+        )
+        record = _Record(stats, mapper, baseline, Calibrator(), _SpecSpill())
+        t0 = time.perf_counter()
+        source = open_trace(
+            self.trace, self.request.fmt, skip_bad=self.request.skip_bad, stats=stats, **self.trace_options
+        )
+        for m in map_trace(source, mapper, stats):
+            record.spill.add(m.spec)
+            record.first_submit_s = min(record.first_submit_s, m.spec.submit_s)
+            record.last_submit_s = max(record.last_submit_s, m.spec.submit_s)
+            baseline.add(m)
+            measured = m.trace.measured_gpu_energy_j
+            if measured is None:
+                measured = m.trace.measured_energy_j
+            record.calibrator.add(m.spec.model, m.power_w * m.runtime_s, measured)
+        log.info(
+            "trace %s: %d jobs mapped in %.1f s", self.trace, mapper.stats.mapped, time.perf_counter() - t0
+        )
+        return record
+
+    def recorded_result(
+        self, cluster: Any, record: _Record, checks: list[ClassCheck], truth_c: Any
+    ) -> ReplayResult:
+        """The result with its recorded row (the recorded placements' power under the calibrated,
+        TDP-capped oracle the simulated runs use); says when the record does not fit the cluster."""
+        request, mapper, baseline = self.request, record.mapper, record.baseline
+        power_model = TraceMapper(cluster, truth_c, self.options)
+        result = ReplayResult(
+            trace=self.trace,
+            trace_stats=record.stats,
+            mapping=mapper.stats,
+            calibration=checks,
+            baseline=baseline.result(
+                power_of=lambda key: power_model.step(*key)[1], power_budget_w=request.power_budget_w
+            ),
+            power_budget_w=request.power_budget_w,
+            seed=request.seed,
+            cluster_name=cluster.name,
+            cluster_gpus=cluster.n_gpus,
+            cluster_sized=self.sized,
+            notices=self.notices,
+            unknown_start_jobs=baseline.unknown_start,
+            assumptions=self.assumptions,
+            job_energies=JobEnergies(baseline.job_energy_j(lambda key: power_model.step(*key)[1])),
+        )
+        if mapper.stats.mapped >= 2 and record.last_submit_s > record.first_submit_s:
+            span_h = (record.last_submit_s - record.first_submit_s) / 3600.0
+            result.arrival_jobs_per_h = mapper.stats.mapped / span_h
+        fit = result.baseline.get("fit")
+        if fit and not fit["fits"]:
+            self.notice(_fit_notice(fit, cluster.name, mapper.stats.mapped))
+        if request.on_progress:
+            request.on_progress(f"{BASELINE_LABEL}: {mapper.stats.mapped} jobs")
+        return result
+
+    def planned_runs(self, cluster: Any) -> list[_PlannedRun]:
+        """Every simulated row: each policy (and its `+retype` variant), its run without limits where asked,
+        then the site baselines the list does not name."""
+        request, options = self.request, self.options
+        variants = [("", options)]
+        if request.compare_retype:
+            variants.append(("+retype", replace(options, allow_retype=True)))
+        planned: list[_PlannedRun] = []
+        for label, (suffix, run_options) in ((n, v) for n in request.policies for v in variants):
+            name, run_cluster = label, cluster
+            if label.endswith(POWER_SAVING_SUFFIX):  # `zeus+power-saving`: zeus under Slurm's power saving
+                name, run_cluster = label.removesuffix(POWER_SAVING_SUFFIX), _saving_cluster(cluster)
+            planned.append(
+                _PlannedRun(label, suffix, run_options, _policy(name, request.max_slowdown), run_cluster)
+            )
+            if request.compare_limits and _chooses_limits(name):
+                planned.append(
+                    _PlannedRun(label, suffix + "+nolimit", run_options, _unlimited(name), run_cluster)
+                )
+        if request.baselines:
+            planned += _baseline_runs(cluster, request.policies, options)
+        return planned
+
+    def simulate_one(
+        self,
+        result: ReplayResult,
+        planned: _PlannedRun,
+        run_seed: int,
+        record: _Record,
+        oracles: tuple[Any, Any, dict[str, float]],
+    ) -> None:
+        """One simulated run of a planned row and seed, added to `result`: the oracle the policy sees is
+        noisy with the run's seed, the truth is the calibrated oracle."""
+        request = self.request
+        truth, truth_c, scales = oracles
+        name, suffix, run_options, policy, run_cluster = planned
+        seen: Any = truth_c
+        if request.noise_sigma > 0:
+            noisy = NoisyOracle(
+                sigma=request.noise_sigma, seed=run_seed, params=truth.params, catalogue=truth.catalogue
+            )
+            seen = CalibratedOracle(noisy, scales)
+        jobs, n_jobs = self.job_stream(run_options, record, truth)
+        if request.progress_bar is not None:
+            jobs = request.progress_bar(jobs, n_jobs, f"{name}{suffix} (seed {run_seed})")
+        sim_fn: SimulateFn = request.simulate_fn if request.simulate_fn is not None else simulate
+        t1 = time.perf_counter()
+        sim = sim_fn(
+            run_cluster,
+            jobs,
+            policy() if callable(policy) else policy,
+            seed=run_seed,
+            oracle=seen,
+            truth_oracle=truth_c,
+            power_budget_w=request.power_budget_w,
+        )
+        wall = time.perf_counter() - t1
+        run = sim.to_dict() if hasattr(sim, "to_dict") else dict(sim)
+        if result.job_energies is not None:
+            result.job_energies.add(name + suffix, run.get("jobs"))
+        _keep_for_report(run, record.baseline.users_known, wall, n_jobs)
+        result.runs.append((name + suffix, run_seed, run))
+        log.info("policy %s seed %d: %d jobs in %.1f s", name, run_seed, n_jobs, wall)
+        if request.on_progress:
+            request.on_progress(f"{name} (seed {run_seed}): {n_jobs} jobs in {wall:.1f} s")
+
+    def job_stream(
+        self, run_options: ReplayOptions, record: _Record, truth: Any
+    ) -> tuple[Iterator[Any], int]:
+        """(the mapped jobs of one run, how many): read back from the spill, or, under other mapping
+        options, mapped again from the trace (quietly: the first pass counted and reported malformed
+        records)."""
+        n_jobs = record.mapper.stats.mapped
+        if run_options == self.options:
+            return record.spill.specs(), n_jobs
+        run_mapper = TraceMapper(self.cluster, truth, run_options)
+        run_mapper._step = record.mapper._step  # same placements, same answers: share the cache
+        run_stats = TraceStats(quiet=True)
+        source = open_trace(
+            self.trace,
+            self.request.fmt,
+            skip_bad=self.request.skip_bad,
+            stats=run_stats,
+            **self.trace_options,
+        )
+        return _specs(map_trace(source, run_mapper, run_stats)), n_jobs
+
+
+def _keep_for_report(run: dict[str, Any], users_known: bool, wall_s: float, n_jobs: int) -> None:
+    """Keep of a simulated run what the report needs: its queueing and outcome digest from the per-job
+    rows, which then leave (100k jobs); no fairness figure where the trace has no user column."""
+    waits = _WaitCount()
+    waits.add_rows(run.get("jobs"))
+    run[DIGEST_KEY] = outcome_digest(run.get("jobs"))  # identical rows are merged in the report
+    run.pop("jobs", None)
+    run.pop("spec", None)
+    run.setdefault("metrics", {})["replay_wall_s"] = wall_s
+    run["metrics"]["jobs_per_s"] = n_jobs / wall_s if wall_s > 0 else None
+    run["metrics"].update(waits.metrics())
+    if not users_known:
+        run["metrics"]["jain_index"] = None  # no user column: unknown, not perfect
+
+
+def _one_window(result: ReplayResult, cluster: Any, mapper: TraceMapper) -> None:
+    """Put every row's energy on one window and the whole target cluster (sim/replay_window.py)."""
     idle_total_w = cluster.base_w + sum(
         _idle_by_type(mapper).get(t, 0.0) * n for t, n in mapper.cluster.gpus_by_type().items()
     )
     add_node_base(result.baseline, cluster.base_w)
     result.baseline["idle_total_w"] = idle_total_w
     result.window_s = align([result.baseline, *(r for _, _, r in result.runs)], idle_total_w)
-    return result
 
 
-def _baseline_runs(
-    cluster: Any, policies: Sequence[str], options: ReplayOptions
-) -> list[tuple[str, str, ReplayOptions, Any, Any]]:
+def _baseline_runs(cluster: Any, policies: Sequence[str], options: ReplayOptions) -> list[_PlannedRun]:
     """The runs `--baselines` adds: (label, "", options, policy, cluster) of each baseline not named yet;
     `slurm+power-saving` runs `slurm` on the cluster with power saving on."""
-    from easlurm.sim.site_baselines import baseline_runs
-
     named = {p.lower() for p in policies}
     out = []
     for b in baseline_runs():
         if b.label in named:
             continue
         run_cluster = _saving_cluster(cluster) if b.power_saving else cluster
-        out.append((b.label, "", options, b.policy, run_cluster))
+        out.append(_PlannedRun(b.label, "", options, b.policy, run_cluster))
     return out
 
 
@@ -423,24 +546,18 @@ POWER_SAVING_SUFFIX = "+power-saving"
 
 def _saving_cluster(cluster: Any) -> Any:
     """The cluster with its power saving (YAML, flags) where it has one, else SuspendTime 600 s."""
-    from easlurm.sim.site_baselines import DEFAULT_POWER_SAVING
-
     if cluster.power_saving is not None:
         return cluster
     return replace(cluster, power_saving=apply_power_saving(None, DEFAULT_POWER_SAVING, "power saving"))
 
 
 def _chooses_limits(name: str) -> bool:
-    from easlurm.priority.policies import REGISTRY
-
     entry = REGISTRY.get(name.lower())
     return entry is not None and entry[0].limits == "bounded"
 
 
 def _unlimited(name: str) -> Any:
     """A maker of the policy with every job at the default power limit."""
-    from easlurm.priority.policies import get_policy
-
     return lambda: get_policy(name, power_limits=False)
 
 
@@ -448,8 +565,6 @@ def _policy(name: str, max_slowdown: float | None) -> Any:
     """What the simulator is given: the name, or (with a slowdown bound) a maker of a fresh policy."""
     if max_slowdown is None or not _chooses_limits(name):
         return name
-    from easlurm.priority.policies import get_policy
-
     return lambda: get_policy(name, max_slowdown=max_slowdown)
 
 
@@ -633,15 +748,10 @@ def _fit_lines(result: ReplayResult) -> list[str]:
 def write_replay_report(result: ReplayResult, out_dir: str | Path, *, html_too: bool = True) -> Path:
     """report.md (+ html, plots, summary.csv) through the campaign report, plus replay.json and
     results.csv; returns the Markdown path."""
-    import json
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     records = result.records()
     (out / "replay.json").write_text(json.dumps(result.to_dict(), indent=1, allow_nan=False) + "\n")
-    from easlurm.sim.campaign_run import row_of, write_tables
-    from easlurm.sim.report import write_report
-
     write_tables(out, [row_of(r) for r in records])
     if result.mapping.mapped == 0:
         # nothing replayed: no plots, no tests between identical empty rows, just what was read and why
@@ -655,8 +765,6 @@ def write_replay_report(result: ReplayResult, out_dir: str | Path, *, html_too: 
             + _trace_section(result)
         )
         if html_too:
-            import html
-
             (out / "report.html").write_text(
                 f"<!doctype html><html><body><pre>{html.escape(md.read_text())}</pre></body></html>\n"
             )

@@ -162,7 +162,7 @@ def replay_cmd(
     from easlurm.files import check_writable, reading
     from easlurm.priority.policies import POLICY_NAMES, known_policy
     from easlurm.sim.cluster import ClusterSpec
-    from easlurm.sim.replay import replay, write_replay_report
+    from easlurm.sim.replay import ReplayRequest, replay, write_replay_report
     from easlurm.sim.traces.mapping import ReplayOptions
     from easlurm.units import parse_power_w
 
@@ -223,33 +223,35 @@ def replay_cmd(
 
     with reading(trace, "trace", TraceError):
         result = replay(
-            trace,
-            cluster,
-            names,
-            fmt=fmt,
-            skip_bad=skip_bad,
-            power_budget_w=budget,
-            seed=seed,
-            seeds=list(range(seed, seed + n_seeds)),
-            noise_sigma=float(cfg.get("sim.noise_sigma")),
-            options=options,
-            calibrate=not no_calibrate,
-            on_progress=report_line if show else None,
-            trace_options=trace_options,
-            compare_retype=compare_retype and not allow_retype,
-            progress_bar=bar if show else None,
-            on_notice=notice_line,
-            max_slowdown=float(cfg.get("sched.max_slowdown")),
-            compare_limits=compare_limits,
-            baselines=baselines,
-            power_saving=power_saving_overrides(saving),
-            cluster_source=(
-                None
-                if not cluster_file
-                else f"--cluster {cluster_file}"
-                if cluster_path
-                else f"the sim.cluster setting ({cluster_file})"
-            ),
+            ReplayRequest(
+                trace,
+                cluster,
+                names,
+                fmt=fmt,
+                skip_bad=skip_bad,
+                power_budget_w=budget,
+                seed=seed,
+                seeds=list(range(seed, seed + n_seeds)),
+                noise_sigma=float(cfg.get("sim.noise_sigma")),
+                options=options,
+                calibrate=not no_calibrate,
+                on_progress=report_line if show else None,
+                trace_options=trace_options,
+                compare_retype=compare_retype and not allow_retype,
+                progress_bar=bar if show else None,
+                on_notice=notice_line,
+                max_slowdown=float(cfg.get("sched.max_slowdown")),
+                compare_limits=compare_limits,
+                baselines=baselines,
+                power_saving=power_saving_overrides(saving),
+                cluster_source=(
+                    None
+                    if not cluster_file
+                    else f"--cluster {cluster_file}"
+                    if cluster_path
+                    else f"the sim.cluster setting ({cluster_file})"
+                ),
+            )
         )
     md = write_replay_report(result, out_dir, html_too=html_too)
     st = result.trace_stats

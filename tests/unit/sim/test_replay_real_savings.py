@@ -10,7 +10,7 @@ import pytest
 
 from easlurm.errors import ConfigError
 from easlurm.sim.cluster import ClusterSpec
-from easlurm.sim.replay import replay, write_replay_report
+from easlurm.sim.replay import ReplayRequest, replay, write_replay_report
 from easlurm.sim.traces import TraceStats
 from easlurm.sim.traces.reader import open_trace
 
@@ -64,18 +64,22 @@ def test_a_cpu_swf_log_is_refused_without_procs_per_gpu_or_cluster(tmp_path: Pat
     with pytest.raises(
         ConfigError, match=r"cpu\.swf: an SWF log counts processors.*--procs-per-gpu N.*--cluster"
     ):
-        replay(_cpu_log(tmp_path), None, ["zeus"], simulate_fn=_fake_sim)
+        replay(ReplayRequest(_cpu_log(tmp_path), None, ["zeus"], simulate_fn=_fake_sim))
 
 
 def test_the_sized_cluster_stays_within_the_headers_max_procs(tmp_path: Path) -> None:
     """The estimated peak (256 processors) is twice MaxProcs: the cluster holds the machine's 128 GPUs, not 256."""
     res = replay(
-        _cpu_log(tmp_path), None, ["zeus"], simulate_fn=_fake_sim, trace_options={"procs_per_gpu": 1}
+        ReplayRequest(
+            _cpu_log(tmp_path), None, ["zeus"], simulate_fn=_fake_sim, trace_options={"procs_per_gpu": 1}
+        )
     )
     assert res.cluster_sized and res.cluster_gpus == 128
     assert "MaxProcs 128 = 128 GPUs on MaxNodes 2" in res.notices[0]
     four = replay(
-        _cpu_log(tmp_path), None, ["zeus"], simulate_fn=_fake_sim, trace_options={"procs_per_gpu": 4}
+        ReplayRequest(
+            _cpu_log(tmp_path), None, ["zeus"], simulate_fn=_fake_sim, trace_options={"procs_per_gpu": 4}
+        )
     )
     assert four.cluster_gpus == 32  # 128 processors at 4 per GPU
 
@@ -83,17 +87,21 @@ def test_the_sized_cluster_stays_within_the_headers_max_procs(tmp_path: Path) ->
 def test_the_report_says_what_was_assumed(tmp_path: Path) -> None:
     """Processors per GPU and who said so, where the cluster came from, and that the workload is assumed."""
     res = replay(
-        _cpu_log(tmp_path),
-        ClusterSpec.uniform(2, 8, "a100-40gb"),
-        ["zeus"],
-        simulate_fn=_fake_sim,
-        cluster_source="--cluster c.yaml",
+        ReplayRequest(
+            _cpu_log(tmp_path),
+            ClusterSpec.uniform(2, 8, "a100-40gb"),
+            ["zeus"],
+            simulate_fn=_fake_sim,
+            cluster_source="--cluster c.yaml",
+        )
     )
     md = write_replay_report(res, tmp_path / "out", html_too=False).read_text()
     assert "Assumed: cluster: " in md and "from --cluster c.yaml" in md
     assert "1 processor per GPU (the default with --cluster" in md and "assumed workload" in md
     sized = replay(
-        _cpu_log(tmp_path), None, ["zeus"], simulate_fn=_fake_sim, trace_options={"procs_per_gpu": 2}
+        ReplayRequest(
+            _cpu_log(tmp_path), None, ["zeus"], simulate_fn=_fake_sim, trace_options={"procs_per_gpu": 2}
+        )
     )
     assert any("2 processors per GPU (--procs-per-gpu)" in a for a in sized.assumptions)
     assert any("sized like the trace's own record" in a for a in sized.assumptions)
@@ -105,7 +113,7 @@ def test_a_procs_per_gpu_header_is_gpu_information(tmp_path: Path) -> None:
     p.write_text(CPU_SWF.replace("; MaxNodes: 2\n", "; MaxNodes: 2\n; ProcsPerGPU: 16\n"))
     jobs = list(open_trace(p))
     assert [j.n_gpus for j in jobs] == [8, 8, 1]
-    res = replay(p, None, ["zeus"], simulate_fn=_fake_sim)
+    res = replay(ReplayRequest(p, None, ["zeus"], simulate_fn=_fake_sim))
     assert res.cluster_gpus == 8 and any("the log's ProcsPerGPU header" in a for a in res.assumptions)
 
 
@@ -124,7 +132,9 @@ def test_a_repeated_csv_header_is_neither_a_job_nor_a_bad_record(tmp_path: Path)
 def test_a_repeated_sacct_header_is_not_reported_as_a_job_not_replayed(tmp_path: Path) -> None:
     """The concatenated monthly dumps: the report's "Not replayed" table has no header row in it."""
     res = replay(
-        FIX / "public" / "sacct_concat_months.psv", ClusterSpec.default(), ["zeus"], simulate_fn=_fake_sim
+        ReplayRequest(
+            FIX / "public" / "sacct_concat_months.psv", ClusterSpec.default(), ["zeus"], simulate_fn=_fake_sim
+        )
     )
     assert res.trace_stats.repeated_headers == 1 and "repeated_header" not in res.trace_stats.excluded
     md = write_replay_report(res, tmp_path / "out", html_too=False).read_text()
@@ -164,7 +174,9 @@ def test_a_saving_on_one_job_is_no_difference(tmp_path: Path) -> None:
     """The issue's "Saved per job: 32.63 J" on a one-job trace: too few jobs for an interval, so no result."""
     trace = tmp_path / "one.csv"
     trace.write_text("job_id,submit,start,duration,gpus,gpu_type,model\nj1,0,0,3600,1,a100,resnet50\n")
-    res = replay(trace, ClusterSpec.uniform(1, 8, "a100-40gb"), ["zeus"], simulate_fn=_fake_sim)
+    res = replay(
+        ReplayRequest(trace, ClusterSpec.uniform(1, 8, "a100-40gb"), ["zeus"], simulate_fn=_fake_sim)
+    )
     (row,) = res.savings_per_job()
     assert row["total_j"] is not None and row["jobs_paired"] == 1 and row["verdict"] == "too few jobs"
     md = write_replay_report(res, tmp_path / "out", html_too=False).read_text()
@@ -213,7 +225,11 @@ def test_identical_rows_are_merged_and_explained(tmp_path: Path) -> None:
         "job_id,submit,start,duration,gpus,gpu_type,model\n"
         + "".join(f"j{i},{600 * i},{600 * i},3600,1,a100,resnet50\n" for i in range(3))
     )
-    res = replay(trace, ClusterSpec.uniform(1, 8, "a100-40gb"), ["zeus", "charon", "pollux"], simulate_fn=sim)
+    res = replay(
+        ReplayRequest(
+            trace, ClusterSpec.uniform(1, 8, "a100-40gb"), ["zeus", "charon", "pollux"], simulate_fn=sim
+        )
+    )
     md = write_replay_report(res, tmp_path / "out", html_too=False).read_text()
     assert (
         "zeus = charon: identical outcomes (every run gave the same start, end and energy for every job" in md

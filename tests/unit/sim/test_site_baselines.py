@@ -148,7 +148,7 @@ def test_replay_baselines_add_the_site_runs_and_power_saving_only_to_its_row(tmp
     """`--baselines`: slurm, the cap sweep and slurm+power-saving run beside the policies; only the last
     (and a policy named NAME+power-saving) powers nodes down, and on a trace with long idle spells it uses less energy per job than slurm."""
     from easlurm.sim.cluster import ClusterSpec
-    from easlurm.sim.replay import replay, write_replay_report
+    from easlurm.sim.replay import ReplayRequest, replay, write_replay_report
 
     trace = tmp_path / "t.csv"
     trace.write_text(
@@ -157,7 +157,9 @@ def test_replay_baselines_add_the_site_runs_and_power_saving_only_to_its_row(tmp
         "b,20000,20000,600,2,a100,resnet50\n"
     )
     cluster = ClusterSpec.from_dict({"name": "two", "nodes": [{"gpu_type": "a100", "gpus": 8, "count": 2}]})
-    res = replay(trace, cluster, ["zeus", "zeus+power-saving"], noise_sigma=0.0, baselines=True)
+    res = replay(
+        ReplayRequest(trace, cluster, ["zeus", "zeus+power-saving"], noise_sigma=0.0, baselines=True)
+    )
     labels = [name for name, _, _ in res.runs]
     assert res.run("zeus+power-saving")["metrics"]["power_cycles"] >= 1
     assert labels == [

@@ -14,7 +14,7 @@ import pytest
 from easlurm.cli import main
 from easlurm.errors import TraceError
 from easlurm.sim.cluster import ClusterSpec
-from easlurm.sim.replay import replay
+from easlurm.sim.replay import ReplayRequest, replay
 from easlurm.sim.traces import TraceStats, open_trace
 from easlurm.sim.traces.mapping import ReplayOptions, TraceMapper, map_trace
 
@@ -46,7 +46,12 @@ def test_swf_unknown_waits_are_jobs_that_ran_and_unknown_start_header_is_relativ
 
 def test_swf_replay_of_unknown_waits_is_not_empty_and_the_record_is_unknown() -> None:
     res = replay(
-        PUB / "swf_unknown_wait.swf", ClusterSpec.uniform(2, 8, "a100-40gb"), ["zeus"], simulate_fn=_fake_sim
+        ReplayRequest(
+            PUB / "swf_unknown_wait.swf",
+            ClusterSpec.uniform(2, 8, "a100-40gb"),
+            ["zeus"],
+            simulate_fn=_fake_sim,
+        )
     )
     assert res.mapping.mapped == 10
     assert res.baseline["metrics"]["completed_jobs"] is None  # no recorded start: unknown, not zero
@@ -127,11 +132,13 @@ def test_oversized_trace_is_announced_before_any_simulation(tmp_path: Path) -> N
 
     t0 = time.perf_counter()
     res = replay(
-        _oversized(tmp_path),
-        ClusterSpec.default(),
-        ["zeus"],
-        simulate_fn=sim,
-        on_notice=lambda s: heard.append(("notice", s)),
+        ReplayRequest(
+            _oversized(tmp_path),
+            ClusterSpec.default(),
+            ["zeus"],
+            simulate_fn=sim,
+            on_notice=lambda s: heard.append(("notice", s)),
+        )
     )
     assert time.perf_counter() - t0 < 30
     assert heard[0][0] == "notice" and heard[1][0] == "simulate"
@@ -140,7 +147,7 @@ def test_oversized_trace_is_announced_before_any_simulation(tmp_path: Path) -> N
 
 
 def test_without_cluster_the_target_is_sized_like_the_trace(tmp_path: Path) -> None:
-    res = replay(_oversized(tmp_path, 40), None, ["zeus"], simulate_fn=_fake_sim)
+    res = replay(ReplayRequest(_oversized(tmp_path, 40), None, ["zeus"], simulate_fn=_fake_sim))
     assert res.cluster_sized and res.cluster_gpus == 320
     assert res.baseline["fit"]["fits"] and "sized like the trace" in res.notices[0]
 
@@ -148,7 +155,7 @@ def test_without_cluster_the_target_is_sized_like_the_trace(tmp_path: Path) -> N
 def test_jain_index_is_unknown_without_a_user_column(tmp_path: Path) -> None:
     path = tmp_path / "nouser.csv"
     path.write_text("submit,start,duration,gpus\n0,0,600,1\n10,10,900,2\n")
-    res = replay(path, ClusterSpec.default(), ["zeus"], simulate_fn=_fake_sim)
+    res = replay(ReplayRequest(path, ClusterSpec.default(), ["zeus"], simulate_fn=_fake_sim))
     assert res.baseline["metrics"]["jain_index"] is None
     assert res.run("zeus")["metrics"]["jain_index"] is None
 
@@ -169,11 +176,13 @@ def test_peak_of_a_trace_without_starts_is_estimated_from_submit_and_run_time() 
     size = measure(jobs, default_catalogue())
     assert (size.jobs, size.estimated, size.peak_gpus, size.largest_job_gpus) == (3, 3, 8, 8)
     res = replay(
-        PUB / "swf_unknown_wait.swf",
-        None,
-        ["zeus"],
-        simulate_fn=_fake_sim,
-        trace_options={"procs_per_gpu": 1},
+        ReplayRequest(
+            PUB / "swf_unknown_wait.swf",
+            None,
+            ["zeus"],
+            simulate_fn=_fake_sim,
+            trace_options={"procs_per_gpu": 1},
+        )
     )
     assert res.cluster_sized and res.cluster_gpus >= 8
     note = res.notices[0]
@@ -185,11 +194,13 @@ def test_report_of_a_trace_without_starts_says_why_the_recorded_row_is_blank(tmp
     from easlurm.sim.replay import write_replay_report
 
     res = replay(
-        PUB / "swf_unknown_wait.swf",
-        None,
-        ["zeus", "pollux"],
-        simulate_fn=_fake_sim,
-        trace_options={"procs_per_gpu": 1},
+        ReplayRequest(
+            PUB / "swf_unknown_wait.swf",
+            None,
+            ["zeus", "pollux"],
+            simulate_fn=_fake_sim,
+            trace_options={"procs_per_gpu": 1},
+        )
     )
     md = write_replay_report(res, tmp_path / "r", html_too=False).read_text()
     assert "jobs/h (their submit times span 11 min)" in md and "Load (jobs/h)" not in md

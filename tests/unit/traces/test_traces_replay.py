@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from easlurm.sim.cluster import ClusterSpec
-from easlurm.sim.replay import BASELINE_LABEL, replay, write_replay_report
+from easlurm.sim.replay import BASELINE_LABEL, ReplayRequest, replay, write_replay_report
 from easlurm.sim.traces import TraceJob, TraceStats, open_trace
 from easlurm.sim.traces.calibration import CalibratedOracle
 from easlurm.sim.traces.mapping import CLASS_TABLE, ReplayOptions, TraceMapper, map_trace, workload_class
@@ -172,7 +172,9 @@ class _FakeSim:
 def test_calibration_recovers_the_measured_scale(tmp_path: Path) -> None:
     p, _ = _energy_trace(tmp_path, 1.3)
     fake = _FakeSim()
-    res = replay(p, ClusterSpec.default(), ["zeus", "hades"], simulate_fn=fake, noise_sigma=0.0)
+    res = replay(
+        ReplayRequest(p, ClusterSpec.default(), ["zeus", "hades"], simulate_fn=fake, noise_sigma=0.0)
+    )
     assert res.calibration, "jobs with records must be checked"
     for c in res.calibration:
         assert c.power_scale == pytest.approx(1.3, rel=1e-6)
@@ -184,7 +186,7 @@ def test_calibration_recovers_the_measured_scale(tmp_path: Path) -> None:
     }
     assert res.baseline["metrics"]["measured_jobs"] == 4
     assert "jobs" not in res.run("zeus")  # per-job rows stay out of report records
-    uncal = replay(p, ClusterSpec.default(), [], simulate_fn=fake, calibrate=False)
+    uncal = replay(ReplayRequest(p, ClusterSpec.default(), [], simulate_fn=fake, calibrate=False))
     # the measured scale raises the recorded power, up to each GPU's TDP (the cap binds for jobs near it)
     cal_kwh = res.baseline["metrics"]["busy_energy_j"]
     uncal_kwh = uncal.baseline["metrics"]["busy_energy_j"]
@@ -193,7 +195,9 @@ def test_calibration_recovers_the_measured_scale(tmp_path: Path) -> None:
 
 def test_replay_streams_jobs_in_submit_order_to_every_policy() -> None:
     fake = _FakeSim()
-    res = replay(FIX / "sacct_quirks.psv", ClusterSpec.default(), ["pollux", "charon"], simulate_fn=fake)
+    res = replay(
+        ReplayRequest(FIX / "sacct_quirks.psv", ClusterSpec.default(), ["pollux", "charon"], simulate_fn=fake)
+    )
     for call in fake.calls:
         submits = [j.submit_s for j in call["jobs"]]
         assert len(submits) == res.mapping.mapped and submits == sorted(submits)
@@ -211,7 +215,9 @@ def test_replay_of_an_uncontended_trace_matches_the_record(tmp_path: Path) -> No
     for i in range(6):
         rows.append(f"{i * 4000},{600 + 300 * i},{1 + i % 4},{'a100' if i % 2 else 'h100'},u{i % 3}")
     p.write_text("\n".join(rows) + "\n")
-    res = replay(p, ClusterSpec.default(), ["pollux", "zeus"], noise_sigma=0.0, compare_limits=True)
+    res = replay(
+        ReplayRequest(p, ClusterSpec.default(), ["pollux", "zeus"], noise_sigma=0.0, compare_limits=True)
+    )
     base = res.baseline["metrics"]
     for name in ("pollux", "zeus+nolimit"):
         run = res.run(name)["metrics"]
@@ -260,7 +266,7 @@ def test_cli_replay_writes_report_and_counts_skipped(tmp_path: Path) -> None:
 
 
 def test_write_report_directly(tmp_path: Path) -> None:
-    res = replay(FIX / "minimal.csv", ClusterSpec.default(), ["hades"], noise_sigma=0.0)
+    res = replay(ReplayRequest(FIX / "minimal.csv", ClusterSpec.default(), ["hades"], noise_sigma=0.0))
     md = write_replay_report(res, tmp_path / "r", html_too=False)
     text = md.read_text()
     assert "## Trace" in text and "hades" in text

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from easlurm.sim.cluster import ClusterSpec
-from easlurm.sim.replay import replay, write_replay_report
+from easlurm.sim.replay import ReplayRequest, replay, write_replay_report
 from easlurm.sim.traces import TraceJob
 from easlurm.sim.traces.mapping import ReplayOptions, TraceMapper
 
@@ -49,7 +49,9 @@ def test_a_trace_larger_than_the_cluster_is_said_not_to_fit(tmp_path: Path) -> N
     """48 GPUs busy at once on a 16-GPU cluster: no negative idle energy, no peak above the TDP sum."""
     cluster = ClusterSpec.default()
     res = replay(
-        FIX / "sacct_oversized.psv", cluster, ["zeus"], simulate_fn=_FakeSim(), power_budget_w=5000.0
+        ReplayRequest(
+            FIX / "sacct_oversized.psv", cluster, ["zeus"], simulate_fn=_FakeSim(), power_budget_w=5000.0
+        )
     )
     m = res.baseline["metrics"]
     assert m["idle_energy_j"] is None or m["idle_energy_j"] >= 0
@@ -65,13 +67,15 @@ def test_a_trace_larger_than_the_cluster_is_said_not_to_fit(tmp_path: Path) -> N
     assert "above capacity for 4 h (" in md  # a duration in hours, never 4e+00 h
     # on a cluster that holds it the record fits and every figure is filled
     big = ClusterSpec.mixed([(3, 8, "a100-40gb"), (3, 8, "h100-sxm")])
-    ok = replay(FIX / "sacct_oversized.psv", big, [], simulate_fn=_FakeSim())
+    ok = replay(ReplayRequest(FIX / "sacct_oversized.psv", big, [], simulate_fn=_FakeSim()))
     mb = ok.baseline["metrics"]
     assert ok.baseline["fit"]["fits"] and mb["idle_energy_j"] >= 0
     assert mb["max_power_w"] <= _tdp_sum_w(big)
     # a budget just under the peak: the recorded row is over it while both groups run (2 h)
     budget = mb["max_power_w"] - 1.0
-    over = replay(FIX / "sacct_oversized.psv", big, [], simulate_fn=_FakeSim(), power_budget_w=budget)
+    over = replay(
+        ReplayRequest(FIX / "sacct_oversized.psv", big, [], simulate_fn=_FakeSim(), power_budget_w=budget)
+    )
     assert over.baseline["metrics"]["time_over_budget_s"] == pytest.approx(2 * 3600, abs=10)
 
 
@@ -101,7 +105,7 @@ def test_baseline_power_is_the_policies_calibrated_tdp_capped_power(tmp_path: Pa
         )
         lines.append(f"{i}|u|{s}|{s}|{e}|gres/gpu:h100=2|" + encode_admin_comment([rec]))
     p.write_text("\n".join(lines) + "\n")
-    res = replay(p, ClusterSpec.default(), [], simulate_fn=_FakeSim())
+    res = replay(ReplayRequest(p, ClusterSpec.default(), [], simulate_fn=_FakeSim()))
     assert res.calibration and res.calibration[0].power_scale == pytest.approx(5.0, rel=1e-6)
     tdp = load_catalogue().get("h100-sxm").tdp_w
     mapped = list(map_trace(open_trace(p), TraceMapper(ClusterSpec.default(), _oracle())))
@@ -121,7 +125,11 @@ def test_unknown_gpu_type_stays_pinned_unless_retype_is_allowed() -> None:
 
 def test_compare_retype_shows_both_rows() -> None:
     fake = _FakeSim()
-    res = replay(FIX / "minimal.csv", ClusterSpec.default(), ["zeus"], simulate_fn=fake, compare_retype=True)
+    res = replay(
+        ReplayRequest(
+            FIX / "minimal.csv", ClusterSpec.default(), ["zeus"], simulate_fn=fake, compare_retype=True
+        )
+    )
     assert [r["label"] for r in res.records()] == ["recorded", "zeus", "zeus+retype"]
     untyped = [j for j in fake.calls[1]["jobs"] if j.gpu_types is None]
     pinned = {j.job_id: j.gpu_types for j in fake.calls[0]["jobs"]}
@@ -135,7 +143,7 @@ def test_report_says_when_the_cluster_never_queued_a_job(tmp_path: Path) -> None
         f"{i * 4000},{600 + 300 * i},{1 + i % 4},{'a100' if i % 2 else 'h100'},u{i % 3}" for i in range(6)
     ]
     p.write_text("\n".join(rows) + "\n")
-    res = replay(p, ClusterSpec.default(), ["zeus", "charon"], noise_sigma=0.0)
+    res = replay(ReplayRequest(p, ClusterSpec.default(), ["zeus", "charon"], noise_sigma=0.0))
     assert all(r["metrics"]["queued_jobs"] == 0 for _, _, r in res.runs)
     md = write_replay_report(res, tmp_path / "r", html_too=False).read_text()
     assert "never queued a job" in md and "headroom" in md
@@ -146,7 +154,13 @@ def test_report_says_when_the_cluster_never_queued_a_job(tmp_path: Path) -> None
 def test_skip_bad_warnings_are_printed_once(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
     res = replay(
-        FIX / "sacct_bad.psv", ClusterSpec.default(), ["zeus", "hades"], skip_bad=True, simulate_fn=_FakeSim()
+        ReplayRequest(
+            FIX / "sacct_bad.psv",
+            ClusterSpec.default(),
+            ["zeus", "hades"],
+            skip_bad=True,
+            simulate_fn=_FakeSim(),
+        )
     )
     skipped = [r for r in caplog.records if "skipped:" in r.getMessage()]
     assert res.trace_stats.skipped_bad == 4 and len(skipped) == 4
@@ -155,7 +169,7 @@ def test_skip_bad_warnings_are_printed_once(caplog: pytest.LogCaptureFixture) ->
 def test_zero_replayed_jobs_draw_no_plots_and_no_tests(tmp_path: Path) -> None:
     p = tmp_path / "cpu.csv"
     p.write_text("submit,duration,gpus\n0,600,0\n100,600,0\n")
-    res = replay(p, ClusterSpec.default(), ["zeus", "hades"], noise_sigma=0.0)
+    res = replay(ReplayRequest(p, ClusterSpec.default(), ["zeus", "hades"], noise_sigma=0.0))
     assert res.mapping.mapped == 0
     out = tmp_path / "r"
     text = write_replay_report(res, out).read_text()
@@ -166,7 +180,9 @@ def test_zero_replayed_jobs_draw_no_plots_and_no_tests(tmp_path: Path) -> None:
 
 
 def test_cancelled_pending_jobs_are_reported(tmp_path: Path) -> None:
-    res = replay(FIX / "sacct_wide_pipes.psv", ClusterSpec.default(), ["zeus"], simulate_fn=_FakeSim())
+    res = replay(
+        ReplayRequest(FIX / "sacct_wide_pipes.psv", ClusterSpec.default(), ["zeus"], simulate_fn=_FakeSim())
+    )
     assert res.mapping.cancelled_pending == 8 and res.baseline["metrics"]["completed_jobs"] == 3
     # the recorded mean JCT is the three jobs that ran, not 8 h waits turned into zero-length runs
     assert res.baseline["metrics"]["mean_jct_s"] < 3 * 3600

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from easlurm.sim.cluster import ClusterSpec
-from easlurm.sim.replay import replay, write_replay_report
+from easlurm.sim.replay import ReplayRequest, replay, write_replay_report
 from easlurm.sim.replay_window import align, savings
 
 
@@ -66,7 +66,7 @@ def test_a_recorded_wait_with_free_gpus_is_flagged_and_is_no_saving(tmp_path: Pa
         "waited,0,150840,3600,2,a100,resnet50\n"
         "other,60,60,7200,2,a100,resnet50\n"
     )
-    res = replay(trace, cluster(), ["pollux"], noise_sigma=0.0)
+    res = replay(ReplayRequest(trace, cluster(), ["pollux"], noise_sigma=0.0))
     base, pollux = res.baseline["metrics"], res.run("pollux")["metrics"]
     assert base["unexplained_wait_jobs"] == 1.0 and base["unexplained_wait_s"] == pytest.approx(150840.0)
     assert res.baseline["unexplained_waits"] == [{"job_id": "waited", "wait_s": 150840.0}]
@@ -88,7 +88,7 @@ def test_a_wait_for_busy_gpus_is_not_flagged(tmp_path: Path) -> None:
         "first,0,0,3600,8,a100,resnet50\n"
         "queued,60,3600,600,4,a100,resnet50\n"
     )
-    res = replay(trace, cluster(), ["pollux"], noise_sigma=0.0)
+    res = replay(ReplayRequest(trace, cluster(), ["pollux"], noise_sigma=0.0))
     assert res.baseline["metrics"]["unexplained_wait_jobs"] == 0.0
 
 
@@ -99,7 +99,7 @@ def test_limits_are_what_an_energy_policy_saves_on_rigid_jobs(tmp_path: Path) ->
         "job_id,submit,start,duration,gpus,gpu_type,model\n"
         + "".join(f"j{i},{600 * i},{600 * i},3600,2,a100,resnet50\n" for i in range(4))
     )
-    res = replay(trace, cluster(), ["pollux", "zeus"], noise_sigma=0.0, compare_limits=True)
+    res = replay(ReplayRequest(trace, cluster(), ["pollux", "zeus"], noise_sigma=0.0, compare_limits=True))
     labels = [name for name, _, _ in res.runs]
     assert labels == ["pollux", "zeus", "zeus+nolimit"]  # baselines have no run without limits
     got = {r["label"]: r for r in res.to_dict()["savings_per_job"]}
@@ -180,8 +180,10 @@ def test_replay_with_power_saving_charges_less_after_the_end_than_nodes_left_on(
         "late,0,36000,600,2,a100,resnet50\n"
         "other,60,60,600,2,a100,resnet50\n"
     )
-    off = replay(trace, cluster(), ["pollux"], noise_sigma=0.0)
-    on = replay(trace, cluster(), ["pollux"], noise_sigma=0.0, power_saving=(("suspend_time_s", 600),))
+    off = replay(ReplayRequest(trace, cluster(), ["pollux"], noise_sigma=0.0))
+    on = replay(
+        ReplayRequest(trace, cluster(), ["pollux"], noise_sigma=0.0, power_saving=(("suspend_time_s", 600),))
+    )
     a, b = off.run("pollux")["metrics"], on.run("pollux")["metrics"]
     assert off.window_s == on.window_s == pytest.approx(36600.0)
     assert b["energy_j"] < 0.5 * a["energy_j"]
