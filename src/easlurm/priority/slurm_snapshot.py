@@ -10,8 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from easlurm.accounting.step_record import ADMIN_COMMENT_PREFIX, decode_admin_comment
 from easlurm.energy.spec import ProfileSpec, parse_spec
 from easlurm.errors import ConfigError, EaslurmError
+from easlurm.model.oracle import Placements
+from easlurm.model.zoo import get_workload
 from easlurm.priority.holds import foreign_hold
 from easlurm.priority.sharing import colocations, sharing_mode
 from easlurm.priority.snapshot import ClusterSnapshot, NodeState, PendingJob, RunningJob
@@ -213,8 +216,41 @@ def build_snapshot(
 ) -> ClusterSnapshot:
     """Declared, startable pending jobs become PendingJobs; every running GPU job is load (measured power,
     else predicted for declared jobs, else TDP x GPUs: conservative under a power budget)."""
+    nodes = node_states(inputs.nodes, facts)
+    gpu_types = {n.name: n.gpu_type for n in nodes}
+    pairs = colocations(inputs.jobs)
+    pending: list[PendingJob] = []
+    running: list[RunningJob] = []
+    for job in inputs.jobs:
+        spec = inputs.specs.get(job.job_id)
+        if job.pending:
+            if spec is not None and not foreign_hold(job) and schedulable(spec):
+                pending.append(pending_job(job, spec, _pinned_types(job, nodes), inputs.retype_pending))
+            continue
+        load = _running_load(job, spec, gpu_types, inputs, facts, predict_power_w, pairs.get(job.job_id))
+        if load is not None:
+            running.append(load)
+    pending.sort(key=lambda p: (p.submit_s, int(p.job_id) if p.job_id.isdigit() else 0))
+    if power_budget_w is not None:
+        reserved = uncontrolled_power_w(inputs, nodes)
+        if reserved > 0:
+            log.info("budget: %.0f W kept for uncontrolled jobs Slurm can start now", reserved)
+            power_budget_w -= reserved
+    return ClusterSnapshot(
+        time_s=inputs.now_s,
+        nodes=tuple(nodes),
+        running=tuple(running),
+        pending=tuple(pending),
+        user_gpu_s=dict(inputs.user_gpu_s),
+        power_budget_w=power_budget_w,
+    )
+
+
+def node_states(slurm_nodes: Iterable[SlurmNode], facts: Callable[[str], GpuFacts | None]) -> list[NodeState]:
+    """The GPU nodes the policies may schedule: those whose GPU type the catalogue knows (others are
+    logged and left to Slurm)."""
     nodes: list[NodeState] = []
-    for n in inputs.nodes:
+    for n in slurm_nodes:
         if n.gpu_type is None or n.total_gpus <= 0:
             continue
         f = facts(n.gpu_type)
@@ -235,87 +271,79 @@ def build_snapshot(
                 idle_since_s=n.last_busy_s if n.state == "IDLE" and n.power_state == "on" else None,
             )
         )
-    known = {n.name for n in nodes}
-    pairs = colocations(inputs.jobs)
-    pending: list[PendingJob] = []
-    running: list[RunningJob] = []
-    for job in inputs.jobs:
-        spec = inputs.specs.get(job.job_id)
-        if job.pending:
-            if spec is not None and not foreign_hold(job) and schedulable(spec):
-                pinned = None
-                if job.required_nodes:
-                    try:
-                        names = set(expand_hostlist(job.required_nodes))
-                    except ValueError as exc:
-                        log.warning("job %s: required nodes unreadable (%s)", job.job_id, exc)
-                        names = set()
-                    pinned = tuple(sorted({n.gpu_type for n in nodes if n.name in names})) or None
-                pending.append(pending_job(job, spec, pinned, inputs.retype_pending))
-            continue
-        if not job.running or (job.n_gpus <= 0 and not job.shards):
-            continue
-        n_gpus = max(job.n_gpus, 1)  # a shard job uses (part of) one GPU
-        node = first_node(job.nodes)
-        gtype = job.gpu_type or next((n.gpu_type for n in nodes if n.name == node), None)
-        if node not in known or gtype is None:
-            continue
-        declared = spec if schedulable(spec) else None
-        predicted = None
-        if declared is not None and predict_power_w is not None:
-            nodes_used = max(job.node_count, 1)  # a job Slurm spread over nodes is predicted with that spread
-            predicted = predict_power_w(job.job_id, declared, gtype, n_gpus, declared.batch[0], nodes_used)
-        measured = inputs.measured_power_w.get(job.job_id)
-        power = predicted if measured is None else measured
-        if power is None or not math.isfinite(power):
-            f = facts(gtype)
-            power = n_gpus * (f.tdp_w if f is not None else 0.0)
-        running.append(
-            RunningJob(
-                job_id=job.job_id,
-                user=job.user,
-                node=node,
-                gpu_type=gtype,
-                n_gpus=n_gpus,
-                n_nodes=max(job.node_count, 1),
-                batch=declared.batch[0] if declared is not None else 0,
-                power_w=float(power),
-                # beside a measurement only: the pair tells how far off the predictions are
-                predicted_power_w=predicted if measured is not None and predicted is not None else None,
-                start_s=job.start_s if job.start_s is not None else inputs.now_s,
-                # only declared, requeueable jobs may be chosen as victims: others count as urgent
-                urgent=declared is None or declared.urgent or not job.requeue,
-                deadline_s=job.submit_s + declared.deadline_s
-                if declared is not None and declared.deadline_s is not None
-                else None,
-                # zeus-share predicts the pair from the partner's model
-                model=declared.model if declared is not None else None,
-                shareable=bool(spec is not None and spec.share and job.shards),
-                colocated_with=pairs.get(job.job_id),
-                time_limit_s=job.time_limit_s,
-            )
-        )
-    pending.sort(key=lambda p: (p.submit_s, int(p.job_id) if p.job_id.isdigit() else 0))
-    if power_budget_w is not None:
-        reserved = uncontrolled_power_w(inputs, nodes)
-        if reserved > 0:
-            log.info("budget: %.0f W kept for uncontrolled jobs Slurm can start now", reserved)
-            power_budget_w -= reserved
-    return ClusterSnapshot(
-        time_s=inputs.now_s,
-        nodes=tuple(nodes),
-        running=tuple(running),
-        pending=tuple(pending),
-        user_gpu_s=dict(inputs.user_gpu_s),
-        power_budget_w=power_budget_w,
+    return nodes
+
+
+def _pinned_types(job: SlurmJob, nodes: Sequence[NodeState]) -> tuple[str, ...] | None:
+    """The GPU types of the nodes a pending job requires (--nodelist), None when it requires none: a
+    policy must not place it on another type."""
+    if not job.required_nodes:
+        return None
+    try:
+        names = set(expand_hostlist(job.required_nodes))
+    except ValueError as exc:
+        log.warning("job %s: required nodes unreadable (%s)", job.job_id, exc)
+        names = set()
+    return tuple(sorted({n.gpu_type for n in nodes if n.name in names})) or None
+
+
+def _running_load(
+    job: SlurmJob,
+    spec: ProfileSpec | None,
+    gpu_types: Mapping[str, str],
+    inputs: SnapshotInputs,
+    facts: Callable[[str], GpuFacts | None],
+    predict_power_w: Callable[[str, ProfileSpec, str, int, int, int], float | None] | None,
+    colocated_with: str | None,
+) -> RunningJob | None:
+    """A running GPU job as load on its first node (None: not a GPU job, or not on a scheduled node, whose
+    GPU type `gpu_types` gives): its measured power, else the prediction for a declared job, else TDP x
+    GPUs (conservative under a power budget)."""
+    if not job.running or (job.n_gpus <= 0 and not job.shards):
+        return None
+    n_gpus = max(job.n_gpus, 1)  # a shard job uses (part of) one GPU
+    node = first_node(job.nodes)
+    gtype = job.gpu_type or gpu_types.get(node)
+    if node not in gpu_types or gtype is None:
+        return None
+    declared = spec if schedulable(spec) else None
+    predicted = None
+    if declared is not None and predict_power_w is not None:
+        nodes_used = max(job.node_count, 1)  # a job Slurm spread over nodes is predicted with that spread
+        predicted = predict_power_w(job.job_id, declared, gtype, n_gpus, declared.batch[0], nodes_used)
+    measured = inputs.measured_power_w.get(job.job_id)
+    power = predicted if measured is None else measured
+    if power is None or not math.isfinite(power):
+        f = facts(gtype)
+        power = n_gpus * (f.tdp_w if f is not None else 0.0)
+    return RunningJob(
+        job_id=job.job_id,
+        user=job.user,
+        node=node,
+        gpu_type=gtype,
+        n_gpus=n_gpus,
+        n_nodes=max(job.node_count, 1),
+        batch=declared.batch[0] if declared is not None else 0,
+        power_w=float(power),
+        # beside a measurement only: the pair tells how far off the predictions are
+        predicted_power_w=predicted if measured is not None and predicted is not None else None,
+        start_s=job.start_s if job.start_s is not None else inputs.now_s,
+        # only declared, requeueable jobs may be chosen as victims: others count as urgent
+        urgent=declared is None or declared.urgent or not job.requeue,
+        deadline_s=job.submit_s + declared.deadline_s
+        if declared is not None and declared.deadline_s is not None
+        else None,
+        # zeus-share predicts the pair from the partner's model
+        model=declared.model if declared is not None else None,
+        shareable=bool(spec is not None and spec.share and job.shards),
+        colocated_with=colocated_with,
+        time_limit_s=job.time_limit_s,
     )
 
 
 def oracle_power(oracle: Any) -> Callable[[str, ProfileSpec, str, int, int, int], float | None]:
     """Predicted power (W, all GPUs) of a declared job on a placement (GPUs on `n_nodes` nodes; 0 = the
     fewest), None when the oracle cannot tell."""
-    from easlurm.model.oracle import Placements
-    from easlurm.model.zoo import get_workload
 
     def predict(
         job_id: str, spec: ProfileSpec, gpu_type: str, n_gpus: int, batch: int, n_nodes: int = 0
@@ -333,8 +361,6 @@ def oracle_power(oracle: Any) -> Callable[[str, ProfileSpec, str, int, int, int]
 
 def measured_power(jobs: Iterable[SlurmJob]) -> dict[str, float]:
     """Mean power of running profiled jobs' latest published step (AdminComment), where available."""
-    from easlurm.accounting.step_record import ADMIN_COMMENT_PREFIX, decode_admin_comment
-
     out: dict[str, float] = {}
     for job in jobs:
         if not job.running or not job.admin_comment.startswith(ADMIN_COMMENT_PREFIX):
