@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
 
 from easlurm.cli import FiniteFloat, int_range, load_ctx_config
 from easlurm.errors import ConfigError, TraceError
+from easlurm.files import check_writable, reading
+from easlurm.model.build import apply_oracle_config
 from easlurm.model.cli import HARDWARE_OPTION
+from easlurm.priority.policies import POLICY_NAMES, known_policy
 from easlurm.progress import progressbar
+from easlurm.sim.cluster import ClusterSpec
 from easlurm.sim.power_saving_cli import POWER_SAVING_OPTIONS, power_saving_overrides
+from easlurm.sim.replay import ReplayRequest, replay, write_replay_report
+from easlurm.sim.traces.mapping import ReplayOptions
+from easlurm.units import parse_power_w
 
 DEFAULT_POLICIES = "pollux,zeus,hades,aurachronos,charon"
 
@@ -128,56 +136,76 @@ DEFAULT_POLICIES = "pollux,zeus,hades,aurachronos,charon"
 @POWER_SAVING_OPTIONS
 @HARDWARE_OPTION
 @click.pass_context
-def replay_cmd(
-    ctx: click.Context,
-    hardware_path: str | None,
-    trace: str,
-    cluster_path: str | None,
-    policies: str,
-    power_budget: str | None,
-    out_dir: str,
-    fmt: str,
-    skip_bad: bool,
-    columns: str | None,
-    delimiter: str | None,
-    procs_per_gpu: int | None,
-    seed: int,
-    n_seeds: int,
-    noise_sigma: float | None,
-    deadline_slack: float | None,
-    malleable: bool,
-    free_gpu_type: bool,
-    allow_retype: bool,
-    compare_retype: bool,
-    progress: bool | None,
-    no_calibrate: bool,
-    max_jobs: int | None,
-    max_slowdown: float | None,
-    compare_limits: bool,
-    baselines: bool,
-    html_too: bool,
-    **saving: str | None,
-) -> None:
+def replay_cmd(ctx: click.Context, **params: Any) -> None:
     """Replay TRACE (sacct -P or --json dump, SWF, CSV) through POLICIES; the trace's own schedule is the baseline."""
-    from easlurm.files import check_writable, reading
-    from easlurm.priority.policies import POLICY_NAMES, known_policy
-    from easlurm.sim.cluster import ClusterSpec
-    from easlurm.sim.replay import ReplayRequest, replay, write_replay_report
-    from easlurm.sim.traces.mapping import ReplayOptions
-    from easlurm.units import parse_power_w
-
-    check_writable(out_dir, "--out", directory=True)
+    args = ReplayArgs.of(params)
+    check_writable(args.out_dir, "--out", directory=True)
     cfg = load_ctx_config(
         ctx,
         {
-            "sim": {"cluster": cluster_path, "noise_sigma": noise_sigma},
-            "sched": {"max_slowdown": max_slowdown},
+            "sim": {"cluster": args.cluster_path, "noise_sigma": args.noise_sigma},
+            "sched": {"max_slowdown": args.max_slowdown},
         },
         {"sim.noise_sigma": "--noise-sigma", "sched.max_slowdown": "--max-slowdown"},
     )
-    from easlurm.model.build import apply_oracle_config
+    apply_oracle_config(cfg, args.hardware_path)
+    names = _policy_names(args.policies)
+    request = _request(args, cfg, names)
+    with reading(args.trace, "trace", TraceError):
+        result = replay(request)
+    md = write_replay_report(result, args.out_dir, html_too=args.html_too)
+    st = result.trace_stats
+    not_replayed = sum(result.mapping.excluded.values()) + sum(st.excluded.values())
+    click.echo(
+        f"{result.mapping.mapped} of {st.jobs} jobs replayed under {len(names)} policies "
+        + ("and the site baselines " if args.baselines else "")
+        + f"({st.skipped_bad} malformed skipped, {not_replayed} not replayed, by reason in the report)"
+        + ("; reading stopped at --max-jobs" if st.stopped_early else "")
+        + f"; report: {md}"
+    )
 
-    apply_oracle_config(cfg, hardware_path)
+
+@dataclass(frozen=True)
+class ReplayArgs:
+    """The command's options as click passes them: one value instead of 27 parameters."""
+
+    hardware_path: str | None
+    trace: str
+    cluster_path: str | None
+    policies: str
+    power_budget: str | None
+    out_dir: str
+    fmt: str
+    skip_bad: bool
+    columns: str | None
+    delimiter: str | None
+    procs_per_gpu: int | None
+    seed: int
+    n_seeds: int
+    noise_sigma: float | None
+    deadline_slack: float | None
+    malleable: bool
+    free_gpu_type: bool
+    allow_retype: bool
+    compare_retype: bool
+    progress: bool | None
+    no_calibrate: bool
+    max_jobs: int | None
+    max_slowdown: float | None
+    compare_limits: bool
+    baselines: bool
+    html_too: bool
+    #: the power-saving flags (`ps_<field>`, power_saving_cli)
+    saving: dict[str, str | None] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, params: dict[str, Any]) -> ReplayArgs:
+        saving = {k: v for k, v in params.items() if k.startswith("ps_")}
+        return cls(**{k: v for k, v in params.items() if k not in saving}, saving=saving)
+
+
+def _policy_names(policies: str) -> list[str]:
+    """The --policies list, lower case; ConfigError names the unknown ones."""
     names = [p.strip().lower() for p in policies.split(",") if p.strip()]
     unknown = [p for p in names if not known_policy(p.removesuffix("+power-saving"))]
     if unknown or not names:
@@ -186,80 +214,81 @@ def replay_cmd(
             f"(known: {', '.join(POLICY_NAMES)}, static-cap-NN, "
             "any of them +power-saving)"
         )
+    return names
+
+
+def _request(args: ReplayArgs, cfg: Any, names: list[str]) -> ReplayRequest:
+    """The replay the options ask for, the effective configuration filling what they leave out."""
     cluster_file = cfg.get("sim.cluster")
     cluster = ClusterSpec.from_yaml(cluster_file) if cluster_file else None
-    budget = parse_power_w(power_budget, "--power-budget") if power_budget else None
+    budget = parse_power_w(args.power_budget, "--power-budget") if args.power_budget else None
     options = ReplayOptions(
-        honor_gpu_type=not free_gpu_type,
-        allow_retype=allow_retype,
-        malleable=malleable,
-        deadline_slack=deadline_slack,
-        max_jobs=max_jobs,
+        honor_gpu_type=not args.free_gpu_type,
+        allow_retype=args.allow_retype,
+        malleable=args.malleable,
+        deadline_slack=args.deadline_slack,
+        max_jobs=args.max_jobs,
     )
-    trace_options: dict[str, Any] = {} if procs_per_gpu is None else {"procs_per_gpu": procs_per_gpu}
-    if delimiter is not None:
-        if not delimiter:
+    trace_options = _trace_options(args)
+    show = sys.stderr.isatty() if args.progress is None else args.progress
+    return ReplayRequest(
+        args.trace,
+        cluster,
+        names,
+        fmt=args.fmt,
+        skip_bad=args.skip_bad,
+        power_budget_w=budget,
+        seed=args.seed,
+        seeds=list(range(args.seed, args.seed + args.n_seeds)),
+        noise_sigma=float(cfg.get("sim.noise_sigma")),
+        options=options,
+        calibrate=not args.no_calibrate,
+        on_progress=_report_line if show else None,
+        trace_options=trace_options,
+        compare_retype=args.compare_retype and not args.allow_retype,
+        progress_bar=_bar if show else None,
+        on_notice=_notice_line,
+        max_slowdown=float(cfg.get("sched.max_slowdown")),
+        compare_limits=args.compare_limits,
+        baselines=args.baselines,
+        power_saving=power_saving_overrides(args.saving),
+        cluster_source=(
+            None
+            if not cluster_file
+            else f"--cluster {cluster_file}"
+            if args.cluster_path
+            else f"the sim.cluster setting ({cluster_file})"
+        ),
+    )
+
+
+def _trace_options(args: ReplayArgs) -> dict[str, Any]:
+    """What the trace reader needs beyond the file: processors per GPU, a delimiter, headerless columns."""
+    trace_options: dict[str, Any] = (
+        {} if args.procs_per_gpu is None else {"procs_per_gpu": args.procs_per_gpu}
+    )
+    if args.delimiter is not None:
+        if not args.delimiter:
             raise ConfigError("--delimiter: empty")
-        trace_options["delimiter"] = delimiter
-    if columns is not None:
-        if not columns.strip(", "):
+        trace_options["delimiter"] = args.delimiter
+    if args.columns is not None:
+        if not args.columns.strip(", "):
             raise ConfigError(
                 "--columns: empty (give the dump's sacct --format, e.g. JobID,Submit,Start,End)"
             )
-        trace_options["columns"] = [c.strip() for c in columns.split(",")]
+        trace_options["columns"] = [c.strip() for c in args.columns.split(",")]
+    return trace_options
 
-    show = sys.stderr.isatty() if progress is None else progress
 
-    def report_line(line: str) -> None:
-        click.echo(f"replay: {line}", err=True)
+def _report_line(line: str) -> None:
+    click.echo(f"replay: {line}", err=True)
 
-    def notice_line(line: str) -> None:
-        click.echo(f"replay: note: {line}", err=True)
 
-    def bar(jobs: Iterator[Any], n: int, label: str) -> Iterator[Any]:
-        stderr = sys.stderr
-        with progressbar(jobs, length=n, label=f"replay {label}", file=stderr) as it:
-            yield from it
+def _notice_line(line: str) -> None:
+    click.echo(f"replay: note: {line}", err=True)
 
-    with reading(trace, "trace", TraceError):
-        result = replay(
-            ReplayRequest(
-                trace,
-                cluster,
-                names,
-                fmt=fmt,
-                skip_bad=skip_bad,
-                power_budget_w=budget,
-                seed=seed,
-                seeds=list(range(seed, seed + n_seeds)),
-                noise_sigma=float(cfg.get("sim.noise_sigma")),
-                options=options,
-                calibrate=not no_calibrate,
-                on_progress=report_line if show else None,
-                trace_options=trace_options,
-                compare_retype=compare_retype and not allow_retype,
-                progress_bar=bar if show else None,
-                on_notice=notice_line,
-                max_slowdown=float(cfg.get("sched.max_slowdown")),
-                compare_limits=compare_limits,
-                baselines=baselines,
-                power_saving=power_saving_overrides(saving),
-                cluster_source=(
-                    None
-                    if not cluster_file
-                    else f"--cluster {cluster_file}"
-                    if cluster_path
-                    else f"the sim.cluster setting ({cluster_file})"
-                ),
-            )
-        )
-    md = write_replay_report(result, out_dir, html_too=html_too)
-    st = result.trace_stats
-    not_replayed = sum(result.mapping.excluded.values()) + sum(st.excluded.values())
-    click.echo(
-        f"{result.mapping.mapped} of {st.jobs} jobs replayed under {len(names)} policies "
-        + ("and the site baselines " if baselines else "")
-        + f"({st.skipped_bad} malformed skipped, {not_replayed} not replayed, by reason in the report)"
-        + ("; reading stopped at --max-jobs" if st.stopped_early else "")
-        + f"; report: {md}"
-    )
+
+def _bar(jobs: Iterator[Any], n: int, label: str) -> Iterator[Any]:
+    stderr = sys.stderr
+    with progressbar(jobs, length=n, label=f"replay {label}", file=stderr) as it:
+        yield from it
