@@ -9,9 +9,12 @@ from typing import Any
 
 import click
 
+from easlurm.files import check_writable
 from easlurm.measure.pairs import predict_pair
 from easlurm.model.cli import HARDWARE_OPTION, ctx_oracle
+from easlurm.model.fit.pairs import fit_colocation, read_pairs
 from easlurm.model.hardware import DEFAULT_GPU
+from easlurm.model.params import save_params
 
 
 @click.command("corun")
@@ -104,10 +107,6 @@ def calibrate_pairs_cmd(
     hardware_path: str | None,
 ) -> None:
     """Fit the co-location parameters to measured co-runs (a pairs CSV) and save the parameter YAML."""
-    from easlurm.files import check_writable
-    from easlurm.model.fit.pairs import fit_colocation, read_pairs
-    from easlurm.model.params import save_params
-
     check_writable(out_path or f"params-{dt.datetime.now(dt.UTC):%Y-%m-%d}.yaml", "--out")
     oracle = ctx_oracle(ctx, params_path, hardware_path)
     rows = read_pairs(pairs)

@@ -18,7 +18,7 @@ from easlurm.errors import ModelError
 from easlurm.model.equations import HardwareArrays, WorkloadArrays, evaluate
 from easlurm.model.fit.dataset import Measurement, placements_of
 from easlurm.model.hardware import Catalogue, load_catalogue
-from easlurm.model.oracle import resolve_nodes
+from easlurm.model.oracle import Oracle, resolve_nodes
 from easlurm.model.params import ARCHITECTURES, PARAM_SPECS, OracleParams, bounds, is_arch_factor
 
 log = logging.getLogger(__name__)
@@ -193,8 +193,6 @@ def score(params: OracleParams, rows: Sequence[Measurement], catalogue: Catalogu
 def _peak_mem_gib(
     params: OracleParams, rows: Sequence[Measurement], catalogue: Catalogue | None
 ) -> np.ndarray:
-    from easlurm.model.oracle import Oracle
-
     oracle = Oracle(params, catalogue or load_catalogue(), cache_size=0)
     pred = oracle.predict_rows([m.workload() for m in rows], placements_of(rows))
     assert pred.peak_mem_gib is not None
@@ -205,8 +203,6 @@ def feasible_rows(
     rows: Sequence[Measurement], params: OracleParams, catalogue: Catalogue | None = None
 ) -> tuple[list[Measurement], list[Measurement]]:
     """(rows the model can run, rows it finds out of memory) under the given parameters."""
-    from easlurm.model.oracle import Oracle
-
     oracle = Oracle(params, catalogue or load_catalogue(), cache_size=0)
     ok = oracle.predict_rows([m.workload() for m in rows], placements_of(rows)).feasible
     assert ok is not None

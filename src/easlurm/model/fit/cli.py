@@ -7,14 +7,63 @@ import dataclasses
 import datetime as dt
 import json
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import click
 
 from easlurm.cli import int_range, load_ctx_config, text_list
 from easlurm.errors import ConfigError
+from easlurm.files import check_writable, write_text_atomic
+from easlurm.model.build import apply_oracle_config
 from easlurm.model.cli import HARDWARE_OPTION, ctx_oracle
+from easlurm.model.fit.baseline import baseline_fitter, resolve_kind
+from easlurm.model.fit.calibrate import (
+    CalibrationResult,
+    FitReport,
+    calibrate,
+    comm_free,
+    cross_validate,
+    feasible_rows,
+    score,
+)
+from easlurm.model.fit.dataset import Measurement, read_measurements
+from easlurm.model.fit.evaluate import (
+    CvScheme,
+    MethodReport,
+    Split,
+    calibrating_oracle,
+    evaluate_method,
+    fixed_oracle,
+    make_splits,
+    parse_cv,
+)
+from easlurm.model.fit.limits import limit_choices, summarise_limits
+from easlurm.model.fit.scaling import scaling_rows
+from easlurm.model.hardware import Catalogue
+from easlurm.model.params import OracleParams, load_params, save_params
 from easlurm.progress import progressbar
+from easlurm.table import render_table, select_columns
+
+
+@dataclasses.dataclass(frozen=True)
+class CalibrateRequest:
+    """The options of `easlurm model calibrate`, as click passes them: one object for the helpers below."""
+
+    measurements: tuple[str, ...]
+    out_path: str | None
+    base_path: str | None
+    free: str | None
+    maxiter: int
+    popsize: int
+    seed: int
+    folds: int
+    version: str | None
+    scaling: bool
+    as_json: bool
+    skip_infeasible: bool
+    hardware_path: str | None
 
 
 @click.command("calibrate")
@@ -66,105 +115,109 @@ from easlurm.progress import progressbar
 )
 @HARDWARE_OPTION
 @click.pass_context
-def calibrate_cmd(
-    ctx: click.Context,
-    measurements: tuple[str, ...],
-    out_path: str | None,
-    base_path: str | None,
-    free: str | None,
-    maxiter: int,
-    popsize: int,
-    seed: int,
-    folds: int,
-    version: str | None,
-    scaling: bool,
-    as_json: bool,
-    skip_infeasible: bool,
-    hardware_path: str | None,
-) -> None:
+def calibrate_cmd(ctx: click.Context, **options: Any) -> None:
     """Fit the oracle's parameters to measurement CSVs (rows of all files together) and save them as a
     versioned YAML."""
-
-    from easlurm.files import check_writable
-
-    check_writable(out_path or f"params-{dt.datetime.now(dt.UTC):%Y-%m-%d}.yaml", "--out")
-    from easlurm.model.build import apply_oracle_config
-    from easlurm.model.fit.calibrate import calibrate, cross_validate, score
-    from easlurm.model.fit.dataset import read_measurements
-    from easlurm.model.params import OracleParams, load_params, save_params
-
-    catalogue = apply_oracle_config(load_ctx_config(ctx), hardware_path)
-    rows = [m for path in measurements for m in read_measurements(path)]
+    req = CalibrateRequest(**options)
+    check_writable(req.out_path or f"params-{dt.datetime.now(dt.UTC):%Y-%m-%d}.yaml", "--out")
+    catalogue = apply_oracle_config(load_ctx_config(ctx), req.hardware_path)
+    rows = [m for path in req.measurements for m in read_measurements(path)]
     for m in rows:
         catalogue.resolve(m.gpu)  # a GPU the catalogue lacks is one clear error before fitting
-    base = load_params(base_path) if base_path else load_params()
-    free_list = text_list(free) if free else None
-    if scaling:
-        from easlurm.model.fit.scaling import scaling_rows
-
-        rows = scaling_rows(rows, base, catalogue)
-        free_list = free_list or ["comm"]
-    if free_list and "comm" in free_list:
-        from easlurm.model.fit.calibrate import comm_free
-
-        at = free_list.index("comm")
-        free_list[at : at + 1] = [n for n in ["t_sync_s", *comm_free(rows, catalogue)] if n not in free_list]
-    if skip_infeasible:
-        from easlurm.model.fit.calibrate import feasible_rows
-
-        rows, dropped = feasible_rows(rows, base, catalogue)
-        if dropped:
-            click.echo(f"left out {len(dropped)} rows the model finds out of memory", err=True)
+    base = load_params(req.base_path) if req.base_path else load_params()
+    rows, free_list = _rows_to_fit(req, rows, base, catalogue)
     before = score(base, rows, catalogue)
-    with progressbar(length=maxiter, label="calibrating", file=sys.stderr) as bar:
+    with progressbar(length=req.maxiter, label="calibrating", file=sys.stderr) as bar:
         res = calibrate(
             rows,
             base,
             free_list,
-            maxiter=maxiter,
-            popsize=popsize,
-            seed=seed,
+            maxiter=req.maxiter,
+            popsize=req.popsize,
+            seed=req.seed,
             progress=lambda n, f: bar.update(1),
             catalogue=catalogue,
         )
     cv = (
         cross_validate(
             rows,
-            k=folds,
-            seed=seed,
+            k=req.folds,
+            seed=req.seed,
             base=base,
             free=list(res.free),
-            maxiter=maxiter,
-            popsize=popsize,
+            maxiter=req.maxiter,
+            popsize=req.popsize,
             catalogue=catalogue,
         )
-        if folds >= 2
+        if req.folds >= 2
         else []
     )
     today = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
-    meta = {
+    meta = _calibration_meta(req, rows, res, cv, today)
+    params: OracleParams = dataclasses.replace(
+        res.params, version=req.version or f"{today}-calibrated", meta=meta
+    )
+    out = req.out_path or f"params-{today}.yaml"
+    save_params(params, out)
+    if req.as_json:
+        doc = {"schema_version": 1, "out": out, "before_loss": before.loss, "calibration": meta}
+        click.echo(json.dumps(doc, indent=2))
+        return
+    _echo_calibration(rows, res, before, cv, meta)
+    click.echo(f"wrote {out} (params_version {params.version})")
+
+
+def _rows_to_fit(
+    req: CalibrateRequest, rows: list[Measurement], base: OracleParams, catalogue: Catalogue
+) -> tuple[list[Measurement], list[str] | None]:
+    """The rows and free parameters the fit sees: --scaling turns multi-GPU rows into slowdowns over one GPU,
+    'comm' in --free names the link factors the rows' rings cross, --skip-infeasible drops out-of-memory rows."""
+    free_list = text_list(req.free) if req.free else None
+    if req.scaling:
+        rows = scaling_rows(rows, base, catalogue)
+        free_list = free_list or ["comm"]
+    if free_list and "comm" in free_list:
+        at = free_list.index("comm")
+        free_list[at : at + 1] = [n for n in ["t_sync_s", *comm_free(rows, catalogue)] if n not in free_list]
+    if req.skip_infeasible:
+        rows, dropped = feasible_rows(rows, base, catalogue)
+        if dropped:
+            click.echo(f"left out {len(dropped)} rows the model finds out of memory", err=True)
+    return rows, free_list
+
+
+def _calibration_meta(
+    req: CalibrateRequest,
+    rows: list[Measurement],
+    res: CalibrationResult,
+    cv: list[FitReport],
+    today: str,
+) -> dict[str, Any]:
+    """What the parameter file records about its own fit: data, method, seed and the errors it reached."""
+    return {
         "date": today,
-        "data": " ".join(measurements)
-        + (" (multi-GPU slowdowns over one GPU: --scaling)" if scaling else ""),
+        "data": " ".join(req.measurements)
+        + (" (multi-GPU slowdowns over one GPU: --scaling)" if req.scaling else ""),
         "rows": len(rows),
         "free": list(res.free),
-        "method": f"differential_evolution best1bin popsize={popsize} LHS mutation=(0.5,1.5) CR=0.7 + L-BFGS-B",
-        "seed": seed,
+        "method": f"differential_evolution best1bin popsize={req.popsize} LHS mutation=(0.5,1.5) CR=0.7 + L-BFGS-B",
+        "seed": req.seed,
         "mape_time_pct": round(res.fit.mape_time, 3),
         "mape_power_pct": None if res.fit.mape_power is None else round(res.fit.mape_power, 3),
         "loss": round(res.fit.loss, 4),
         "cv_folds": len(cv),
         "cv_mape_time_pct": round(sum(f.mape_time * f.n_rows for f in cv) / len(rows), 3) if cv else None,
     }
-    params: OracleParams = dataclasses.replace(
-        res.params, version=version or f"{today}-calibrated", meta=meta
-    )
-    out = out_path or f"params-{today}.yaml"
-    save_params(params, out)
-    if as_json:
-        doc = {"schema_version": 1, "out": out, "before_loss": before.loss, "calibration": meta}
-        click.echo(json.dumps(doc, indent=2))
-        return
+
+
+def _echo_calibration(
+    rows: list[Measurement],
+    res: CalibrationResult,
+    before: FitReport,
+    cv: list[FitReport],
+    meta: dict[str, Any],
+) -> None:
+    """The text report: the fit's size and cost, its loss before and after, and each held-out fold's error."""
     click.echo(
         f"rows: {len(rows)}  free parameters: {len(res.free)}  wall: {res.wall_s:.1f}s  evaluations: {res.nfev}"
     )
@@ -177,7 +230,6 @@ def calibrate_cmd(
         click.echo(f"fold {i}: held-out {f.n_rows} rows  MAPE time {f.mape_time:.2f}%  power {fp}")
     if cv:
         click.echo(f"cross-validated MAPE time: {meta['cv_mape_time_pct']}%")
-    click.echo(f"wrote {out} (params_version {params.version})")
 
 
 EVALUATE_COLUMNS = (
@@ -392,9 +444,31 @@ def _evaluate_markdown(
         "## MAPE",
         "",
     ]
-    cols = ["Method", "Model", "GPU", "Rows", "TimeMAPE", "PowerMAPE", "NoPrediction"]
-    body = [*md(cols, summary), "", "## Rows (errors signed: + means predicted too high)", ""]
+    body = [*md(SUMMARY_COLUMNS, summary), "", "## Rows (errors signed: + means predicted too high)", ""]
     return "\n".join(head + body + md(list(EVALUATE_COLUMNS), rows)) + "\n"
+
+
+SUMMARY_COLUMNS = ["Method", "Model", "GPU", "Rows", "TimeMAPE", "PowerMAPE", "NoPrediction"]
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluateRequest:
+    """The options of `easlurm model evaluate`, as click passes them: one object for the helpers below."""
+
+    measurements: tuple[str, ...]
+    params_path: str | None
+    cv_text: str
+    refit: bool
+    baseline_kind: str
+    maxiter: int
+    popsize: int
+    seed: int
+    fmt: str | None
+    parsable: bool
+    noheader: bool
+    as_json: bool
+    out_dir: str | None
+    power_limits: bool
 
 
 @click.command("evaluate")
@@ -452,106 +526,48 @@ def _evaluate_markdown(
     "limit the oracle chooses against the measured best.",
 )
 @click.pass_context
-def evaluate_cmd(
-    ctx: click.Context,
-    measurements: tuple[str, ...],
-    params_path: str | None,
-    cv_text: str,
-    refit: bool,
-    baseline_kind: str,
-    maxiter: int,
-    popsize: int,
-    seed: int,
-    fmt: str | None,
-    parsable: bool,
-    noheader: bool,
-    as_json: bool,
-    out_dir: str | None,
-    power_limits: bool,
-) -> None:
+def evaluate_cmd(ctx: click.Context, **options: Any) -> None:
     """Per-row error and MAPE of the oracle (and a data-driven baseline) on a measurement CSV.
 
     With --cv each row is predicted by a fit that never saw it: leave-one-model-out calibrates without
     each model in turn and scores the held-out model, the figure that tells how the oracle generalises.
     """
-    import time
-    from pathlib import Path
-
-    from easlurm.files import check_writable, write_text_atomic
-
-    if out_dir:
-        check_writable(out_dir, "--out", directory=True)
-    from easlurm.model.fit.baseline import baseline_fitter, resolve_kind
-    from easlurm.model.fit.dataset import read_measurements
-    from easlurm.model.fit.evaluate import (
-        calibrating_oracle,
-        evaluate_method,
-        fixed_oracle,
-        make_splits,
-        parse_cv,
-    )
-    from easlurm.table import render_table, select_columns
-
-    scheme = parse_cv(cv_text)
-    kind = resolve_kind(baseline_kind)
-    columns = select_columns(fmt, EVALUATE_COLUMNS, EVALUATE_DEFAULT)
+    req = EvaluateRequest(**options)
+    if req.out_dir:
+        check_writable(req.out_dir, "--out", directory=True)
+    scheme = parse_cv(req.cv_text)
+    kind = resolve_kind(req.baseline_kind)
+    columns = select_columns(req.fmt, EVALUATE_COLUMNS, EVALUATE_DEFAULT)
     if not scheme.held_out:
-        columns = [c for c in columns if c != "Split" or fmt]
-    if maxiter < 1 or popsize < 1:
+        columns = [c for c in columns if c != "Split" or req.fmt]
+    if req.maxiter < 1 or req.popsize < 1:
         raise ConfigError("--maxiter and --popsize must be >= 1")
-    if refit and scheme.held_out:
+    if req.refit and scheme.held_out:
         raise ConfigError("--refit applies to --cv none (cross-validation always refits)")
-    rows = [m for path in measurements for m in read_measurements(path)]
-    splits = make_splits(rows, scheme, seed)
-    params = ctx_oracle(ctx, params_path).params
+    rows = [m for path in req.measurements for m in read_measurements(path)]
+    splits = make_splits(rows, scheme, req.seed)
+    params = ctx_oracle(ctx, req.params_path).params
     start = time.perf_counter()
-    calibrates = scheme.held_out or refit
-    if calibrates:
-        stderr = sys.stderr
-        with progressbar(
-            length=len(splits) * maxiter,
-            label=f"calibrating ({scheme.label if scheme.held_out else 'in-sample'})",
-            file=stderr,
-        ) as bar:
-            done = [0]
-
-            def generation(gen: int) -> None:
-                bar.update(1)
-                done[0] += 1
-
-            def split_done(number: int) -> None:
-                bar.update((number + 1) * maxiter - done[0])  # DE may converge before maxiter
-                done[0] = (number + 1) * maxiter
-
-            # Refits start from the built-in priors unless --params names a start: the shipped parameters were
-            # fitted on the H100 rows, and priors centred on them would leak every held-out model into its fit.
-            from easlurm.model.params import OracleParams
-
-            start_params = params if params_path else OracleParams()
-            fitter = calibrating_oracle(
-                start_params, maxiter=maxiter, popsize=popsize, seed=seed, progress=generation
-            )
-            how = f"calibrate (maxiter {maxiter}, popsize {popsize}, seed {seed}) from " + (
-                f"params {params.version}" if params_path else "the built-in priors"
-            )
-            oracle_rep = evaluate_method(rows, splits, fitter, "oracle", how, scheme.label, split_done)
-    else:
-        how = f"params {params.version} as given (not refitted)"
-        oracle_rep = evaluate_method(rows, splits, fixed_oracle(params), "oracle", how, scheme.label)
+    oracle_rep = _oracle_report(req, scheme, rows, splits, params)
     reports = [oracle_rep]
     base_rep = None
     if kind != "none":
         what = "random forest (scikit-learn)" if kind == "rf" else "ridge regression in log space (numpy)"
         where = "fitted on all rows (in-sample)" if not scheme.held_out else "fitted per split"
         base_rep = evaluate_method(
-            rows, splits, baseline_fitter(kind, seed), f"baseline-{kind}", f"{what}, {where}", scheme.label
+            rows,
+            splits,
+            baseline_fitter(kind, req.seed),
+            f"baseline-{kind}",
+            f"{what}, {where}",
+            scheme.label,
         )
         reports.append(base_rep)
     meta = {
-        "data": " ".join(measurements),
+        "data": " ".join(req.measurements),
         "rows": len(rows),
         "cv": scheme.label,
-        "seed": seed,
+        "seed": req.seed,
         "params_version": params.version,
         "oracle": oracle_rep.description,
         "baseline": "none" if base_rep is None else base_rep.description,
@@ -560,47 +576,87 @@ def evaluate_cmd(
     row_records = _evaluate_rows(oracle_rep, base_rep)
     summary = _evaluate_summary(reports, by_gpu=scheme.kind == "logo" or len({r.gpu for r in rows}) > 1)
     doc = _evaluate_doc(meta, reports)
-    limit_groups: list[dict[str, Any]] = []
-    limit_summary: list[dict[str, Any]] = []
-    if power_limits:
-        from easlurm.model.fit.limits import limit_choices, summarise_limits
-
-        choices = limit_choices(oracle_rep)
-        if not choices:
-            raise ConfigError(
-                f"--power-limits: {' '.join(measurements)} has no job measured at two power limits or more"
-            )
-        limit_groups = [_limit_record(c) for c in choices]
-        limit_summary = [_limit_summary_record(s) for s in summarise_limits(choices)]
-        doc["power_limits"] = {
-            "groups": [dataclasses.asdict(c) for c in choices],
-            "summary": [dataclasses.asdict(s) for s in summarise_limits(choices)],
-        }
-    if out_dir:
-        out = Path(out_dir)
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(out / "evaluate.json", json.dumps(doc, indent=2) + "\n")
-            write_text_atomic(out / "evaluate.md", _evaluate_markdown(meta, summary, row_records))
-        except OSError as exc:
-            raise ConfigError(f"--out {out_dir}: cannot write ({exc.strerror})") from exc
-    if as_json:
+    limit_tables = _power_limit_tables(req, oracle_rep, doc) if req.power_limits else []
+    if req.out_dir:
+        _write_evaluation(req.out_dir, doc, _evaluate_markdown(meta, summary, row_records))
+    if req.as_json:
         click.echo(json.dumps(doc, indent=2))
         return
-    click.echo(render_table(columns, row_records, parsable=parsable, header=not noheader))
-    click.echo()
-    sum_cols = ["Method", "Model", "GPU", "Rows", "TimeMAPE", "PowerMAPE", "NoPrediction"]
-    click.echo(render_table(sum_cols, summary, parsable=parsable, header=not noheader))
-    if limit_groups:
-        click.echo()
-        click.echo(render_table(list(LIMIT_COLUMNS), limit_groups, parsable=parsable, header=not noheader))
-        click.echo()
-        click.echo(
-            render_table(list(LIMIT_SUMMARY_COLUMNS), limit_summary, parsable=parsable, header=not noheader)
-        )
-    if not parsable:
+    tables = [(columns, row_records), (SUMMARY_COLUMNS, summary), *limit_tables]
+    for i, (cols, records) in enumerate(tables):
+        if i:
+            click.echo()
+        click.echo(render_table(cols, records, parsable=req.parsable, header=not req.noheader))
+    if not req.parsable:
         click.echo()
         click.echo(f"cv: {scheme.label}  oracle: {oracle_rep.description}")
         if base_rep is not None:
             click.echo(f"baseline: {base_rep.description}")
         click.echo(f"wall: {meta['wall_s']:.1f}s")
+
+
+def _oracle_report(
+    req: EvaluateRequest, scheme: CvScheme, rows: list[Measurement], splits: list[Split], params: OracleParams
+) -> MethodReport:
+    """The oracle's rows: its parameters as given, or refitted per split (--cv) or on all rows (--refit),
+    with a progress bar over every split's generations."""
+    if not (scheme.held_out or req.refit):
+        how = f"params {params.version} as given (not refitted)"
+        return evaluate_method(rows, splits, fixed_oracle(params), "oracle", how, scheme.label)
+    maxiter = req.maxiter
+    stderr = sys.stderr
+    with progressbar(
+        length=len(splits) * maxiter,
+        label=f"calibrating ({scheme.label if scheme.held_out else 'in-sample'})",
+        file=stderr,
+    ) as bar:
+        done = [0]
+
+        def generation(gen: int) -> None:
+            bar.update(1)
+            done[0] += 1
+
+        def split_done(number: int) -> None:
+            bar.update((number + 1) * maxiter - done[0])  # DE may converge before maxiter
+            done[0] = (number + 1) * maxiter
+
+        # Refits start from the built-in priors unless --params names a start: the shipped parameters were
+        # fitted on the H100 rows, and priors centred on them would leak every held-out model into its fit.
+        start_params = params if req.params_path else OracleParams()
+        fitter = calibrating_oracle(
+            start_params, maxiter=maxiter, popsize=req.popsize, seed=req.seed, progress=generation
+        )
+        how = f"calibrate (maxiter {maxiter}, popsize {req.popsize}, seed {req.seed}) from " + (
+            f"params {params.version}" if req.params_path else "the built-in priors"
+        )
+        return evaluate_method(rows, splits, fitter, "oracle", how, scheme.label, split_done)
+
+
+def _power_limit_tables(
+    req: EvaluateRequest, oracle_rep: MethodReport, doc: dict[str, Any]
+) -> list[tuple[list[str], list[dict[str, Any]]]]:
+    """--power-limits: score the limit the oracle chooses per job against the measured best; adds the groups
+    and their summary to `doc` and returns both as (columns, records) tables."""
+    choices = limit_choices(oracle_rep)
+    if not choices:
+        raise ConfigError(
+            f"--power-limits: {' '.join(req.measurements)} has no job measured at two power limits or more"
+        )
+    limit_groups = [_limit_record(c) for c in choices]
+    limit_summary = [_limit_summary_record(s) for s in summarise_limits(choices)]
+    doc["power_limits"] = {
+        "groups": [dataclasses.asdict(c) for c in choices],
+        "summary": [dataclasses.asdict(s) for s in summarise_limits(choices)],
+    }
+    return [(list(LIMIT_COLUMNS), limit_groups), (list(LIMIT_SUMMARY_COLUMNS), limit_summary)]
+
+
+def _write_evaluation(out_dir: str, doc: dict[str, Any], markdown: str) -> None:
+    """--out: evaluate.json and evaluate.md into the folder, made if missing; a write error names --out."""
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(out / "evaluate.json", json.dumps(doc, indent=2) + "\n")
+        write_text_atomic(out / "evaluate.md", markdown)
+    except OSError as exc:
+        raise ConfigError(f"--out {out_dir}: cannot write ({exc.strerror})") from exc

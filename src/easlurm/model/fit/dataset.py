@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from easlurm.errors import EaslurmError, ModelError, TraceError
+from easlurm.files import atomic_writer, reading
 from easlurm.model.oracle import Placements
 from easlurm.model.workload import Workload
 from easlurm.model.zoo import get_workload, model_family
@@ -113,8 +114,6 @@ def _opt_number(
 
 def read_measurements(path: str | Path) -> list[Measurement]:
     """Parse and validate a measurement CSV; a bad row raises TraceError naming file, line and field."""
-    from easlurm.files import reading
-
     p = Path(path)
     try:
         handle = p.open(newline="", encoding="utf-8")
@@ -182,8 +181,6 @@ def write_measurements(
     names = list(dict.fromkeys(k for e in extra or () for k in e))
     if extra is not None and len(extra) != len(rows):
         raise ValueError("extra needs one mapping per row")
-    from easlurm.files import atomic_writer
-
     with atomic_writer(path, "--out", newline="") as fh:
         for line in header_comment.splitlines():
             fh.write(f"# {line}\n")

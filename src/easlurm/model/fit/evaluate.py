@@ -7,16 +7,15 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from easlurm.errors import ConfigError, ModelError
+from easlurm.model.fit.calibrate import calibrate
 from easlurm.model.fit.dataset import Measurement, placements_of
-
-if TYPE_CHECKING:
-    from easlurm.model.hardware import Catalogue
-    from easlurm.model.params import OracleParams
+from easlurm.model.hardware import Catalogue, load_catalogue
+from easlurm.model.oracle import Oracle
+from easlurm.model.params import OracleParams
 
 #: (time_s, power_w) predicted for each row; NaN where a predictor has no answer (infeasible, no power data)
 Predictor = Callable[[Sequence[Measurement]], tuple[np.ndarray, np.ndarray]]
@@ -114,8 +113,6 @@ def gpu_type(name: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _shipped_catalogue() -> Catalogue:
-    from easlurm.model.hardware import load_catalogue
-
     return load_catalogue()
 
 
@@ -257,8 +254,6 @@ def evaluate_method(
 
 def oracle_predictor(params: OracleParams) -> Predictor:
     """The analytical oracle with fixed parameters; infeasible placements predict NaN."""
-    from easlurm.model.oracle import Oracle
-
     oracle = Oracle(params)
 
     def predict(test: Sequence[Measurement]) -> tuple[np.ndarray, np.ndarray]:
@@ -288,7 +283,6 @@ def calibrating_oracle(
 
     `progress` receives the number of differential-evolution generations done in this split.
     """
-    from easlurm.model.fit.calibrate import calibrate
 
     def fit(train: Sequence[Measurement], number: int) -> Predictor:
         gen = [0]

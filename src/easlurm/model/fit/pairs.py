@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from easlurm.errors import ModelError, TraceError
+from easlurm.files import reading
 from easlurm.model.colocation import GpuFacts, Sharing, Solo, corun, parse_sharing, predict_solo
 from easlurm.model.hardware import DEFAULT_GPU
 from easlurm.model.params import COLOC_PARAMS, OracleParams, bounds
@@ -78,8 +79,6 @@ class PairFit:
 
 def read_pairs(path: str | Path) -> list[PairRun]:
     """Parse a pairs CSV; bad input is one TraceError line naming the file, row and column."""
-    from easlurm.files import reading
-
     p = Path(path)
     try:
         with open(p, newline="", encoding="utf-8") as fh, reading(p, "pairs CSV", TraceError):
