@@ -18,6 +18,8 @@ from typing import Any
 import click
 
 from easlurm.cli import load_ctx_config
+from easlurm.energy.discovery import discover, parse_devices
+from easlurm.energy.profiler import EnergyProfiler
 from easlurm.errors import ConfigError, EaslurmError
 from easlurm.files import check_writable, write_text_atomic
 from easlurm.table import render_table, select_columns
@@ -100,8 +102,6 @@ def _emit(text: str, output: str | None) -> None:
 def show_sensors(
     cfg: Any, gpus: Sequence[str] | None, parsable: bool, as_json: bool, output: str | None
 ) -> None:
-    from easlurm.energy.discovery import discover, parse_devices
-
     prof = cfg.section("profiler")
     found = discover(
         parse_devices("gpu,cpu,dram"),
@@ -180,8 +180,6 @@ def run_profiled(
     """Run the command under the profiler; a profiler failure only loses the measurement. `required`
     maps device kinds the user asked for by name to the option that named them: a kind with no sensor on
     this host is an error before the command runs (an empty table would read as zero energy)."""
-    from easlurm.energy.profiler import EnergyProfiler
-
     profiler = EnergyProfiler(**prof_kwargs, command=command)  # bad options raise here, before the run
     try:
         profiler.start()
@@ -308,28 +306,42 @@ def profile_cmd(
     if mpi and cluster is None:
         result = None  # under MPI only rank 0 reports (its table covers every node)
     if result is not None:
-        if as_json:
-            doc = result.to_dict()
-            doc["command"] = cmd
-            doc["exit_code"] = code
-            if cluster is not None:
-                doc["cluster"] = cluster.to_dict()
-            _emit(json.dumps(doc, indent=2), output)
-        else:
-            head = f"easlurm profile: {' '.join(cmd)} exited {code} after {result.duration_s:.2f} s"
-            if result.edp is not None:
-                head += f", EDP {format_edp(result.edp)}"
-            text = [render_table(columns, device_rows(result), parsable=parsable)]
-            if parsable:  # -P prints tables only: the summary goes to stderr
-                click.echo(head, err=True)
-            else:
-                text.insert(0, head)
-            if cluster is not None:
-                rows = [
-                    {k: (f"{v:.2f}" if isinstance(v, float) else v) for k, v in r.items()}
-                    for r in cluster.rows()
-                ]
-                text.append(render_table(cluster.columns(), rows, parsable=parsable))
-            _emit("\n".join(text), output)
+        _report(result, cluster, cmd, code, columns, parsable, as_json, output)
     if code:
         sys.exit(code)
+
+
+def _report(
+    result: Any,
+    cluster: Any,
+    cmd: list[str],
+    code: int,
+    columns: list[str],
+    parsable: bool,
+    as_json: bool,
+    output: str | None,
+) -> None:
+    """The run's energy to --output (default stderr, so the command's own stdout stays its own): one JSON
+    document, or a summary line, the device table and, under MPI, the per-node table."""
+    if as_json:
+        doc = result.to_dict()
+        doc["command"] = cmd
+        doc["exit_code"] = code
+        if cluster is not None:
+            doc["cluster"] = cluster.to_dict()
+        _emit(json.dumps(doc, indent=2), output)
+        return
+    head = f"easlurm profile: {' '.join(cmd)} exited {code} after {result.duration_s:.2f} s"
+    if result.edp is not None:
+        head += f", EDP {format_edp(result.edp)}"
+    text = [render_table(columns, device_rows(result), parsable=parsable)]
+    if parsable:  # -P prints tables only: the summary goes to stderr
+        click.echo(head, err=True)
+    else:
+        text.insert(0, head)
+    if cluster is not None:
+        rows = [
+            {k: (f"{v:.2f}" if isinstance(v, float) else v) for k, v in r.items()} for r in cluster.rows()
+        ]
+        text.append(render_table(cluster.columns(), rows, parsable=parsable))
+    _emit("\n".join(text), output)
