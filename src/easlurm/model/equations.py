@@ -275,6 +275,24 @@ def all_reduce(
     return t_all, t_last
 
 
+@dataclass(frozen=True)
+class _PassTimes:
+    """The time terms of a step at full SM clock (s): `_step_at` scales the clock-bound ones to a clock."""
+
+    tc: np.ndarray  # tensor/SM compute of one micro-batch: GEMMs, convolutions, attention
+    alu: np.ndarray  # element-wise work on the CUDA cores
+    dw: np.ndarray  # depthwise convolutions
+    mem: np.ndarray  # HBM traffic
+    kern: np.ndarray  # per-kernel gaps
+    host: np.ndarray  # the host's dispatch of one micro-batch
+    opt: np.ndarray  # the optimizer step
+    ar: np.ndarray  # the gradient all-reduce, all buckets
+    ar_last: np.ndarray  # ... its last bucket
+    over: np.ndarray  # fixed per-step overhead and synchronisation
+    input: np.ndarray  # the host's preparation of each GPU's samples (real data loaders)
+    g_acc: np.ndarray  # micro-batches per step (gradient accumulation)
+
+
 def evaluate(
     w: WorkloadArrays,
     hw: HardwareArrays,
@@ -302,6 +320,51 @@ def evaluate(
     p = with_arch_factors(p, hw)
     n = n_gpus.astype(np.float64)
     b = batch.astype(np.float64)
+    per_gpu, feasible, g_acc, micro = _micro_batches(w, hw, n, b, p)
+    on_tc, code, peak, mixed = _compute_paths(w, hw)
+    t = _pass_times(w, hw, n, n_nodes, per_gpu, g_acc, micro, code, peak, mixed, p)
+    dyn, simt_j = _energy_terms(w, hw, micro, g_acc, on_tc, code, p)
+
+    ones = np.ones_like(t.tc)
+    step, busy_c, busy_m, busy_g, t_comm = _step_at(t, ones, p)
+    p_full = _power_at(hw, p, on_tc, dyn, simt_j, step, busy_c, busy_m, t_comm)
+    # power limit: the SM clock drops until the step fits under the limit. Only the part of the power above a
+    # floor (HBM, leakage) scales, as clock^alpha. Compute time follows the clock; memory time does not until
+    # the clock falls below a knee, so memory-bound work keeps its speed at lower limits (thesis 6.3.3).
+    limit = np.where(np.isnan(power_limit_w), hw.tdp_w, power_limit_w)
+    over = p_full > limit
+    clock = clock_under_limit(p_full, limit, clock_floor_w(hw.tdp_w, hw.p0_w, hw.min_limit_w, p), p)
+    if np.any(over):
+        step, busy_c, busy_m, busy_g, t_comm = _step_at(t, clock * ones, p)
+    power = n * np.minimum(p_full, limit)
+    mem = peak_memory(w, micro, p)
+    power = np.where(feasible, power, np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac_c, frac_m, frac_g = (
+            np.where(feasible, np.minimum(x / step, 1.0), np.nan) for x in (busy_c, busy_m, busy_g)
+        )
+    step = np.where(feasible, step, np.inf)
+    return StepResult(
+        step,
+        power,
+        feasible,
+        g_acc,
+        t.tc * g_acc,
+        t_comm * ones,
+        clock * ones,
+        mem * ones,
+        frac_c,
+        frac_m,
+        frac_g,
+    )
+
+
+def _micro_batches(
+    w: WorkloadArrays, hw: HardwareArrays, n: np.ndarray, b: np.ndarray, p: Mapping[str, float]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(samples per GPU, feasible, micro-batches per step, micro-batch size): the largest micro-batch whose
+    activations fit next to the static memory decides the gradient accumulation; a row is infeasible when
+    not even one sample fits or the batch has fewer samples than GPUs."""
     per_gpu = np.ceil(b / n)
     act_per_sample = p["mem_act_scale"] * w.act_mem
     free = hw.mem_bytes * USABLE_MEMORY_FRACTION - RESERVED_BYTES - w.static_mem - w.opt_temp
@@ -309,18 +372,42 @@ def evaluate(
     feasible = (b >= n) & (mb_max >= 1.0)
     g_acc = np.ceil(per_gpu / np.maximum(mb_max, 1.0))
     micro = per_gpu / g_acc
+    return per_gpu, feasible, g_acc, micro
 
+
+def _compute_paths(
+    w: WorkloadArrays, hw: HardwareArrays
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(on tensor cores, precision code run, its peak FLOP/s, 16-bit tensor-core convolutions): the GPU, not
+    the request, decides how a precision runs."""
     asked = w.prec_code.astype(np.intp)
     on_tc = (hw.tensor_mask >> asked) & 1 == 1
     on_tc = on_tc & (asked > 0)
     # without tensor cores for it, TF32 and BF16 run as FP32; FP16 keeps its (packed CUDA-core) peak
     code = np.where(on_tc | (asked == 3), asked, 0)
     peak = np.choose(code, (hw.peak_fp32, hw.peak_tf32, hw.peak_bf16, hw.peak_bf16))
-    # fused SDPA kernels: FP32 math on the CUDA cores, TF32 or 16-bit on tensor cores like the GEMMs
-    peak_attn = peak
     # cuDNN runs 16-bit tensor-core convolutions in NHWC: NCHW models pay layout transforms around each
     mixed = on_tc & (code >= 2)
+    return on_tc, code, peak, mixed
 
+
+def _pass_times(
+    w: WorkloadArrays,
+    hw: HardwareArrays,
+    n: np.ndarray,
+    n_nodes: np.ndarray | None,
+    per_gpu: np.ndarray,
+    g_acc: np.ndarray,
+    micro: np.ndarray,
+    code: np.ndarray,
+    peak: np.ndarray,
+    mixed: np.ndarray,
+    p: Mapping[str, float],
+) -> _PassTimes:
+    """Each time term of a step at full clock: compute per operation class (eq. 4.9-4.12), HBM (eq. 4.13),
+    kernel gaps, host dispatch, optimizer, all-reduce, overhead and input preparation."""
+    # fused SDPA kernels: FP32 math on the CUDA cores, TF32 or 16-bit on tensor cores like the GEMMs
+    peak_attn = peak
     # eq. 4.9-4.12: T_op = F / (P * beta * prod S_sat(D/R)) * C, per operation class
     e_gemm = (
         p["beta_gemm"]
@@ -359,65 +446,63 @@ def evaluate(
     t_input = w.input_real * (
         p["t_input_step_s"] + per_gpu * (p["t_input_sample_s"] + p["t_input_px_s"] * w.input_px)
     )
+    return _PassTimes(
+        t_tc, t_alu, t_dw, t_mem, t_kern, t_host, t_opt, t_ar, t_ar_last, t_over, t_input, g_acc
+    )
 
-    def step_of(clock: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(step time, compute-busy, memory-busy, kernel-busy, exposed communication time) at an SM clock
-        fraction."""
-        t_c = t_tc / clock
-        t_m = np.maximum(t_mem * np.maximum(1.0, p["mem_clock_knee"] / clock), t_alu / clock) + t_dw / clock
-        t_gpu = t_c + t_m + t_kern
-        t_micro = np.maximum(t_gpu, t_host)
-        t_pass = t_micro * g_acc
-        # buckets all-reduce while the last micro-batch's backward runs; the last bucket waits for its end
-        hidden = p["bwd_frac"] * t_micro
-        t_comm = np.maximum(t_ar - t_ar_last - hidden, 0.0) + t_ar_last
-        busy = (t_c * g_acc, t_m * g_acc + t_opt, t_gpu * g_acc + t_opt)
-        return np.maximum(t_pass + t_opt + t_comm + t_over, t_input), *busy, t_comm
 
-    # eq. 4.14-4.15, by busy fractions: the GPU at P0 (clocks up, memory clocked: nvidia-smi's reading of a
-    # GPU with nothing running), a small active share while a process holds it, tensor-core compute and HBM
-    # on top. Work on the CUDA cores costs energy per FLOP instead: a board's TDP is not what its CUDA cores
-    # draw at full rate (a P100's is sized for its FP64 units, a T4's holds far less than its FP32 rate),
-    # while the energy of the same work is close on GPUs of one process generation (docs/oracle-gpus.md).
+def _step_at(
+    t: _PassTimes, clock: np.ndarray, p: Mapping[str, float]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(step time, compute-busy, memory-busy, kernel-busy, exposed communication time) at an SM clock
+    fraction."""
+    t_c = t.tc / clock
+    t_m = np.maximum(t.mem * np.maximum(1.0, p["mem_clock_knee"] / clock), t.alu / clock) + t.dw / clock
+    t_gpu = t_c + t_m + t.kern
+    t_micro = np.maximum(t_gpu, t.host)
+    t_pass = t_micro * t.g_acc
+    # buckets all-reduce while the last micro-batch's backward runs; the last bucket waits for its end
+    hidden = p["bwd_frac"] * t_micro
+    t_comm = np.maximum(t.ar - t.ar_last - hidden, 0.0) + t.ar_last
+    busy = (t_c * t.g_acc, t_m * t.g_acc + t.opt, t_gpu * t.g_acc + t.opt)
+    return np.maximum(t_pass + t.opt + t_comm + t.over, t.input), *busy, t_comm
+
+
+def _energy_terms(
+    w: WorkloadArrays,
+    hw: HardwareArrays,
+    micro: np.ndarray,
+    g_acc: np.ndarray,
+    on_tc: np.ndarray,
+    code: np.ndarray,
+    p: Mapping[str, float],
+) -> tuple[np.ndarray, np.ndarray]:
+    """(dynamic power range W, CUDA-core energy J per step) of `_power_at`.
+
+    Eq. 4.14-4.15, by busy fractions: the GPU at P0 (clocks up, memory clocked: nvidia-smi's reading of a
+    GPU with nothing running), a small active share while a process holds it, tensor-core compute and HBM
+    on top. Work on the CUDA cores costs energy per FLOP instead: a board's TDP is not what its CUDA cores
+    draw at full rate (a P100's is sized for its FP64 units, a T4's holds far less than its FP32 rate),
+    while the energy of the same work is close on GPUs of one process generation (docs/oracle-gpus.md)."""
     dyn = (hw.tdp_w - hw.p0_w) * p["c_p"]
     # FLOPs per sample on the CUDA cores; packed FP16 (Pascal) does two per FP32 operation
     simt_flops = np.where(on_tc, 0.0, w.gemm + w.conv + w.attn) * np.where(code == 3, 0.5, 1.0)
     simt_j = p["e_simt_pj"] * 1e-12 * micro * g_acc * simt_flops
+    return dyn, simt_j
 
-    def power_of(step: np.ndarray, busy_c: np.ndarray, busy_m: np.ndarray, t_comm: np.ndarray) -> np.ndarray:
-        u_c = np.where(on_tc, p["u_comp"], 0.0)
-        dynamic = p["u_idle"] * step + u_c * busy_c + p["u_mem"] * busy_m + p["u_comm"] * t_comm
-        return hw.p0_w + (dyn * dynamic + simt_j) / step
 
-    ones = np.ones_like(t_tc)
-    step, busy_c, busy_m, busy_g, t_comm = step_of(ones)
-    p_full = power_of(step, busy_c, busy_m, t_comm)
-    # power limit: the SM clock drops until the step fits under the limit. Only the part of the power above a
-    # floor (HBM, leakage) scales, as clock^alpha. Compute time follows the clock; memory time does not until
-    # the clock falls below a knee, so memory-bound work keeps its speed at lower limits (thesis 6.3.3).
-    limit = np.where(np.isnan(power_limit_w), hw.tdp_w, power_limit_w)
-    over = p_full > limit
-    clock = clock_under_limit(p_full, limit, clock_floor_w(hw.tdp_w, hw.p0_w, hw.min_limit_w, p), p)
-    if np.any(over):
-        step, busy_c, busy_m, busy_g, t_comm = step_of(clock * ones)
-    power = n * np.minimum(p_full, limit)
-    mem = peak_memory(w, micro, p)
-    power = np.where(feasible, power, np.nan)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        frac_c, frac_m, frac_g = (
-            np.where(feasible, np.minimum(x / step, 1.0), np.nan) for x in (busy_c, busy_m, busy_g)
-        )
-    step = np.where(feasible, step, np.inf)
-    return StepResult(
-        step,
-        power,
-        feasible,
-        g_acc,
-        t_tc * g_acc,
-        t_comm * ones,
-        clock * ones,
-        mem * ones,
-        frac_c,
-        frac_m,
-        frac_g,
-    )
+def _power_at(
+    hw: HardwareArrays,
+    p: Mapping[str, float],
+    on_tc: np.ndarray,
+    dyn: np.ndarray,
+    simt_j: np.ndarray,
+    step: np.ndarray,
+    busy_c: np.ndarray,
+    busy_m: np.ndarray,
+    t_comm: np.ndarray,
+) -> np.ndarray:
+    """One GPU's mean power (W) over a step with these busy times, before any power limit."""
+    u_c = np.where(on_tc, p["u_comp"], 0.0)
+    dynamic = p["u_idle"] * step + u_c * busy_c + p["u_mem"] * busy_m + p["u_comm"] * t_comm
+    return hw.p0_w + (dyn * dynamic + simt_j) / step
