@@ -10,7 +10,27 @@ from typing import Any
 
 import click
 
+from easlurm.accounting.power_state import (
+    COLUMNS,
+    NodeDraw,
+    PowerEvent,
+    StateEvent,
+    append_events,
+    node_draw,
+    node_power,
+    parse_period_time,
+    read_events,
+    render_json,
+    state_log_path,
+    table_rows,
+)
+from easlurm.cli import load_ctx_config
+from easlurm.config import argv_template
 from easlurm.errors import ConfigError, EaslurmError
+from easlurm.slurm.client import CliSlurmClient
+from easlurm.slurm.power_save import expand_nodes, run_for_nodes
+from easlurm.slurm.sched_client import CliSchedClient
+from easlurm.table import render_table, select_columns
 
 log = logging.getLogger(__name__)
 
@@ -27,12 +47,6 @@ def power_group() -> None:
 
 
 def _power(ctx: click.Context, event: str, hostlists: tuple[str, ...], debug: bool) -> None:
-    from easlurm.accounting.power_state import PowerEvent, StateEvent, append_events, state_log_path
-    from easlurm.cli import load_ctx_config
-    from easlurm.config import argv_template
-    from easlurm.slurm.client import CliSlurmClient
-    from easlurm.slurm.power_save import expand_nodes, run_for_nodes
-
     cfg = load_ctx_config(ctx)
     key = f"power.{event}_command"
     where = f"{cfg.origin.get(key, 'default')}: {key}"
@@ -93,15 +107,6 @@ def node_report(
     """(rows, start_s, end_s, log path, unreadable lines, notes) of the power-state log over a period,
     with each node's draw from power.node_idle_w/off_w or, where unset, the estimates by its GPUs (asked
     of Slurm; the GPUs' idle draw from the catalogue)."""
-    from easlurm.accounting.power_state import (
-        NodeDraw,
-        node_draw,
-        node_power,
-        parse_period_time,
-        read_events,
-        state_log_path,
-    )
-
     now = time.time()
     start_s = parse_period_time(starttime, now, "-S/--starttime")
     end_s = min(parse_period_time(endtime, now, "-E/--endtime"), now)
@@ -135,8 +140,7 @@ def node_report(
 def _node_hardware(cfg: Any, debug: bool) -> dict[str, tuple[int, float | None]]:
     """{node: (GPUs, one idle GPU's W or None)} from Slurm's node list and the GPU catalogue; {} when
     Slurm cannot tell."""
-    from easlurm.model.build import apply_oracle_config
-    from easlurm.slurm.sched_client import CliSchedClient
+    from easlurm.model.build import apply_oracle_config  # here: numpy; keeps suspend/resume light
 
     client = CliSchedClient(debug=debug, echo=lambda msg: click.echo(msg, err=True))
     try:
@@ -180,10 +184,6 @@ def report_cmd(
     debug: bool,
     helpformat: bool,
 ) -> None:
-    from easlurm.accounting.power_state import COLUMNS, render_json, table_rows
-    from easlurm.cli import load_ctx_config
-    from easlurm.table import render_table, select_columns
-
     names = [name for name, _ in COLUMNS]
     if helpformat:
         click.echo(" ".join(names))

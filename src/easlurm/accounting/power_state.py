@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from easlurm.errors import ConfigError
+from easlurm.files import read_text
+from easlurm.units import format_duration, format_energy, format_power, format_raw
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +111,6 @@ def append_events(path: Path, events: Sequence[StateEvent]) -> None:
 def read_events(path: Path) -> tuple[list[StateEvent], int]:
     """The log's events in time order and the number of unreadable lines (skipped: a line cut by a crash
     must not hide every other). No file: no events (no node was ever powered down)."""
-    from easlurm.files import read_text
-
     if not path.exists():
         return [], 0
     events, bad = [], 0
@@ -254,7 +254,8 @@ def node_draw(
     """Each node's draw from {node: (GPUs, one idle GPU's draw in W or None)}: power.node_idle_w /
     power.node_off_w where set, else the simulator's base-power estimates by GPUs per node plus the GPUs'
     idle draw. A node whose off draw exceeds its idle draw is refused (one line naming `where`)."""
-    from easlurm.model.node_power import default_idle_w, default_off_w
+    # SuspendProgram/ResumeProgram (easlurm power suspend|resume) import this module: only reports need it
+    from easlurm.model.node_power import default_idle_w, default_off_w  # here: numpy (easlurm.model)
 
     out = {}
     for name, (gpus, gpu_idle_w) in nodes.items():
@@ -346,8 +347,6 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 def cell(key: str, value: Any, parsable: bool) -> str:
     """A value at the edge: SI with prefixes for a person (`1.25MJ`, `30.0W`, `4.5 h`), plain SI numbers
     (J, W, s) in parsable output; '' where unknown."""
-    from easlurm.units import format_duration, format_energy, format_power, format_raw
-
     if value is None:
         return ""
     if isinstance(value, bool):
