@@ -55,9 +55,12 @@ from easlurm.accounting.step_record import (
     encode_admin_comment,
     run_step_key,
 )
+from easlurm.config import load_config
 from easlurm.energy.power_limits import StepCap
+from easlurm.energy.profiler import EnergyProfiler
 from easlurm.energy.spec import parse_spec
 from easlurm.errors import EaslurmError
+from easlurm.slurm.client import CliSlurmClient
 from easlurm.slurm.hostlist import expand_hostlist
 
 log = logging.getLogger(__name__)
@@ -206,8 +209,6 @@ class NodeAgent:
             spec = parse_spec(self.ctx.spec)
             factory = self.profiler_factory
             if factory is None:
-                from easlurm.energy import EnergyProfiler
-
                 factory = EnergyProfiler
             out_dir = self.ctx.run_dir if spool_ok else None
             self.profiler = factory(
@@ -231,7 +232,7 @@ class NodeAgent:
     def _watch_sharing(self) -> None:
         """Watch the step's GPUs for other jobs' processes (co-location on gres/shard): a GPU shared
         with another job is apportioned in the record (see easlurm.energy.gpu_share)."""
-        from easlurm.energy.gpu_share import ShareWatcher
+        from easlurm.energy.gpu_share import ShareWatcher  # here: start-up latency; only steps on shards
 
         watcher = ShareWatcher(
             [int(g) for g in self.ctx.gpus or []],
@@ -518,8 +519,6 @@ def main(argv: list[str] | None = None, stdin: IO[bytes] | None = None) -> int:
             shards=max(args.shards, 0),
             node_name=node_name_from_list(args.nodelist, 0 if args.step == "batch" else args.node_id),
         )
-        from easlurm.config import load_config
-
         cfg = load_config(os.environ.get("EASLURM_AGENT_CONFIG") or None)
         settings = cfg.section("profiler")
         ctx.late_limit_s = float(cfg.get("spank.late_limit_s"))
@@ -528,8 +527,6 @@ def main(argv: list[str] | None = None, stdin: IO[bytes] | None = None) -> int:
     except (EaslurmError, SystemExit) as exc:
         log.error("bad agent invocation: %s", exc)
         return 2
-    from easlurm.slurm.client import CliSlurmClient
-
     leave_step_cgroup(ctx.job_id)
     client = CliSlurmClient(retries=1)
     if args.restart is None and ctx.step == "batch":  # srun steps inherit it: absent means run 0

@@ -9,8 +9,12 @@ from pathlib import Path
 
 import click
 
+from easlurm.accounting.republish import Republisher, Status, run_until_settled, spool_candidates
 from easlurm.cli import LazyGroup, load_ctx_config
 from easlurm.errors import ConfigError
+from easlurm.slurm import client as slurm_client
+from easlurm.table import render_table
+from easlurm.units import parse_duration_s
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "republish": (
@@ -54,11 +58,6 @@ def republish_cmd(
 ) -> None:
     """One writer per job (the agents' publication lock), idempotent, verified with sacct --json.
     Exit status 1 when a job failed; deferred jobs are not failures (run again later, e.g. from cron)."""
-    from easlurm.accounting.republish import Republisher, Status, run_until_settled, spool_candidates
-    from easlurm.slurm.client import CliSlurmClient
-    from easlurm.table import render_table
-    from easlurm.units import parse_duration_s
-
     spool_dir = Path(spool or load_ctx_config(ctx).get("spank.spool"))
     wait_s = parse_duration_s(wait, field="--wait")
     if jobs:
@@ -67,7 +66,7 @@ def republish_cmd(
             raise ConfigError(f"--jobs {jobs!r}: expected job ids (digits, comma separated)")
     else:
         ids = spool_candidates(spool_dir, parse_duration_s(since, field="--since"), time.time())
-    client = CliSlurmClient(debug=debug, echo=lambda m: click.echo(m, err=True))
+    client = slurm_client.CliSlurmClient(debug=debug, echo=lambda m: click.echo(m, err=True))
     results = run_until_settled(Republisher(client, spool_dir), ids, wait_s, dry_run)
     if as_json:
         click.echo(json.dumps({"schema_version": 1, "jobs": [r.to_dict() for r in results]}, indent=1))

@@ -157,7 +157,7 @@ def alternatives(
 
 def _predict(oracle: Any, workload: Any, p: Placement) -> tuple[float, float] | None:
     """(step time s, GPU energy per step J) of the work on `p`; None where it does not fit."""
-    from easlurm.model.oracle import Placements
+    from easlurm.model.oracle import Placements  # here: numpy; seff imports this module for every card
 
     limit = math.nan if p.power_limit_w is None else p.power_limit_w
     if p.sharing is None:
@@ -169,7 +169,7 @@ def _predict(oracle: Any, workload: Any, p: Placement) -> tuple[float, float] | 
             return None
         t, e = float(pred.step_time_s[0]), float(pred.energy_j[0])
         return (t, e) if math.isfinite(t) and math.isfinite(e) else None
-    from easlurm.model.colocation import GpuFacts, Sharing, corun, predict_solo
+    from easlurm.model.colocation import GpuFacts, Sharing, corun, predict_solo  # here: numpy, as above
 
     solo = predict_solo(oracle, workload, p.batch, p.gpu)
     if solo is None:
@@ -196,7 +196,7 @@ def what_ifs(
     does not fit. Raises the oracle's errors (unknown model or GPU) for the caller to report."""
     if spec.model is None:
         return []
-    from easlurm.model.zoo import get_workload
+    from easlurm.model.zoo import get_workload  # here: numpy (easlurm.model), only for a declared model
 
     workload = get_workload(spec.model)
     own = _predict(oracle, workload, base)
