@@ -6,7 +6,7 @@ import csv
 import html
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,8 +16,10 @@ import numpy as np
 from easlurm import plots
 from easlurm.files import atomic_writer, write_text_atomic
 from easlurm.sim import site_baselines
+from easlurm.sim.campaign import load_plan
 from easlurm.sim.campaign_run import TIMING_METRICS, load_records, metric_columns, row_of
 from easlurm.sim.differences import sentence as differences_sentence
+from easlurm.sim.identical import merge
 from easlurm.stats import (
     GROUP_KEYS,
     MetricSummary,
@@ -198,8 +200,6 @@ def _plan_report_section(out: Path) -> Mapping[str, Any]:
     plan_file = out / "plan.yaml"
     if not plan_file.is_file():
         return {}
-    from easlurm.sim.campaign import load_plan
-
     plan = load_plan(plan_file)
     cfg = dict(plan.report)
     cfg.setdefault("experiments", {e.name: e.description for e in plan.experiments if e.description})
@@ -226,8 +226,6 @@ def write_report(
     out = Path(out_dir)
     merged: list[str] = []
     if cfg.get("merge_identical"):
-        from easlurm.sim.identical import merge
-
         records, merged = merge(records, frozenset(cfg.get("baseline_labels") or ()))
     rows = [row_of(r) for r in records]
     metrics = metric_columns(rows)
@@ -369,6 +367,64 @@ def _experiment_section(
     """The experiment's table, its plots, and per cell a sentence on where the policies differ (the
     `baselines` labels, such as a replay's recorded schedule, are not policies) and its tests."""
     mine = [s for s in summaries if s.group[0] == experiment]
+    present = _experiment_table(doc, experiment, mine, baselines)
+    cells = group_rows(rows, ("scenario", "load_jobs_per_h"))
+    multi_load = len({c[1] for c in cells}) > 1
+    figures = _Figures(doc, out, plot_list)
+    slug = _slug(experiment)
+    if multi_load and "load" in kinds:
+        _load_plots(figures, experiment, mine, cells)
+    for scenario, load in cells:
+        cell_name = f"{_slug(scenario)}" + ("" if load is None else f"_load{load:g}")
+        title = f"{experiment} / {scenario}" + ("" if load is None else f" @ {load:g} jobs/h")
+        cell = [s for s in mine if s.group[1] == scenario and s.group[2] == load]
+        if not multi_load:
+            pick = {m: [s for s in cell if s.metric == m] for m in present}
+            _cell_plots(
+                figures, kinds, f"{slug}_{cell_name}", title, pick, (records, experiment, scenario, load)
+            )
+        why = differences_sentence(title, [s for s in cell if s.group[3] not in baselines])
+        if why:
+            doc.p(why)
+        _, tradeoff = site_baselines.section(
+            doc,
+            title,
+            [r for r in rows if r.get("scenario") == scenario and r.get("load_jobs_per_h") == load],
+            baselines,
+            plot_path=(
+                figures.dir / f"{slug}_{cell_name}_tradeoff.png"
+                if "tradeoff" in kinds and not multi_load
+                else None
+            ),
+        )
+        figures.add(tradeoff, "energy per job against mean JCT")
+        _tests_table(doc, [t for t in tests if t.cell == (experiment, scenario, load)], title)
+
+
+@dataclass
+class _Figures:
+    """Where an experiment's plots go, and how each one drawn is listed and shown in the document."""
+
+    doc: _Doc
+    out: Path
+    plot_list: list[str]
+
+    @property
+    def dir(self) -> Path:
+        return self.out / "plots"
+
+    def add(self, path: Path | None, alt: str) -> None:
+        """List and show a plot; None (nothing to draw, or plotting unavailable) adds nothing."""
+        if path is not None:
+            rel = str(path.relative_to(self.out))
+            self.plot_list.append(rel)
+            self.doc.img(rel, alt)
+
+
+def _experiment_table(
+    doc: _Doc, experiment: str, mine: Sequence[MetricSummary], baselines: frozenset[str]
+) -> set[str]:
+    """The experiment's table of means and intervals; returns the metrics it has a value for."""
     present = {
         s.metric for s in mine if s.mean is not None and (s.metric not in SHOWN_WHEN_NONZERO or s.mean > 0)
     }
@@ -387,108 +443,93 @@ def _experiment_section(
             "Jain JCT is unknown (blank, or no column) where the runs have fewer than two users or the trace "
             "no user column: fairness between users is unknown there, not perfect."
         )
-    cells = group_rows(rows, ("scenario", "load_jobs_per_h"))
-    multi_load = len({c[1] for c in cells}) > 1
-    plots_dir = out / "plots"
+    return present
 
-    def add(path: Path | None, alt: str) -> None:
-        if path is not None:
-            rel = str(path.relative_to(out))
-            plot_list.append(rel)
-            doc.img(rel, alt)
 
+def _load_plots(
+    figures: _Figures, experiment: str, mine: Sequence[MetricSummary], cells: Iterable[tuple[Any, ...]]
+) -> None:
+    """With several loads: JCT, throughput and energy against the load, per scenario."""
     slug = _slug(experiment)
-    if multi_load and "load" in kinds:
-        for scenario in dict.fromkeys(c[0] for c in cells):
-            for metric, ylabel, scale in (
-                ("mean_jct_s", "mean JCT (s)", 1.0),
-                ("throughput_jobs_per_h", "throughput (jobs/h)", 1.0),
-                ("energy_j", "energy (MJ)", 1e-6),
-            ):
-                series: dict[str, list[MetricSummary]] = {}
-                for s in mine:
-                    if s.metric == metric and s.group[1] == scenario:
-                        series.setdefault(str(s.group[3]), []).append(s)
-                add(
-                    plots.plot_vs_load(
-                        series,
-                        plots_dir / f"{slug}_{_slug(scenario)}_{metric}_vs_load.png",
-                        f"{experiment} / {scenario}: {ylabel} vs load",
-                        ylabel,
-                        scale,
-                    ),
-                    f"{metric} vs load",
-                )
-    for scenario, load in cells:
-        cell_name = f"{_slug(scenario)}" + ("" if load is None else f"_load{load:g}")
-        title = f"{experiment} / {scenario}" + ("" if load is None else f" @ {load:g} jobs/h")
-        cell = [s for s in mine if s.group[1] == scenario and s.group[2] == load]
-        pick = {m: [s for s in cell if s.metric == m] for m in present}
-        if "pareto" in kinds and not multi_load:
-            add(
-                plots.plot_pareto(
-                    pick.get("throughput_jobs_per_h", []),
-                    pick.get("energy_j", []),
-                    plots_dir / f"{slug}_{cell_name}_pareto.png",
-                    f"{title}: throughput vs energy",
+    for scenario in dict.fromkeys(c[0] for c in cells):
+        for metric, ylabel, scale in (
+            ("mean_jct_s", "mean JCT (s)", 1.0),
+            ("throughput_jobs_per_h", "throughput (jobs/h)", 1.0),
+            ("energy_j", "energy (MJ)", 1e-6),
+        ):
+            series: dict[str, list[MetricSummary]] = {}
+            for s in mine:
+                if s.metric == metric and s.group[1] == scenario:
+                    series.setdefault(str(s.group[3]), []).append(s)
+            figures.add(
+                plots.plot_vs_load(
+                    series,
+                    figures.dir / f"{slug}_{_slug(scenario)}_{metric}_vs_load.png",
+                    f"{experiment} / {scenario}: {ylabel} vs load",
+                    ylabel,
+                    scale,
                 ),
-                "throughput vs energy",
+                f"{metric} vs load",
             )
-        if "deadline" in kinds and not multi_load and any(s.mean for s in pick.get("deadline_miss_rate", [])):
-            add(
-                plots.plot_bars(
-                    pick["deadline_miss_rate"],
-                    plots_dir / f"{slug}_{cell_name}_deadline_miss.png",
-                    f"{title}: deadline miss rate",
-                    "deadline miss rate (%)",
-                    100.0,
-                ),
-                "deadline miss rate",
-            )
-        if "fairness" in kinds and not multi_load and pick.get("jain_index"):
-            add(
-                plots.plot_bars(
-                    pick["jain_index"],
-                    plots_dir / f"{slug}_{cell_name}_jain.png",
-                    f"{title}: Jain's index of per-user mean JCT",
-                    "Jain's index",
-                ),
-                "Jain's index",
-            )
-            shares = _user_shares(records, experiment, scenario, load)
-            add(
-                plots.plot_user_shares(
-                    shares, plots_dir / f"{slug}_{cell_name}_user_share.png", f"{title}: GPU-second shares"
-                ),
-                "per-user GPU-second shares",
-            )
-        if "power" in kinds and not multi_load:
-            series_p, budget = _power_series(records, experiment, scenario, load)
-            add(
-                plots.plot_power(
-                    series_p,
-                    plots_dir / f"{slug}_{cell_name}_power.png",
-                    f"{title}: cluster power (first seed)",
-                    budget,
-                ),
-                "cluster power over time",
-            )
-        why = differences_sentence(title, [s for s in cell if s.group[3] not in baselines])
-        if why:
-            doc.p(why)
-        _, tradeoff = site_baselines.section(
-            doc,
-            title,
-            [r for r in rows if r.get("scenario") == scenario and r.get("load_jobs_per_h") == load],
-            baselines,
-            plot_path=(
-                plots_dir / f"{slug}_{cell_name}_tradeoff.png"
-                if "tradeoff" in kinds and not multi_load
-                else None
+
+
+def _cell_plots(
+    figures: _Figures,
+    kinds: Sequence[str],
+    stem: str,
+    title: str,
+    pick: Mapping[str, list[MetricSummary]],
+    where: tuple[Sequence[Mapping[str, Any]], str, Any, Any],
+) -> None:
+    """One cell's plots (one load): the kinds the report asks for, each where its data is; `where` is
+    (records, experiment, scenario, load) for the plots drawn from the runs themselves."""
+    records, experiment, scenario, load = where
+    if "pareto" in kinds:
+        figures.add(
+            plots.plot_pareto(
+                pick.get("throughput_jobs_per_h", []),
+                pick.get("energy_j", []),
+                figures.dir / f"{stem}_pareto.png",
+                f"{title}: throughput vs energy",
             ),
+            "throughput vs energy",
         )
-        add(tradeoff, "energy per job against mean JCT")
-        _tests_table(doc, [t for t in tests if t.cell == (experiment, scenario, load)], title)
+    if "deadline" in kinds and any(s.mean for s in pick.get("deadline_miss_rate", [])):
+        figures.add(
+            plots.plot_bars(
+                pick["deadline_miss_rate"],
+                figures.dir / f"{stem}_deadline_miss.png",
+                f"{title}: deadline miss rate",
+                "deadline miss rate (%)",
+                100.0,
+            ),
+            "deadline miss rate",
+        )
+    if "fairness" in kinds and pick.get("jain_index"):
+        figures.add(
+            plots.plot_bars(
+                pick["jain_index"],
+                figures.dir / f"{stem}_jain.png",
+                f"{title}: Jain's index of per-user mean JCT",
+                "Jain's index",
+            ),
+            "Jain's index",
+        )
+        shares = _user_shares(records, experiment, scenario, load)
+        figures.add(
+            plots.plot_user_shares(
+                shares, figures.dir / f"{stem}_user_share.png", f"{title}: GPU-second shares"
+            ),
+            "per-user GPU-second shares",
+        )
+    if "power" in kinds:
+        series_p, budget = _power_series(records, experiment, scenario, load)
+        figures.add(
+            plots.plot_power(
+                series_p, figures.dir / f"{stem}_power.png", f"{title}: cluster power (first seed)", budget
+            ),
+            "cluster power over time",
+        )
 
 
 def util_columns(metrics: Any) -> list[tuple[str, str, float]]:
