@@ -11,7 +11,8 @@ from typing import Any
 
 import yaml
 
-from easlurm.errors import ModelError
+from easlurm.config import read_yaml_file
+from easlurm.errors import ConfigError, ModelError
 from easlurm.model.params import ARCHITECTURES
 from easlurm.model.workload import Precision
 
@@ -248,123 +249,145 @@ def _field_lines(root: yaml.Node | None) -> dict[tuple[str, ...], int]:
     return lines
 
 
+@dataclass(frozen=True)
+class _UserFile:
+    """A user catalogue file with the line of each of its keys, so that an error names file:line and field."""
+
+    path: Path
+    lines: dict[tuple[str, ...], int]
+
+    def error(self, where: tuple[str, ...], message: str) -> ConfigError:
+        line = self.lines.get(where) or self.lines.get(where[:2]) or self.lines.get(where[:1])
+        return ConfigError(f"{self.path}{'' if line is None else f':{line}'}: {'.'.join(where)}: {message}")
+
+
 def load_user_catalogue(path: str | Path, base: Catalogue | None = None) -> Catalogue:
     """The shipped catalogue (or `base`) with a user file's GPUs added or overridden.
 
     An entry whose key or alias names a known GPU overrides the fields it gives (the rest are kept); any
     other key defines a new GPU and must give every numeric field. Errors name file:line and field."""
-    from easlurm.config import read_yaml_file
-    from easlurm.errors import ConfigError
-
     p = Path(path)
     doc = read_yaml_file(p)
-    lines = _field_lines(yaml.compose(p.read_text(encoding="utf-8")))  # read_yaml_file checked it
-
-    def fail(where: tuple[str, ...], message: str) -> ConfigError:
-        line = lines.get(where) or lines.get(where[:2]) or lines.get(where[:1])
-        return ConfigError(f"{p}{'' if line is None else f':{line}'}: {'.'.join(where)}: {message}")
-
+    src = _UserFile(p, _field_lines(yaml.compose(p.read_text(encoding="utf-8"))))  # read_yaml_file checked it
     if not isinstance(doc, Mapping) or not isinstance(doc.get("gpus"), Mapping):
         raise ConfigError(f"{p}: expected a mapping with a 'gpus' section (GPU key -> fields)")
     for top in doc:
         if top not in ("version", "gpus"):
-            raise fail((str(top),), "unknown section (known: version, gpus)")
+            raise src.error((str(top),), "unknown section (known: version, gpus)")
     base = base if base is not None else load_catalogue()
     specs = {k: base.get(k) for k in base}
     for raw_key, entry in doc["gpus"].items():
         key = str(raw_key).strip().lower()
         where = ("gpus", str(raw_key))
-        if not isinstance(entry, Mapping) or not entry:
-            raise fail(where, "must be a mapping of fields")
-        for name in entry:
-            if name not in _FIELDS:
-                raise fail((*where, str(name)), f"unknown field (known: {', '.join(_FIELDS)})")
-        values: dict[str, Any] = {}
-        for name in (*_NUMERIC, *_OPTIONAL_NUMERIC):
-            if name in entry:
-                raw = entry[name]
-                if not isinstance(raw, int | float) or isinstance(raw, bool) or not raw >= 0:
-                    raise fail((*where, name), f"must be a number >= 0, got {raw!r}")
-                values[name] = float(raw)
-        if "gpus_per_node" in entry:
-            raw = entry["gpus_per_node"]
-            if not isinstance(raw, int) or isinstance(raw, bool) or raw < 1:
-                raise fail((*where, "gpus_per_node"), f"must be an integer >= 1, got {raw!r}")
-            values["gpus_per_node"] = raw
-        if "nics_per_node" in entry:
-            raw = entry["nics_per_node"]
-            if not isinstance(raw, int) or isinstance(raw, bool) or raw < 1:
-                raise fail((*where, "nics_per_node"), f"must be an integer >= 1, got {raw!r}")
-            values["nics_per_node"] = raw
-        for name, kinds in (("link_kind", LINK_KINDS), ("net_kind", NET_KINDS)):
-            if name in entry:
-                kind = str(entry[name]).strip().lower()
-                if kind not in kinds:
-                    raise fail((*where, name), f"must be one of {', '.join(kinds)}, got {kind!r}")
-                values[name] = kind
-        if "name" in entry:
-            values["name"] = str(entry["name"])
-        if "architecture" in entry:
-            arch = str(entry["architecture"]).strip().lower()
-            if arch not in ARCHITECTURES:
-                raise fail(
-                    (*where, "architecture"), f"must be one of {', '.join(ARCHITECTURES)}, got {arch!r}"
-                )
-            values["architecture"] = arch
-        if "aliases" in entry:
-            aliases = entry["aliases"]
-            if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
-                raise fail((*where, "aliases"), f"must be a list of names, got {aliases!r}")
-            values["aliases"] = tuple(a.strip().lower() for a in aliases)
+        values = _user_values(src, where, entry)
         sources = entry.get("sources") or {}
         if not isinstance(sources, Mapping):
-            raise fail((*where, "sources"), "must be a mapping of field -> where the figure comes from")
+            raise src.error((*where, "sources"), "must be a mapping of field -> where the figure comes from")
         known = base.resolve(key) if key in base else None
         if known is not None:
-            old = specs[known]
-            if (
-                "gpus_per_node" in values
-                and "nics_per_node" not in values
-                and old.nics_per_node == old.gpus_per_node
-            ):
-                values["nics_per_node"] = values["gpus_per_node"]  # one adapter per GPU, as before
-            merged_sources = {
-                **old.sources,
-                **{n: f"{p}" for n in values if n in _NUMERIC or n in _OPTIONAL_NUMERIC},
-            }
-            merged_sources.update({str(k): str(v) for k, v in sources.items()})
-            spec = dataclasses.replace(old, **values, sources=merged_sources)
+            spec = _override_gpu(specs[known], values, sources, p)
         else:
-            missing = [n for n in _NUMERIC if n not in values]
-            if missing:
-                raise fail(where, f"new GPU needs {', '.join(missing)} (or name a known GPU to override it)")
-            values.setdefault("link_kind", default_link_kind(values["link_gbs"]))
-            values.setdefault("nics_per_node", values.get("gpus_per_node", 8))
-            spec = GpuSpec(
-                key=key,
-                name=str(values.pop("name", key)),
-                sources={str(k): str(v) for k, v in sources.items()},
-                **values,
-            )
-        if not spec.idle_w < spec.min_power_limit_w <= spec.tdp_w:
-            raise fail(
-                where,
-                f"need idle_w < min_power_limit_w <= tdp_w, got {spec.idle_w:g} / "
-                f"{spec.min_power_limit_w:g} / {spec.tdp_w:g} W",
-            )
-        if spec.p0_idle_w is not None and not spec.idle_w <= spec.p0_idle_w < spec.tdp_w:
-            raise fail(
-                (*where, "p0_idle_w"),
-                f"need idle_w <= p0_idle_w < tdp_w, got {spec.idle_w:g} / {spec.p0_idle_w:g} / {spec.tdp_w:g} W",
-            )
-        for alias in spec.aliases:
-            other = next(
-                (k for k, s in specs.items() if k != spec.key and (alias == k or alias in s.aliases)), None
-            )
-            if other is not None:
-                raise fail((*where, "aliases"), f"alias {alias!r} already names {other}")
+            spec = _new_gpu(src, where, key, values, sources)
+        _check_user_gpu(src, where, spec, specs)
         specs[spec.key] = spec
     return Catalogue(specs)
+
+
+def _user_values(src: _UserFile, where: tuple[str, ...], entry: Any) -> dict[str, Any]:
+    """The fields one `gpus.<key>` entry of a user file gives, checked and normalised (kinds and names in
+    lower case, figures as floats); an unknown field or a bad value is an error naming its line."""
+    if not isinstance(entry, Mapping) or not entry:
+        raise src.error(where, "must be a mapping of fields")
+    for name in entry:
+        if name not in _FIELDS:
+            raise src.error((*where, str(name)), f"unknown field (known: {', '.join(_FIELDS)})")
+    values: dict[str, Any] = {}
+    for name in (*_NUMERIC, *_OPTIONAL_NUMERIC):
+        if name in entry:
+            raw = entry[name]
+            if not isinstance(raw, int | float) or isinstance(raw, bool) or not raw >= 0:
+                raise src.error((*where, name), f"must be a number >= 0, got {raw!r}")
+            values[name] = float(raw)
+    for name in ("gpus_per_node", "nics_per_node"):
+        if name in entry:
+            raw = entry[name]
+            if not isinstance(raw, int) or isinstance(raw, bool) or raw < 1:
+                raise src.error((*where, name), f"must be an integer >= 1, got {raw!r}")
+            values[name] = raw
+    for name, kinds in (("link_kind", LINK_KINDS), ("net_kind", NET_KINDS)):
+        if name in entry:
+            kind = str(entry[name]).strip().lower()
+            if kind not in kinds:
+                raise src.error((*where, name), f"must be one of {', '.join(kinds)}, got {kind!r}")
+            values[name] = kind
+    if "name" in entry:
+        values["name"] = str(entry["name"])
+    if "architecture" in entry:
+        arch = str(entry["architecture"]).strip().lower()
+        if arch not in ARCHITECTURES:
+            raise src.error(
+                (*where, "architecture"), f"must be one of {', '.join(ARCHITECTURES)}, got {arch!r}"
+            )
+        values["architecture"] = arch
+    if "aliases" in entry:
+        aliases = entry["aliases"]
+        if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+            raise src.error((*where, "aliases"), f"must be a list of names, got {aliases!r}")
+        values["aliases"] = tuple(a.strip().lower() for a in aliases)
+    return values
+
+
+def _override_gpu(old: GpuSpec, values: dict[str, Any], sources: Mapping[Any, Any], path: Path) -> GpuSpec:
+    """A known GPU with the fields a user file gives replaced; each figure it gives names the file as its
+    source unless the entry's own `sources` says where it comes from."""
+    if "gpus_per_node" in values and "nics_per_node" not in values and old.nics_per_node == old.gpus_per_node:
+        values["nics_per_node"] = values["gpus_per_node"]  # one adapter per GPU, as before
+    merged_sources = {
+        **old.sources,
+        **{n: f"{path}" for n in values if n in _NUMERIC or n in _OPTIONAL_NUMERIC},
+    }
+    merged_sources.update({str(k): str(v) for k, v in sources.items()})
+    return dataclasses.replace(old, **values, sources=merged_sources)
+
+
+def _new_gpu(
+    src: _UserFile, where: tuple[str, ...], key: str, values: dict[str, Any], sources: Mapping[Any, Any]
+) -> GpuSpec:
+    """A GPU the catalogue lacks: every numeric figure must be given; the links default as in the shipped file."""
+    missing = [n for n in _NUMERIC if n not in values]
+    if missing:
+        raise src.error(where, f"new GPU needs {', '.join(missing)} (or name a known GPU to override it)")
+    values.setdefault("link_kind", default_link_kind(values["link_gbs"]))
+    values.setdefault("nics_per_node", values.get("gpus_per_node", 8))
+    return GpuSpec(
+        key=key,
+        name=str(values.pop("name", key)),
+        sources={str(k): str(v) for k, v in sources.items()},
+        **values,
+    )
+
+
+def _check_user_gpu(
+    src: _UserFile, where: tuple[str, ...], spec: GpuSpec, specs: Mapping[str, GpuSpec]
+) -> None:
+    """The checks the merged GPU must pass: its power figures in order, and no alias naming another GPU."""
+    if not spec.idle_w < spec.min_power_limit_w <= spec.tdp_w:
+        raise src.error(
+            where,
+            f"need idle_w < min_power_limit_w <= tdp_w, got {spec.idle_w:g} / "
+            f"{spec.min_power_limit_w:g} / {spec.tdp_w:g} W",
+        )
+    if spec.p0_idle_w is not None and not spec.idle_w <= spec.p0_idle_w < spec.tdp_w:
+        raise src.error(
+            (*where, "p0_idle_w"),
+            f"need idle_w <= p0_idle_w < tdp_w, got {spec.idle_w:g} / {spec.p0_idle_w:g} / {spec.tdp_w:g} W",
+        )
+    for alias in spec.aliases:
+        other = next(
+            (k for k, s in specs.items() if k != spec.key and (alias == k or alias in s.aliases)), None
+        )
+        if other is not None:
+            raise src.error((*where, "aliases"), f"alias {alias!r} already names {other}")
 
 
 def _device_words(name: str) -> str:
