@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import Any
@@ -122,6 +123,29 @@ def _placements(
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class PredictRequest:
+    """The options of `easlurm predict`, as click passes them."""
+
+    model: str | None
+    workload_file: str | None
+    batch: str
+    precision: str
+    gpus: str
+    nodes: str | None
+    gpu_types: str
+    power_limit: str | None
+    seq_len: int | None
+    image_size: int | None
+    optimizer: str
+    params_path: str | None
+    hardware_path: str | None
+    fmt: str | None
+    parsable: bool
+    noheader: bool
+    as_json: bool
+
+
 @click.command("predict")
 @click.option("--model", "model", default=None, help="Zoo model (see `easlurm model list`).")
 @click.option(
@@ -157,50 +181,62 @@ def _placements(
 @click.option("-n", "--noheader", is_flag=True, help="No header line.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document.")
 @click.pass_context
-def predict_cmd(
-    ctx: click.Context,
-    model: str | None,
-    workload_file: str | None,
-    batch: str,
-    precision: str,
-    gpus: str,
-    nodes: str | None,
-    gpu_types: str,
-    power_limit: str | None,
-    seq_len: int | None,
-    image_size: int | None,
-    optimizer: str,
-    params_path: str | None,
-    hardware_path: str | None,
-    fmt: str | None,
-    parsable: bool,
-    noheader: bool,
-    as_json: bool,
-) -> None:
+def predict_cmd(ctx: click.Context, **options: Any) -> None:
     """Predict step time, power, energy and EDP of a training job for each placement; * in Best marks the
     lowest EDP."""
-    if (model is None) == (workload_file is None):
+    req = PredictRequest(**options)
+    if (req.model is None) == (req.workload_file is None):
         raise ConfigError("give exactly one of --model or --workload")
-    columns = select_columns(fmt, PREDICT_COLUMNS, PREDICT_DEFAULT)
-    if workload_file:
-        workload = load_workload_yaml(workload_file, precision, optimizer)
+    columns = select_columns(req.fmt, PREDICT_COLUMNS, PREDICT_DEFAULT)
+    if req.workload_file:
+        workload = load_workload_yaml(req.workload_file, req.precision, req.optimizer)
     else:
-        assert model is not None
+        assert req.model is not None
         workload = get_workload(
-            model, precision=precision, seq_len=seq_len, image_size=image_size, optimizer=optimizer
+            req.model,
+            precision=req.precision,
+            seq_len=req.seq_len,
+            image_size=req.image_size,
+            optimizer=req.optimizer,
         )
-    oracle = ctx_oracle(ctx, params_path, hardware_path)
-    keys = [oracle.catalogue.resolve(g) for g in text_list(gpu_types)]
+    oracle = ctx_oracle(ctx, req.params_path, req.hardware_path)
+    keys = [oracle.catalogue.resolve(g) for g in text_list(req.gpu_types)]
     limits = [math.nan]
-    if power_limit:
-        limits = [parse_power_w(v, "--power-limit") for v in text_list(power_limit)]
-    node_counts = int_list(nodes, "--nodes") if nodes else None
-    pl = _placements(oracle, keys, int_list(gpus, "--gpus"), int_list(batch, "--batch"), limits, node_counts)
+    if req.power_limit:
+        limits = [parse_power_w(v, "--power-limit") for v in text_list(req.power_limit)]
+    node_counts = int_list(req.nodes, "--nodes") if req.nodes else None
+    pl = _placements(
+        oracle, keys, int_list(req.gpus, "--gpus"), int_list(req.batch, "--batch"), limits, node_counts
+    )
     pred = oracle.predict(workload, pl)
     edp = np.where(pred.feasible, pred.edp, np.inf)
     best = int(np.argmin(edp)) if np.isfinite(edp).any() else -1
     _note_mapped_precision(oracle, keys, workload.precision)
+    records = _prediction_records(pl, pred, best)
+    if req.as_json:
+        doc = {
+            "schema_version": 1,
+            "model": workload.name,
+            "precision": workload.precision.value,
+            "params_version": oracle.params.version,
+            "placements": records,
+        }
+        click.echo(json.dumps(doc, indent=2))
+        return
+    rows = [_prediction_row(r) for r in records]
+    click.echo(render_table(columns, rows, parsable=req.parsable, header=not req.noheader))
+    shared = oracle.uncalibrated_gpus(keys)
+    if shared and not req.parsable:
+        archs = sorted({oracle.catalogue.get(k).architecture or "no architecture given" for k in shared})
+        click.echo(
+            f"note: {', '.join(shared)} ({', '.join(archs)}): parameters {oracle.params.version} were not "
+            "calibrated on this architecture; predicted with the shared physics",
+            err=True,
+        )
 
+
+def _prediction_records(pl: Any, pred: Any, best: int) -> list[dict[str, Any]]:
+    """One record per placement, in SI units with None where a row is infeasible (the --json shape)."""
     records: list[dict[str, Any]] = []
     for i in range(len(pl)):
         ok = bool(pred.feasible[i])
@@ -225,44 +261,26 @@ def predict_cmd(
                 "shared_physics": bool(pred.shared_physics is not None and pred.shared_physics[i]),
             }
         )
-    if as_json:
-        doc = {
-            "schema_version": 1,
-            "model": workload.name,
-            "precision": workload.precision.value,
-            "params_version": oracle.params.version,
-            "placements": records,
-        }
-        click.echo(json.dumps(doc, indent=2))
-        return
-    rows = []
-    for r in records:
-        rows.append(
-            {
-                "GPUType": r["gpu"],
-                "GPUs": r["n_gpus"],
-                "Nodes": r["n_nodes"],
-                "Batch": r["batch"],
-                "PowerLimit": format_power(r["power_limit_w"]) if r["power_limit_w"] else "TDP",
-                "GradAccum": r["grad_accum"],
-                "StepTime": "OOM" if not r["feasible"] else f"{r['step_time_s']:.4f}s",
-                "Power": format_power(r["power_w"]),
-                "EnergyStep": format_energy(r["energy_per_step_j"]),
-                "EDP": format_edp(r["edp_j_s"]),
-                "SamplesPerSec": None if r["samples_per_s"] is None else f"{r['samples_per_s']:.1f}",
-                "PeakMem": None if r["peak_mem_gib"] is None else f"{r['peak_mem_gib']:.1f}GiB",
-                "Best": "*" if r["best_edp"] else "",
-            }
-        )
-    click.echo(render_table(columns, rows, parsable=parsable, header=not noheader))
-    shared = oracle.uncalibrated_gpus(keys)
-    if shared and not parsable:
-        archs = sorted({oracle.catalogue.get(k).architecture or "no architecture given" for k in shared})
-        click.echo(
-            f"note: {', '.join(shared)} ({', '.join(archs)}): parameters {oracle.params.version} were not "
-            "calibrated on this architecture; predicted with the shared physics",
-            err=True,
-        )
+    return records
+
+
+def _prediction_row(r: dict[str, Any]) -> dict[str, Any]:
+    """A record as the table's cells, with units (OOM where the job does not fit)."""
+    return {
+        "GPUType": r["gpu"],
+        "GPUs": r["n_gpus"],
+        "Nodes": r["n_nodes"],
+        "Batch": r["batch"],
+        "PowerLimit": format_power(r["power_limit_w"]) if r["power_limit_w"] else "TDP",
+        "GradAccum": r["grad_accum"],
+        "StepTime": "OOM" if not r["feasible"] else f"{r['step_time_s']:.4f}s",
+        "Power": format_power(r["power_w"]),
+        "EnergyStep": format_energy(r["energy_per_step_j"]),
+        "EDP": format_edp(r["edp_j_s"]),
+        "SamplesPerSec": None if r["samples_per_s"] is None else f"{r['samples_per_s']:.1f}",
+        "PeakMem": None if r["peak_mem_gib"] is None else f"{r['peak_mem_gib']:.1f}GiB",
+        "Best": "*" if r["best_edp"] else "",
+    }
 
 
 def _note_mapped_precision(oracle: Any, keys: list[str], precision: Any) -> None:
