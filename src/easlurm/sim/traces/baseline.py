@@ -215,23 +215,9 @@ class RecordedBaseline:
         schedule the cluster could not have run has no honest value for them.
         """
         if not self._models:
-            return {
-                # no recorded start at all (SWF waits all -1): the recorded schedule is unknown, not empty
-                "metrics": {"completed_jobs": None if self.unknown_start else 0.0},
-                "power_times_s": [],
-                "power_w": [],
-                "user_gpu_share": {},
-                "fit": None,
-            }
+            return _no_record(self.unknown_start)
         cols = {k: np.asarray(v, dtype=np.float64) for k, v in self._cols.items()}
-        if power_of is not None:
-            table = np.empty(len(self._placements))
-            for key, i in self._placements.items():
-                table[i] = power_of(key)
-            power = table[np.asarray(self._placement)]
-        else:
-            scale = np.array([(power_scale or {}).get(m, 1.0) for m in self._models])
-            power = cols["power"] * scale
+        power = self._job_power(cols["power"], power_scale, power_of)
         start, end, submit = cols["start"], cols["end"], cols["submit"]
         dur = np.maximum(end - start, 0.0)
         horizon = float(np.max(end))
@@ -246,15 +232,7 @@ class RecordedBaseline:
         jct = end - submit
         deadline = np.asarray(self._deadline)
         has_dl = ~np.isnan(deadline)
-        users = np.asarray(self._users, dtype=object)
-        gpu_s = dur * cols["n"]
-        shares: dict[str, float] = {}
-        per_user_jct = []
-        total_gpu_s = float(gpu_s.sum())
-        for u in sorted(set(self._users)):
-            mask = users == u
-            shares[u] = float(gpu_s[mask].sum() / total_gpu_s) if total_gpu_s > 0 else 0.0
-            per_user_jct.append(float(jct[mask].mean()))
+        shares, per_user_jct = self._per_user(dur * cols["n"], jct)
         measured = np.asarray(self._measured_j)
         known = ~np.isnan(measured)
         over_budget = None
@@ -289,16 +267,63 @@ class RecordedBaseline:
             "unexplained_wait_s": float(sum(w for _, w in unexplained)),
             "unknown_start_jobs": float(self.unknown_start),
         }
-        if not fits:
-            t_steps, p_steps = t_steps[:0], p_steps[:0]
-        if len(t_steps) > max_points:
-            pick = np.linspace(0, len(t_steps) - 1, max_points).astype(int)
-            t_steps, p_steps = t_steps[pick], p_steps[pick]
+        times_s, power_w = _power_curve(t_steps, p_steps, idle_total_w, max_points) if fits else ([], [])
         return {
             "metrics": metrics,
-            "power_times_s": [0.0, *t_steps.tolist()] if fits else [],
-            "power_w": [idle_total_w, *p_steps.tolist()] if fits else [],
+            "power_times_s": times_s,
+            "power_w": power_w,
             "user_gpu_share": shares,
             "fit": fit.to_dict(),
             "unexplained_waits": [{"job_id": j, "wait_s": w} for j, w in unexplained[:20]],
         }
+
+    def _job_power(
+        self,
+        recorded_w: np.ndarray,
+        power_scale: Mapping[str, float] | None,
+        power_of: Callable[[tuple[str, int, int, str]], float] | None,
+    ) -> np.ndarray:
+        """Each job's power: its placement's under the policies' oracle (one call per distinct placement),
+        else the recorded power scaled per model class."""
+        if power_of is not None:
+            table = np.empty(len(self._placements))
+            for key, i in self._placements.items():
+                table[i] = power_of(key)
+            return table[np.asarray(self._placement)]
+        scale = np.array([(power_scale or {}).get(m, 1.0) for m in self._models])
+        return recorded_w * scale
+
+    def _per_user(self, gpu_s: np.ndarray, jct: np.ndarray) -> tuple[dict[str, float], list[float]]:
+        """(each user's share of the GPU-seconds, each user's mean JCT), users in sorted order: the
+        fairness figures."""
+        users = np.asarray(self._users, dtype=object)
+        shares: dict[str, float] = {}
+        per_user_jct = []
+        total_gpu_s = float(gpu_s.sum())
+        for u in sorted(set(self._users)):
+            mask = users == u
+            shares[u] = float(gpu_s[mask].sum() / total_gpu_s) if total_gpu_s > 0 else 0.0
+            per_user_jct.append(float(jct[mask].mean()))
+        return shares, per_user_jct
+
+
+def _no_record(unknown_start: int) -> dict[str, Any]:
+    """The row of a trace with no recorded start at all (SWF waits all -1): the recorded schedule is
+    unknown, not empty."""
+    return {
+        "metrics": {"completed_jobs": None if unknown_start else 0.0},
+        "power_times_s": [],
+        "power_w": [],
+        "user_gpu_share": {},
+        "fit": None,
+    }
+
+
+def _power_curve(
+    t_steps: np.ndarray, p_steps: np.ndarray, idle_total_w: float, max_points: int
+) -> tuple[list[float], list[float]]:
+    """The cluster's power curve from time 0 (all idle), thinned to about `max_points` changes."""
+    if len(t_steps) > max_points:
+        pick = np.linspace(0, len(t_steps) - 1, max_points).astype(int)
+        t_steps, p_steps = t_steps[pick], p_steps[pick]
+    return [0.0, *t_steps.tolist()], [idle_total_w, *p_steps.tolist()]
