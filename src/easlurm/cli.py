@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
+from easlurm.config import load_config
 from easlurm.errors import ConfigError, EaslurmError
 from easlurm.units import MAX_INT
 
@@ -185,8 +186,6 @@ def cli(ctx: click.Context, config_path: str | None, verbose: int) -> None:
     ctx.ensure_object(dict)
     ctx.obj["config_path"] = config_path
     if config_path is not None and not ctx.resilient_parsing and not ctx.meta.get("easlurm.help"):
-        from easlurm.config import load_config
-
         load_config(config_path)  # a bad -c file fails every command before it reads or writes anything
 
 
@@ -198,8 +197,6 @@ def load_ctx_config(
     """The effective configuration for a subcommand (the -c file, environment, then the command's flags).
 
     `flag_names` maps `section.key` to the flag that overrides it, so a value out of range names the flag."""
-    from easlurm.config import load_config
-
     path = (ctx.find_root().obj or {}).get("config_path")
     return load_config(path, overrides=overrides, flag_names=flag_names)
 

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from easlurm.errors import ConfigError
+from easlurm.files import read_text
+from easlurm.units import parse_power_w
 
 #: Every known setting with its default. A section's keys are closed: an unknown key is an error,
 #: so a typo in a site file is caught instead of silently ignored. Units are in the key names.
@@ -245,8 +247,6 @@ def check_setting(dotted: str, value: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected a path, got {value!r}")
         return value
     if dotted == "sched.power_budget_w" and isinstance(value, str):
-        from easlurm.units import parse_power_w
-
         return parse_power_w(value, where)
     if dotted in _NUMBERS and value is not None:
         default: Any = 0 if dotted == "sched.metrics_port" else 0.0
@@ -316,8 +316,6 @@ def _coerce(default: Any, value: Any, where: str) -> Any:
 
 def read_yaml_file(path: Path, what: str = "file") -> Any:
     """Parse a YAML file; a syntax error or undecodable byte becomes one line naming the file (and line)."""
-    from easlurm.files import read_text
-
     text = read_text(path, what)
     import yaml  # here, not at import time: `scripts/slurm-box install` runs before PyYAML is installed
 

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from easlurm.energy import rundir
 from easlurm.energy.discovery import Discovery, discover, parse_devices
+from easlurm.energy.dram import DramModelSensor
 from easlurm.energy.gpus import parse_gpu_ref
 from easlurm.energy.result import DeviceEnergy, ProfileResult, RegionEnergy
 from easlurm.energy.sampler import SampleLog, SamplingThread, SensorSampler, sampling_threads
@@ -65,7 +66,7 @@ class EnergyProfiler:
         self.command = list(command) if command is not None else None
         self.mpi = None
         if mpi or comm is not None:
-            from easlurm.energy.mpi import MpiContext
+            from easlurm.energy.mpi import MpiContext  # here: MPI runs only; spares the SPANK agent's start
 
             self.mpi = MpiContext(comm)
         self.run_root = Path(out_dir) if out_dir is not None else None
@@ -238,8 +239,6 @@ class EnergyProfiler:
 
     def track_pid(self, pid: int) -> None:
         """Feed the DRAM model with this process tree instead (e.g. the wrapped command's child)."""
-        from easlurm.energy.dram import DramModelSensor
-
         self.pid = pid
         for sp in self._samplers:
             if isinstance(sp.sensor, DramModelSensor):
