@@ -16,8 +16,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from easlurm.accounting.step_record import decode_admin_comment
 from easlurm.errors import EaslurmError, SlurmError, TraceError
 from easlurm.measure.steps import MeasureConfig, Result, Run, Timing
+from easlurm.model.fit.dataset import read_measurements
+from easlurm.slurm.client import CliSlurmClient
 
 log = logging.getLogger(__name__)
 
@@ -137,8 +140,6 @@ def default_gres(cfg: MeasureConfig) -> str:
 def task_gpu_power_w(admin_comment: str, step_name: str = "batch") -> float | None:
     """Mean GPU power of a task's step (its batch step, or step 0, the srun step of data-parallel ranks,
     over all its nodes) from its energy record (the one place that decodes them)."""
-    from easlurm.accounting.step_record import decode_admin_comment
-
     for step in decode_admin_comment(admin_comment):
         if step.step == step_name:
             energy, duration = step.gpu_energy_j, step.duration_s
@@ -148,8 +149,6 @@ def task_gpu_power_w(admin_comment: str, step_name: str = "batch") -> float | No
 
 def read_task_csv(path: Path, cfg: MeasureConfig) -> Result:
     """One task's result (the CSV `easlurm model measure` wrote), keeping its individual runs."""
-    from easlurm.model.fit.dataset import read_measurements
-
     rows = read_measurements(path)
     with path.open(newline="") as fh:
         rec = next(csv.DictReader(line for line in fh if not line.startswith("#")))
@@ -185,8 +184,6 @@ def measure_on_slurm(
     The power is the GPU energy of the whole task (its srun step for data-parallel ranks) over its duration
     (warm-up and model build included), so it reads lower than the NVML window of a local run. A task
     without a CSV is reported and left out."""
-    from easlurm.slurm.client import CliSlurmClient
-
     work_dir = Path(f"{Path(out).with_suffix('')}.slurm").resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
     client = CliSlurmClient()
@@ -216,6 +213,19 @@ def measure_on_slurm(
     if dry_run is not None:
         return []
     query = sacct or (lambda j: client.sacct(["-j", j, "-X"], ["JobID", "State", "AdminComment"]))
+    results, pending = _task_results(configs, submitted, work_dir)
+    _add_task_power(results, pending, query, record_wait_s)
+    if not results:
+        jobs = ", ".join(sorted({j for j, _ in submitted}))
+        raise SlurmError(f"measurement array {jobs}: no task produced a measurement (logs in {work_dir})")
+    return results
+
+
+def _task_results(
+    configs: Sequence[MeasureConfig], submitted: Sequence[tuple[str, int]], work_dir: Path
+) -> tuple[list[Result], dict[str, tuple[int, str]]]:
+    """The Result of each task that wrote a readable CSV (the others are reported and left out), and for
+    each the task's `JOBID_INDEX` -> (its Result's index, the step whose energy is its power)."""
     results: list[Result] = []
     pending: dict[str, tuple[int, str]] = {}
     for job_id, i in submitted:
@@ -232,6 +242,18 @@ def measure_on_slurm(
             log.warning("task %s_%d: %s", job_id, i, exc)
             continue
         pending[f"{job_id}_{i}"] = (len(results) - 1, "0" if is_parallel(c) else "batch")
+    return results, pending
+
+
+def _add_task_power(
+    results: list[Result],
+    pending: dict[str, tuple[int, str]],
+    query: Callable[[str], list[dict[str, str]]],
+    record_wait_s: float,
+) -> None:
+    """Set each pending task's power from its energy record in easlurm sacct, polling up to `record_wait_s`
+    for the records to arrive (the agent publishes them after the task ends); a task whose record never
+    comes keeps no power."""
     deadline = time.monotonic() + record_wait_s
     while pending:
         for job_id in sorted({task.split("_")[0] for task in pending}):
@@ -253,7 +275,3 @@ def measure_on_slurm(
         time.sleep(2)
     for task in pending:
         log.warning("task %s: no energy record in easlurm sacct; its power is left empty", task)
-    if not results:
-        jobs = ", ".join(sorted({j for j, _ in submitted}))
-        raise SlurmError(f"measurement array {jobs}: no task produced a measurement (logs in {work_dir})")
-    return results
