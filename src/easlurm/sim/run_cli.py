@@ -10,9 +10,13 @@ from typing import Any
 import click
 
 from easlurm.cli import FiniteFloat, int_range, load_ctx_config
+from easlurm.model.build import apply_oracle_config
 from easlurm.model.cli import HARDWARE_OPTION
+from easlurm.priority.policies import policy_params
+from easlurm.sim.jobs_yaml import load_jobs
 from easlurm.sim.power_saving_cli import POWER_SAVING_OPTIONS, power_saving_overrides
-from easlurm.units import format_energy
+from easlurm.sim.runner import SimResult, SimSpec, run_simulation
+from easlurm.units import format_energy, parse_duration_s, parse_power_w
 
 #: rows of the human summary: (label, metric key, format string or function); energies in J with an SI
 #: prefix, as every command prints them
@@ -130,9 +134,6 @@ def run_cmd(
     **saving: str | None,
 ) -> None:
     """Simulate POLICY on a scenario's workload and print its metrics."""
-    from easlurm.sim.runner import SimSpec, run_simulation
-    from easlurm.units import parse_duration_s, parse_power_w
-
     cfg = load_ctx_config(
         ctx,
         {
@@ -152,9 +153,6 @@ def run_cmd(
             "sim.checkpoint_interval_s": "--checkpoint-interval",
         },
     )
-    from easlurm.model.build import apply_oracle_config
-    from easlurm.priority.policies import policy_params
-
     apply_oracle_config(cfg, hardware_path)
     sim, sched = cfg.section("sim"), cfg.section("sched")
     merged = {**policy_params(policy, sched), **dict(_param(p) for p in params)}
@@ -171,15 +169,16 @@ def run_cmd(
         policy_params=tuple(sorted(merged.items())),
         power_saving=power_saving_overrides(saving),
     )
-    jobs = None
-    if jobs_file is not None:
-        from easlurm.sim.jobs_yaml import load_jobs
-
-        jobs = load_jobs(jobs_file)
+    jobs = load_jobs(jobs_file) if jobs_file is not None else None
     result = run_simulation(spec, jobs)
     if as_json:
         click.echo(json.dumps(result.to_dict()))
         return
+    _print_summary(result, spec, jobs_file)
+
+
+def _print_summary(result: SimResult, spec: SimSpec, jobs_file: str | None) -> None:
+    """The human summary: what ran, then one metric a line (power-saving rows only with it on)."""
     m = result.metrics
     source = f"jobs {jobs_file}" if jobs_file else f"scenario {spec.scenario}"
     click.echo(f"policy {spec.policy}  {source}  seed {spec.seed}  {spec.hours:g} h")
