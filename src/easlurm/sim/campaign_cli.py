@@ -11,7 +11,13 @@ import click
 
 from easlurm.cli import int_range, load_ctx_config
 from easlurm.errors import ConfigError, EaslurmError
+from easlurm.files import check_writable
+from easlurm.model.build import apply_oracle_config
 from easlurm.model.cli import HARDWARE_OPTION
+from easlurm.sim.campaign import Run, check_names, load_plan, parse_index_list
+from easlurm.sim.campaign_run import load_rows, pending_runs, run_campaign, write_tables
+from easlurm.sim.campaign_slurm import submit_array
+from easlurm.sim.report import build_report, dumps, stats_document
 
 
 class _Bar:
@@ -87,27 +93,14 @@ def campaign_cmd(
     runner_ref: str | None,
 ) -> None:
     """Expand PLAN_FILE (scenarios x policies x loads x seeds) and run it; finished runs are kept and skipped."""
-    from easlurm.files import check_writable
-    from easlurm.sim.campaign import check_names, load_plan, parse_index_list
-    from easlurm.sim.campaign_run import load_rows, pending_runs, run_campaign, write_tables
-
     if not dry_run:
         check_writable(out_dir, "--out", directory=True)
     cfg = load_ctx_config(ctx)
-    from easlurm.model.build import apply_oracle_config
-
     apply_oracle_config(cfg, hardware_path)
     plan = load_plan(plan_file, defaults=cfg.section("sim"))
     check_names(plan)
     runs = plan.runs()
-    indices: list[int] | None = None
-    if only_index is not None:
-        indices = parse_index_list(only_index)
-    if chunk is not None:
-        if chunk_size is None:
-            raise ConfigError("--chunk needs --chunk-size")
-        lo = chunk * chunk_size
-        indices = [i for i in range(lo, min(lo + chunk_size, len(runs))) if indices is None or i in indices]
+    indices = _selected(only_index, chunk, chunk_size, len(runs))
     if dry_run:
         for run in runs if indices is None else [runs[i] for i in indices if 0 <= i < len(runs)]:
             click.echo(f"{run.index}\t{run.run_id}")
@@ -121,14 +114,7 @@ def campaign_cmd(
     if slurm:
         if pending_runs(runs, out):
             _run_on_slurm(ctx, Path(plan_file), out, len(runs), partition, max_tasks, time_limit, runner_ref)
-        rows = load_rows(out)
-        write_tables(out, rows)
-        missing = len(pending_runs(runs, out))
-        click.echo(f"slurm: {len(runs) - missing}/{len(runs)} runs present in {out}", err=True)
-        if report:
-            _report(out)
-        if missing:
-            raise EaslurmError(f"{missing} runs are missing after the job array; see {out}/slurm/*.out")
+        _gather_array(runs, out, report)
         return
     total = len(runs) if indices is None else len(indices)
     show = sys.stderr.isatty() if progress is None else progress
@@ -151,6 +137,33 @@ def campaign_cmd(
         raise EaslurmError(f"{len(outcome.failed)} runs failed; first: {first[0]}: {first[1]}")
 
 
+def _selected(
+    only_index: str | None, chunk: int | None, chunk_size: int | None, n_runs: int
+) -> list[int] | None:
+    """The plan indices --only-index and --chunk select (None: all of them)."""
+    indices: list[int] | None = None
+    if only_index is not None:
+        indices = parse_index_list(only_index)
+    if chunk is not None:
+        if chunk_size is None:
+            raise ConfigError("--chunk needs --chunk-size")
+        lo = chunk * chunk_size
+        indices = [i for i in range(lo, min(lo + chunk_size, n_runs)) if indices is None or i in indices]
+    return indices
+
+
+def _gather_array(runs: list[Run], out: Path, report: bool) -> None:
+    """After the job array: the tables (and report) of what it left; EaslurmError names the runs missing."""
+    rows = load_rows(out)
+    write_tables(out, rows)
+    missing = len(pending_runs(runs, out))
+    click.echo(f"slurm: {len(runs) - missing}/{len(runs)} runs present in {out}", err=True)
+    if report:
+        _report(out)
+    if missing:
+        raise EaslurmError(f"{missing} runs are missing after the job array; see {out}/slurm/*.out")
+
+
 def _run_on_slurm(
     ctx: click.Context,
     plan_path: Path,
@@ -161,8 +174,6 @@ def _run_on_slurm(
     time_limit: str | None,
     runner_ref: str | None,
 ) -> None:
-    from easlurm.sim.campaign_slurm import submit_array
-
     config_path = (ctx.find_root().obj or {}).get("config_path")
     sub = submit_array(
         plan_path,
@@ -191,8 +202,6 @@ def _runner_kw(ref: str | None) -> dict[str, Any]:
 
 
 def _report(out: Path) -> None:
-    from easlurm.sim.report import build_report
-
     files = build_report(out)
     click.echo(f"report: {files.markdown}" + (f", {files.html}" if files.html else ""), err=True)
 
@@ -210,10 +219,6 @@ def report_cmd(
     results_dir: str, title: str | None, html_too: bool, n_boot: int, seed: int, as_json: bool
 ) -> None:
     """Statistics (mean, bootstrap 95% CI, Mann-Whitney U), PNG plots and report.md of a results directory."""
-    from easlurm.files import check_writable
-    from easlurm.sim.campaign_run import load_rows
-    from easlurm.sim.report import build_report, dumps, stats_document
-
     out = check_writable(results_dir, "RESULTS_DIR", directory=True)
     rows = load_rows(out)
     if not rows:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from easlurm.errors import SlurmError
+from easlurm.slurm.client import CliSlurmClient
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +102,6 @@ def submit_array(
             runner_ref=runner_ref,
         )
     )
-    from easlurm.slurm.client import CliSlurmClient
-
     log.info("submitting %d runs as %d array tasks: %s", n_runs, n_tasks, script)
     job_id, status, err = CliSlurmClient().submit_batch(str(script), wait=wait, sbatch=sbatch)
     if status != 0:
