@@ -3,16 +3,25 @@ Slurm array tasks (`slurm_array`)."""
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import importlib.util
 import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import click
 
 from easlurm.cli import int_list, int_range, text_list
 from easlurm.errors import ConfigError, ModelError
+from easlurm.files import check_writable
+from easlurm.measure.ddp import check_device, measure_local, run_rank, slurm_rank
+from easlurm.measure.pairs import pairs_command, parse_pairs
+from easlurm.measure.rendezvous import master_addr
+from easlurm.measure.slurm_array import measure_on_slurm
 from easlurm.measure.steps import (
     TORCH_MODELS,
     MeasureConfig,
@@ -27,8 +36,37 @@ from easlurm.measure.steps import (
     write_results,
 )
 from easlurm.progress import progressbar
+from easlurm.units import parse_duration_s
 
 log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeasureRequest:
+    """The options of `easlurm model measure`, as click passes them: one object for the helpers below."""
+
+    models: str | None
+    pairs: str | None
+    batches: str
+    gpus: str
+    nodes: int
+    precisions: str
+    optimizer: str
+    seq_len: int | None
+    image_size: int | None
+    gpu: str | None
+    device: str | None
+    sweeps: int
+    warmup: str
+    window: str
+    cpu_threads: int | None
+    out_path: str | None
+    slurm: bool
+    partition: str | None
+    time_limit: str | None
+    gres: str | None
+    dry_run: bool
+    ddp_task: bool
 
 
 @click.command("measure")
@@ -111,140 +149,132 @@ log = logging.getLogger(__name__)
 @click.option("--dry-run", is_flag=True, help="With --slurm: print the sbatch scripts, submit nothing.")
 @click.option("--ddp-task", is_flag=True, hidden=True, help="One rank of an srun step (the --slurm scripts).")
 @click.pass_context
-def measure_cmd(
-    ctx: click.Context,
-    models: str | None,
-    pairs: str | None,
-    batches: str,
-    gpus: str,
-    nodes: int,
-    precisions: str,
-    optimizer: str,
-    seq_len: int | None,
-    image_size: int | None,
-    gpu: str | None,
-    device: str | None,
-    sweeps: int,
-    warmup: str,
-    window: str,
-    cpu_threads: int | None,
-    out_path: str | None,
-    slurm: bool,
-    partition: str | None,
-    time_limit: str | None,
-    gres: str | None,
-    dry_run: bool,
-    ddp_task: bool,
-) -> None:
+def measure_cmd(ctx: click.Context, **options: Any) -> None:
     """Time training steps of zoo models (torch) and write a measurement CSV for `easlurm model calibrate`;
     with --pairs, two jobs alone and sharing the device, for the co-location model."""
-    import datetime as dt
-
-    from easlurm.files import check_writable
-    from easlurm.units import parse_duration_s
-
-    timing = Timing(parse_duration_s(warmup, "--warmup"), parse_duration_s(window, "--window"))
+    req = MeasureRequest(**options)
+    timing = Timing(parse_duration_s(req.warmup, "--warmup"), parse_duration_s(req.window, "--window"))
     if timing.window_s <= 0:
         raise ConfigError("--window must be > 0")
     today = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
-    if (models is None) == (pairs is None):
+    if (req.models is None) == (req.pairs is None):
         raise ConfigError("give either --model or --pairs")
-    check_writable(out_path or f"{'pairs' if pairs else 'measurements'}-{today}.csv", "--out")
-    if pairs is not None:
-        from easlurm.measure.pairs import pairs_command, parse_pairs
-
-        if slurm:
-            raise ConfigError("--pairs runs on this machine's device; it has no --slurm mode")
-        for param, option, why in (
-            ("batches", "--batch", "each job names its batch: MODEL:BATCH"),
-            ("sweeps", "--sweeps", "every job and pair is run once"),
-            ("gpus", "--gpus", "a pair shares one device"),
-            ("nodes", "--nodes", "a pair shares one device"),
-            ("dry_run", "--dry-run", "pairs run on this machine's device"),
-        ):
-            if ctx.get_parameter_source(param) is not click.core.ParameterSource.DEFAULT:
-                raise ConfigError(f"{option}: not with --pairs ({why})")
-        prec = text_list(precisions)
-        if len(prec) != 1:
-            raise ConfigError(
-                "--precision: one value with --pairs (a job may name its own: MODEL:BATCH:PREC)"
-            )
-        parsed = parse_pairs(pairs, prec[0], optimizer, seq_len, image_size)
-        pairs_command(parsed, out_path or f"pairs-{today}.csv", timing, device, gpu, cpu_threads)
+    check_writable(req.out_path or f"{'pairs' if req.pairs else 'measurements'}-{today}.csv", "--out")
+    if req.pairs is not None:
+        _measure_pairs(ctx, req, req.pairs, timing, today)
         return
-    assert models is not None
-    gpu_counts = int_list(gpus, "--gpus")
-    if nodes > 1 and not (slurm or ddp_task):
+    assert req.models is not None
+    gpu_counts = int_list(req.gpus, "--gpus")
+    if req.nodes > 1 and not (req.slurm or req.ddp_task):
         raise ConfigError("--nodes: several nodes need --slurm (this machine is one node)")
-    if dry_run and not slurm:
+    if req.dry_run and not req.slurm:
         raise ConfigError("--dry-run: only with --slurm (it prints the job scripts)")
     configs = configurations(
-        text_list(models),
-        int_list(batches, "--batch"),
-        text_list(precisions),
-        optimizer,
-        seq_len,
-        image_size,
+        text_list(req.models),
+        int_list(req.batches, "--batch"),
+        text_list(req.precisions),
+        req.optimizer,
+        req.seq_len,
+        req.image_size,
         gpu_counts,
-        nodes,
+        req.nodes,
     )
-    parallel = max(gpu_counts) > 1 or nodes > 1
-    out = out_path or f"measurements-{today}.csv"
-    if ddp_task:
-        _ddp_task(configs, out, sweeps, timing, gpu, device)
+    parallel = max(gpu_counts) > 1 or req.nodes > 1
+    out = req.out_path or f"measurements-{today}.csv"
+    if req.ddp_task:
+        _ddp_task(configs, out, req.sweeps, timing, req.gpu, req.device)
         return
-    if slurm:
-        from easlurm.measure.slurm_array import measure_on_slurm
-
-        if gres and parallel and len(gpu_counts) > 1:
+    if req.slurm:
+        if req.gres and parallel and len(gpu_counts) > 1:
             raise ConfigError(
                 "--gres: one value cannot fit several --gpus counts (leave it out: gpu:<per node>)"
             )
-        results = measure_on_slurm(
-            configs,
-            out,
-            sweeps=sweeps,
-            timing=timing,
-            gpu=gpu,
-            partition=partition,
-            time_limit=time_limit,
-            gres=gres,
-            config_path=_abs((ctx.find_root().obj or {}).get("config_path")),
-            dry_run=click.echo if dry_run else None,
-        )
-        if dry_run:
-            return
-        step = "its srun step over all nodes" if parallel else "its batch step"
-        source = (
-            f"easlurm model measure --slurm, {sweeps} run(s) per task, "
-            f"GPU power of the whole task ({step}, easlurm sacct)"
-        )
-        _write_and_print(results, out, source)
+        _measure_slurm(ctx, req, configs, out, timing, parallel)
         return
+    _measure_here(req, configs, out, timing, parallel)
+
+
+def _measure_pairs(ctx: click.Context, req: MeasureRequest, pairs: str, timing: Timing, today: str) -> None:
+    """--pairs: each job alone, then both at once on this machine's device; the options that make no sense
+    for a pair are refused by name."""
+    if req.slurm:
+        raise ConfigError("--pairs runs on this machine's device; it has no --slurm mode")
+    for param, option, why in (
+        ("batches", "--batch", "each job names its batch: MODEL:BATCH"),
+        ("sweeps", "--sweeps", "every job and pair is run once"),
+        ("gpus", "--gpus", "a pair shares one device"),
+        ("nodes", "--nodes", "a pair shares one device"),
+        ("dry_run", "--dry-run", "pairs run on this machine's device"),
+    ):
+        if ctx.get_parameter_source(param) is not click.core.ParameterSource.DEFAULT:
+            raise ConfigError(f"{option}: not with --pairs ({why})")
+    prec = text_list(req.precisions)
+    if len(prec) != 1:
+        raise ConfigError("--precision: one value with --pairs (a job may name its own: MODEL:BATCH:PREC)")
+    parsed = parse_pairs(pairs, prec[0], req.optimizer, req.seq_len, req.image_size)
+    pairs_command(parsed, req.out_path or f"pairs-{today}.csv", timing, req.device, req.gpu, req.cpu_threads)
+
+
+def _measure_slurm(
+    ctx: click.Context,
+    req: MeasureRequest,
+    configs: Sequence[MeasureConfig],
+    out: str,
+    timing: Timing,
+    parallel: bool,
+) -> None:
+    """--slurm: one array task per configuration, each profiled; --dry-run prints the scripts instead."""
+    results = measure_on_slurm(
+        configs,
+        out,
+        sweeps=req.sweeps,
+        timing=timing,
+        gpu=req.gpu,
+        partition=req.partition,
+        time_limit=req.time_limit,
+        gres=req.gres,
+        config_path=_abs((ctx.find_root().obj or {}).get("config_path")),
+        dry_run=click.echo if req.dry_run else None,
+    )
+    if req.dry_run:
+        return
+    step = "its srun step over all nodes" if parallel else "its batch step"
+    source = (
+        f"easlurm model measure --slurm, {req.sweeps} run(s) per task, "
+        f"GPU power of the whole task ({step}, easlurm sacct)"
+    )
+    _write_and_print(results, out, source)
+
+
+def _measure_here(
+    req: MeasureRequest, configs: Sequence[MeasureConfig], out: str, timing: Timing, parallel: bool
+) -> None:
+    """This machine: one process on one device, or data-parallel ranks for --gpus above one; torch and each
+    model's library must be installed."""
     torch = import_torch()
     for lib in sorted({TORCH_MODELS[c.model] for c in configs} - {"torch"}):
         if importlib.util.find_spec(lib) is None:
             needing = sorted({c.model for c in configs if TORCH_MODELS[c.model] == lib})
             raise ModelError(f"model {', '.join(needing)} needs {lib}: pip install 'easlurm[torch]' {lib}")
     if parallel:
-        _measure_parallel(configs, out, sweeps, timing, gpu, device, cpu_threads)
+        _measure_parallel(configs, out, req.sweeps, timing, req.gpu, req.device, req.cpu_threads)
         return
-    dev = device or default_device()
+    dev = req.device or default_device()
     if not dev.startswith("cuda"):
         # torch's default ignores the CPU set a Slurm task or cgroup grants, and oversubscribed threads
         # make a CPU step 10x slower: use the CPUs this process may run on.
-        torch.set_num_threads(cpu_threads or len(os.sched_getaffinity(0)))
-    gpu_name = gpu or device_gpu_name(dev)
+        torch.set_num_threads(req.cpu_threads or len(os.sched_getaffinity(0)))
+    gpu_name = req.gpu or device_gpu_name(dev)
     read, close = (None, lambda: None)
     if dev.startswith("cuda"):
         read, close = nvml_energy_reader(torch.device(dev).index or 0)
     try:
-        with progressbar(length=len(configs) * sweeps, label="measuring", file=sys.stderr) as bar:
+        with progressbar(length=len(configs) * req.sweeps, label="measuring", file=sys.stderr) as bar:
             results = measure(
                 configs,
                 gpu_name,
                 dev,
-                sweeps=sweeps,
+                sweeps=req.sweeps,
                 timing=timing,
                 energy_j=read,
                 on_run=lambda c, r: bar.update(1),
@@ -252,7 +282,7 @@ def measure_cmd(
     finally:
         close()
     power = "NVML total-energy counter" if read else "no power (no NVML energy counter)"
-    source = f"{gpu_name} torch {torch.__version__}, synthetic on-device data, {sweeps} run(s), {power}"
+    source = f"{gpu_name} torch {torch.__version__}, synthetic on-device data, {req.sweeps} run(s), {power}"
     _write_and_print(results, out, source)
 
 
@@ -266,8 +296,6 @@ def _measure_parallel(
     cpu_threads: int | None,
 ) -> None:
     """--gpus on this machine: one-GPU configurations as always, the others on spawned ranks."""
-    from easlurm.measure.ddp import check_device, measure_local
-
     torch = import_torch()
     kind = device or ("cuda" if torch.cuda.is_available() else "cpu")
     check_device(kind, max(c.n_gpus for c in configs), torch.cuda.device_count() if kind == "cuda" else 0)
@@ -320,9 +348,6 @@ def _ddp_task(
     device: str | None,
 ) -> None:
     """One rank of the srun step a --slurm job script starts; rank 0 writes the configuration's row."""
-    from easlurm.measure.ddp import check_device, run_rank, slurm_rank
-    from easlurm.measure.rendezvous import master_addr
-
     if len(configs) != 1:
         raise ConfigError("--ddp-task: one configuration per srun step")
     cfg = configs[0]
@@ -355,6 +380,4 @@ def _write_and_print(results: Sequence[Result], out: str, source: str) -> None:
 
 
 def _abs(path: str | None) -> str | None:
-    from pathlib import Path
-
     return str(Path(path).resolve()) if path else None
