@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from easlurm.errors import SlurmError
+from easlurm.model.build import build_oracle
 from easlurm.priority import holds
 from easlurm.priority.apply import (
     IDLE_TTL_RELEASE,
@@ -28,6 +29,7 @@ from easlurm.priority.apply import (
 )
 from easlurm.priority.metrics import Metrics
 from easlurm.priority.packing import DEFAULT_MAX_SLOWDOWN
+from easlurm.priority.policies import get_policy, policy_params
 from easlurm.priority.policy_call import call_policy
 from easlurm.priority.report import StartPrediction, predict_starts
 from easlurm.priority.slurm_snapshot import (
@@ -144,13 +146,9 @@ class Daemon:
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        from easlurm.priority.policies import get_policy, policy_params
-
         self.client = client
         self.cfg = cfg
         if oracle is None:
-            from easlurm.model.build import build_oracle
-
             oracle = build_oracle()
         self.oracle = oracle
         params = policy_params(cfg.policy, asdict(cfg))

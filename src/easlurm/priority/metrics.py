@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from easlurm.config import check_setting
 from easlurm.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -126,8 +127,6 @@ class Metrics:
 def check_port(port: object) -> int:
     """A TCP port number from a flag or the configuration, or a ConfigError naming the option: the
     configuration's own rule for `sched.metrics_port` (config.RANGES), so both say the same."""
-    from easlurm.config import check_setting
-
     checked = check_setting("sched.metrics_port", port, "--metrics-port (sched.metrics_port)")
     if checked is None:
         raise ConfigError("--metrics-port (sched.metrics_port): no port given")

@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 
 from easlurm.errors import ModelError
+from easlurm.model.oracle import Placements
+from easlurm.model.zoo import get_workload
 from easlurm.priority.snapshot import PendingJob
 
 log = logging.getLogger(__name__)
@@ -120,8 +122,6 @@ class PredictionCache:
     def _predict(
         self, job: PendingJob, key: OptionKey, types: dict[str, TypeFacts], fractions: tuple[float, ...]
     ) -> tuple[int, int]:
-        from easlurm.model.oracle import Placements
-
         gpu_opts, batch_opts, allowed = key[4], key[5], job.gpu_types
         rows: list[tuple[int, int, str, float, int, bool]] = []
         base_row: list[int] = []  # the row of the same GPUs, nodes and batch at the default limit
@@ -171,8 +171,6 @@ class PredictionCache:
         wkey = (job.model, job.precision, job.seq_len, job.image_size)
         wl = self._workloads.get(wkey)
         if wl is None:
-            from easlurm.model.zoo import get_workload
-
             wl = get_workload(
                 job.model, precision=job.precision, seq_len=job.seq_len, image_size=job.image_size
             )

@@ -11,7 +11,12 @@ from typing import Any
 import numpy as np
 
 from easlurm.errors import EaslurmError
+from easlurm.model.oracle import Placements
+from easlurm.model.zoo import get_workload
+from easlurm.priority.options import oracle_nodes
 from easlurm.priority.snapshot import ClusterSnapshot, Decision, PendingJob, StartJob
+from easlurm.table import render_table
+from easlurm.units import format_energy
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +33,6 @@ class StartPrediction:
 
 def predict_starts(decision: Decision, snapshot: ClusterSnapshot, oracle: Any) -> dict[str, StartPrediction]:
     """Predicted energy (J) and run time (s) of each start of the decision, for the job's remaining steps."""
-    from easlurm.model.oracle import Placements
-    from easlurm.model.zoo import get_workload
-    from easlurm.priority.options import oracle_nodes
-
     pending = {p.job_id: p for p in snapshot.pending}
     out: dict[str, StartPrediction] = {}
     for start in decision.starts:
@@ -87,8 +88,6 @@ def placement_text(start: StartJob) -> str:
 def decision_rows(report: Mapping[str, Any]) -> list[dict[str, str]]:
     """One row per job the cycle decided about or acted on, from the report's JSON form (`to_dict`):
     starts first (the decision's order), then preemptions, holds, and the jobs only reordered."""
-    from easlurm.units import format_energy
-
     decision = report.get("decision") or {}
     preds = report.get("predictions") or {}
     failed = {(f["action"]["kind"], f["action"]["job_id"]): f["error"] for f in report.get("failed") or ()}
@@ -136,8 +135,6 @@ _START_FIELDS = {f for f in StartJob.__dataclass_fields__}
 
 def render_report(report: Mapping[str, Any]) -> str:
     """The table `schedd --once` prints (sacct-like), with a one-line summary above it."""
-    from easlurm.table import render_table
-
     rows = decision_rows(report)
     mode = "dry run: nothing changed" if report.get("dry_run") else "applied"
     head = f"schedd cycle ({mode}): {len(rows)} job(s)"

@@ -9,7 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from easlurm.errors import ConfigError
+from easlurm.errors import ConfigError, ModelError
+from easlurm.model.colocation import GpuFacts, Sharing, corun, predict_solo
+from easlurm.model.oracle import Placements
+from easlurm.model.zoo import get_workload
 from easlurm.priority.packing import Cycle
 from easlurm.priority.policies.zeus import Zeus
 from easlurm.priority.snapshot import Decision, PendingJob, RunningJob, StartJob
@@ -179,9 +182,6 @@ class ZeusShare(Zeus):
     ) -> Pairing | None:
         """The pair's best predicted outcome over the GPU's limits when one passes every test of the rule
         and the objective prefers it to the two jobs alone, else None."""
-        from easlurm.errors import ModelError
-        from easlurm.model.colocation import GpuFacts, Sharing, corun
-
         batch = int(cyc.batch[pos])
         mine = self._solo(oracle, job.model, job.precision, job.seq_len, job.image_size, batch, host.gpu_type)
         theirs = self._solo(
@@ -268,10 +268,6 @@ class ZeusShare(Zeus):
         key = (id(oracle), job.model, job.precision, job.seq_len, job.image_size, batch, gpu_type, limit_w)
         if key in self._alones:
             return self._alones[key]
-        from easlurm.errors import ModelError
-        from easlurm.model.oracle import Placements
-        from easlurm.model.zoo import get_workload
-
         out = None
         try:
             wl = get_workload(
@@ -300,10 +296,6 @@ class ZeusShare(Zeus):
         key = (id(oracle), model, precision, seq_len, image_size, batch, gpu_type)
         if key in self._solos:
             return self._solos[key]
-        from easlurm.errors import ModelError
-        from easlurm.model.colocation import predict_solo
-        from easlurm.model.zoo import get_workload
-
         solo = None
         if model is not None:
             try:
