@@ -13,12 +13,14 @@ import datetime as dt
 import json
 import logging
 import os
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from easlurm.errors import ConfigError, ModelError
+from easlurm.measure.rendezvous import free_port
 from easlurm.measure.steps import (
     MeasureConfig,
     Result,
@@ -203,10 +205,6 @@ def measure_local(
 ) -> list[Result]:
     """Every configuration on `n_gpus` local processes (spawned for it, all its sweeps in them); a
     configuration whose ranks fail (out of memory, a shape the model cannot take) is reported and left out."""
-    import tempfile
-
-    from easlurm.measure.rendezvous import free_port
-
     mp = import_torch().multiprocessing
     results: list[Result] = []
     for c in configs:

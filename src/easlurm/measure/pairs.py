@@ -12,19 +12,38 @@ clock or power-limit change).
 from __future__ import annotations
 
 import csv
+import importlib.util
 import logging
 import math
+import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import click
+
 from easlurm.errors import ConfigError, ModelError
+from easlurm.files import atomic_writer
+from easlurm.measure import steps as measure_steps
 from easlurm.measure.corun import Gate, GroupResult, Runner, Window, job_text, run_group
-from easlurm.measure.steps import MODES, PRECISIONS, MeasureConfig, Timing, configurations
+from easlurm.measure.steps import (
+    MODES,
+    PRECISIONS,
+    TORCH_MODELS,
+    MeasureConfig,
+    Timing,
+    configurations,
+    default_device,
+    device_gpu_name,
+    import_torch,
+    nvml_energy_reader,
+)
 from easlurm.model.colocation import CoRun, GpuFacts, Sharing, Solo, corun, predict_solo
 from easlurm.model.oracle import Oracle
 from easlurm.model.zoo import get_workload
+from easlurm.progress import progressbar
 from easlurm.units import MAX_INT
 
 log = logging.getLogger(__name__)
@@ -52,10 +71,9 @@ PAIR_COLUMNS = (
 
 
 def torch_runner(cfg: MeasureConfig, device: str, timing: Timing, gate: Gate) -> None:
-    """The torch job of `easlurm model measure` (same build, precision and warm-up), gated."""
-    from easlurm.measure.steps import prepare
-
-    p = prepare(cfg, device, timing)
+    """The torch job of `easlurm model measure` (same build, precision and warm-up), gated. `prepare` is
+    looked up when the job runs, so a stub of it reaches the forked processes."""
+    p = measure_steps.prepare(cfg, device, timing)
     t0 = gate.wait_start()
     steps = 0
     chunk = max(1, math.ceil(timing.window_s / max(p.warm_step_s, 1e-6)))
@@ -238,8 +256,6 @@ def _round(x: float | None, digits: int) -> float | str:
 
 def write_pairs(rows: Sequence[PairRow], path: str | Path, gpu: str, source: str) -> None:
     """The pair CSV (PAIR_COLUMNS), with a comment line saying how it was made."""
-    from easlurm.files import atomic_writer
-
     with atomic_writer(path, "--out", newline="") as fh:
         fh.write(f"# {source}\n")
         w = csv.writer(fh)
@@ -282,21 +298,6 @@ def pairs_command(
     cpu_threads: int | None,
 ) -> None:
     """The `--pairs` path of `easlurm model measure` (torch, the CUDA device, NVML power)."""
-    import importlib.util
-    import os
-    import sys
-
-    import click
-
-    from easlurm.measure.steps import (
-        TORCH_MODELS,
-        default_device,
-        device_gpu_name,
-        import_torch,
-        nvml_energy_reader,
-    )
-    from easlurm.progress import progressbar
-
     torch = import_torch()
     configs = {c for pair in pairs for c in pair}
     for lib in sorted({TORCH_MODELS[c.model] for c in configs} - {"torch"}):

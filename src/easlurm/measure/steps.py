@@ -17,7 +17,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from easlurm.errors import ConfigError, ModelError
+from easlurm.energy.gpus import GpuRef, job_gpus
+from easlurm.energy.nvml import discover_nvml
+from easlurm.errors import ConfigError, ModelError, SensorError
+from easlurm.model.build import default_catalogue
+from easlurm.model.fit.dataset import Measurement, write_measurements
+from easlurm.model.hardware import match_device_name
+from easlurm.model.zoo import SHUFFLENET_WIDTHS, SMALL_IMAGE, canonical_name, default_size
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +105,6 @@ def configurations(
 ) -> list[MeasureConfig]:
     """The sweep's configurations (model-major, then precision, GPU count, batch), validated: unknown
     names, a GPU count the nodes do not share evenly, or a batch the ranks do not, are one ConfigError each."""
-    from easlurm.model.zoo import canonical_name, default_size
-
     for g in gpus:
         if g < nodes or g % nodes:
             raise ConfigError(
@@ -164,8 +168,6 @@ def _need(module: str, model: str) -> Any:
 def _shufflenet_v2(torch: Any, widths: tuple[int, int, int], classes: int, image: int) -> Any:
     """ShuffleNet-V2 in plain torch (torchvision's layout: stages 4/8/4, channels 24-widths-1024), with the
     zoo's CIFAR stem for small images (`zoo.SMALL_IMAGE`)."""
-    from easlurm.model.zoo import SMALL_IMAGE
-
     nn = torch.nn
 
     def shuffle(x: Any) -> Any:
@@ -227,8 +229,6 @@ def build(torch: Any, cfg: MeasureConfig, device: Any) -> tuple[Any, Callable[[A
         size = cfg.image_size or (32 if name == "shufflenet-v2-cifar" else 224)
         classes = 100 if name == "shufflenet-v2-cifar" else 1000
         if name.startswith("shufflenet"):
-            from easlurm.model.zoo import SHUFFLENET_WIDTHS
-
             width = SHUFFLENET_WIDTHS["1.0x" if name == "shufflenet-v2-cifar" else "0.5x"]
             model = _shufflenet_v2(torch, width, classes, size)
         else:
@@ -330,13 +330,30 @@ def prepare(
     n_params = sum(int(p.numel()) for p in model.parameters())
     if wrap is not None:
         model = wrap(model)
-    autocast = cfg.precision == "bf16"
-    step_local: Callable[[], None] | None = None
 
     def sync() -> None:
         if cuda:
             torch.cuda.synchronize(dev)
 
+    step, step_local = _step_functions(torch, cfg, dev, model, loss_of)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(dev)
+    t0 = time.perf_counter()
+    n = _warm_up(cfg, step, sync, timing, t0, agree_max)
+
+    def peak() -> float | None:
+        return float(torch.cuda.max_memory_allocated(dev)) / 2**30 if cuda else None
+
+    return Prepared(cfg, step, sync, (time.perf_counter() - t0) / n, n_params, peak, step_local)
+
+
+def _step_functions(
+    torch: Any, cfg: MeasureConfig, dev: Any, model: Any, loss_of: Callable[[Any], Any]
+) -> tuple[Callable[[], None], Callable[[], None] | None]:
+    """(one step, one step without gradient synchronisation or None): an inference forward pass, or a
+    training step with the configuration's optimizer; bf16 runs under autocast over FP32 weights."""
+    autocast = cfg.precision == "bf16"
+    step_local: Callable[[], None] | None = None
     if cfg.mode == "infer":
         model.eval()
 
@@ -369,9 +386,19 @@ def prepare(
                 with model.no_sync():  # forward and backward inside: DDP decides at forward time
                     step()
 
-    if cuda:
-        torch.cuda.reset_peak_memory_stats(dev)
-    t0 = time.perf_counter()
+    return step, step_local
+
+
+def _warm_up(
+    cfg: MeasureConfig,
+    step: Callable[[], None],
+    sync: Callable[[], None],
+    timing: Timing,
+    t0: float,
+    agree_max: Callable[[float], float] | None,
+) -> int:
+    """Run warm-up steps from `t0` until both minimums are met (on every rank, with `agree_max`); returns
+    their number. A step that fails (out of memory, a shape the model cannot take) is one ModelError."""
     n = 0
     while True:
         more = n < timing.min_warmup_steps or time.perf_counter() - t0 < timing.warmup_s
@@ -388,11 +415,7 @@ def prepare(
         if n % 10 == 0:
             sync()
     sync()
-
-    def peak() -> float | None:
-        return float(torch.cuda.max_memory_allocated(dev)) / 2**30 if cuda else None
-
-    return Prepared(cfg, step, sync, (time.perf_counter() - t0) / n, n_params, peak, step_local)
+    return n
 
 
 @dataclass(frozen=True)
@@ -462,10 +485,6 @@ def nvml_energy_reader(
     cuda_index: int = 0, module_name: str = "pynvml"
 ) -> tuple[Callable[[], float | None] | None, Callable[[], None]]:
     """(cumulative energy in J of the GPU torch calls cuda:`cuda_index`, close); (None, no-op) without NVML."""
-    from easlurm.energy.gpus import GpuRef, job_gpus
-    from easlurm.energy.nvml import discover_nvml
-    from easlurm.errors import SensorError
-
     visible = job_gpus()
     if visible is None:
         refs = [GpuRef(str(cuda_index), index=cuda_index)]
@@ -571,8 +590,6 @@ def measure(
 
 def write_results(results: Sequence[Result], path: str, source: str, header_comment: str = "") -> None:
     """The calibration CSV (dataset.COLUMNS) plus n_params and the individual runs."""
-    from easlurm.model.fit.dataset import Measurement, write_measurements
-
     rows = []
     extra = []
     for r in results:
@@ -619,9 +636,6 @@ def default_device() -> str:
 def device_gpu_name(device: str) -> str:
     """The CSV's gpu column when --gpu is not given: 'cpu', the catalogue key whose name is the CUDA
     device's (user catalogue included), else the device name as a slug (then calibrate needs --hardware)."""
-    from easlurm.model.build import default_catalogue
-    from easlurm.model.hardware import match_device_name
-
     torch = import_torch()
     if not device.startswith("cuda"):
         return "cpu"

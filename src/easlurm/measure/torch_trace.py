@@ -92,6 +92,10 @@ def _handlers(nn: Any) -> list[tuple[type, Callable[[WorkloadBuilder, Any, Any, 
     return table
 
 
+#: one forward call a hook saw: (module, its handler, its inputs, its output)
+_Call = tuple[Any, Callable[..., None], Any, Any]
+
+
 def trace_module(
     module: Any,
     example_input: Any,
@@ -118,36 +122,9 @@ def trace_module(
     batch = int(inputs[0].shape[0])
     handlers = _handlers(nn)
     b = WorkloadBuilder(Precision.parse(precision))
-    calls: list[tuple[Any, Callable[..., None], Any, Any]] = []
-    handled: set[int] = set()
-    hooks = []
-
-    def find(m: Any) -> Callable[..., None] | None:
-        for cls, fn in handlers:
-            if isinstance(m, cls):
-                return fn
-        return None
-
-    def visit(m: Any) -> None:
-        fn = find(m)
-        if fn is not None:
-            handled.add(id(m))
-            hooks.append(
-                m.register_forward_hook(lambda mod, inp, out, fn=fn: calls.append((mod, fn, inp, out)))
-            )
-            return  # a handled module covers its children (MultiheadAttention's out_proj)
-        children = list(m.children())
-        if not children:
-            own = sum(p.numel() for p in m.parameters(recurse=False))
-            if own:
-                log.warning(
-                    "no handler for %s: its %d parameters are counted without FLOPs", type(m).__name__, own
-                )
-                b._n_params += int(own)
-        for c in children:
-            visit(c)
-
-    visit(module)
+    calls: list[_Call] = []
+    hooks: list[Any] = []
+    _hook_modules(module, handlers, b, calls, hooks)
     try:
         with torch.no_grad():
             module(*inputs)
@@ -158,7 +135,44 @@ def trace_module(
         x = inp[0] if isinstance(inp, tuple) and inp else inp
         y = out[0] if isinstance(out, tuple) else out
         fn(b, mod, x, y, batch)
-    # weights shared by several calls (tied or reused modules) are parameters once
+    b._n_params -= _repeated_params(calls)
+    return b.build(
+        name or type(module).__name__.lower(),
+        family=family,
+        optimizer=optimizer,
+        seq_len=seq_len,
+        image_size=image_size,
+    )
+
+
+def _hook_modules(
+    m: Any,
+    handlers: list[tuple[type, Callable[..., None]]],
+    b: WorkloadBuilder,
+    calls: list[_Call],
+    hooks: list[Any],
+) -> None:
+    """Hook every module with a handler, so that its forward calls land in `calls`; a handled module covers
+    its children (MultiheadAttention's out_proj). An unhandled leaf adds its parameters to `b` without FLOPs."""
+    fn = next((fn for cls, fn in handlers if isinstance(m, cls)), None)
+    if fn is not None:
+        hooks.append(m.register_forward_hook(lambda mod, inp, out, fn=fn: calls.append((mod, fn, inp, out))))
+        return
+    children = list(m.children())
+    if not children:
+        own = sum(p.numel() for p in m.parameters(recurse=False))
+        if own:
+            log.warning(
+                "no handler for %s: its %d parameters are counted without FLOPs", type(m).__name__, own
+            )
+            b._n_params += int(own)
+    for c in children:
+        _hook_modules(c, handlers, b, calls, hooks)
+
+
+def _repeated_params(calls: list[_Call]) -> int:
+    """The parameters counted more than once: weights shared by several calls (tied or reused modules) are
+    parameters once."""
     seen: dict[int, int] = {}
     for mod, _, _, _ in calls:
         seen[id(mod)] = seen.get(id(mod), 0) + 1
@@ -167,11 +181,4 @@ def trace_module(
         for mod in {id(m): m for m, _, _, _ in calls}.values()
         if (count := seen[id(mod)]) > 1
     )
-    b._n_params -= int(repeated)
-    return b.build(
-        name or type(module).__name__.lower(),
-        family=family,
-        optimizer=optimizer,
-        seq_len=seq_len,
-        image_size=image_size,
-    )
+    return int(repeated)
