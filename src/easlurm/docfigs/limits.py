@@ -9,6 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from easlurm.docfigs.figures import DocFigures, Runs, campaign_source, ci, num, p_text, table
+from easlurm.sim.campaign_run import row_of
+from easlurm.sim.replay import BASELINE_LABEL, ReplayRequest, replay
+from easlurm.sim.replay_window import savings
+from easlurm.sim.traces.sizing import DEFAULT_TYPE
+from easlurm.units import format_duration
 
 PLAN = "campaigns/powerlimits.yaml"
 EXP = "B-limits"
@@ -49,9 +54,6 @@ def convert_excerpt(root: Path, script: str, source: str, out: Path) -> Path:
 
 def limits_source(root: Path, work_dir: Path, jobs: int) -> LimitsData:
     """Run the campaign, convert the Alibaba and Philly excerpts and replay them and the UB CCR excerpt."""
-    from easlurm.sim.campaign_run import row_of
-    from easlurm.sim.replay import ReplayRequest, replay
-
     runs = campaign_source(PLAN)(root, work_dir / "campaign", jobs)
     work_dir.mkdir(parents=True, exist_ok=True)
     converted = convert_excerpt(root, CONVERTER, ALIBABA, work_dir / "alibaba.csv")
@@ -176,9 +178,6 @@ def _rows(runs: Runs, labels: list[str]) -> str:
 
 
 def _split(res: Any, base: str) -> list[dict[str, Any]]:
-    from easlurm.sim.replay import BASELINE_LABEL
-    from easlurm.sim.replay_window import savings
-
     rows = [(r["label"], r["result"]["metrics"]) for r in res.records()]
     return [r for r in savings(rows, base) if r["label"] != BASELINE_LABEL]
 
@@ -230,60 +229,11 @@ def _summary_row(trace: str, res: Any, runs: Runs, base: str, against: str) -> l
 def replays(data: LimitsData) -> dict[str, str]:
     """The Alibaba excerpt against its record and the Philly excerpt against Pollux, each with where the
     saving comes from; one row per real trace; the UB CCR excerpt."""
-    from easlurm.sim.replay import BASELINE_LABEL
-    from easlurm.sim.traces.sizing import DEFAULT_TYPE
-    from easlurm.units import format_duration
-
     res, runs = data.alibaba, data.alibaba_runs
     nolimit = [f"{p}+nolimit" for p in ENERGY_POLICIES]
     labels = [BASELINE_LABEL, *REPLAY_POLICIES, *nolimit]
-    base = res.baseline["metrics"]
-    zeus_e = runs.mean("replay", "zeus", PER_JOB) / runs.mean("replay", BASELINE_LABEL, PER_JOB)
-    zeus_t = runs.mean("replay", "zeus", "mean_jct_s") / runs.mean("replay", BASELINE_LABEL, "mean_jct_s")
-    mp = res.mapping
-    setup = (
-        f"{mp.mapped} of the excerpt's {res.trace_stats.jobs} converted pods replayed ("
-        + _excluded(res)
-        + f") on `{res.cluster_name}` ({res.cluster_gpus} GPUs, sized like the record), seeds "
-        f"{REPLAY_SEEDS[0]}-{REPLAY_SEEDS[-1]}, every row over the same window of "
-        f"{format_duration(res.window_s)}. The seeds agree: nothing queues, and the oracle's error on a "
-        "placement is the same at each of its limits, so the limit chosen does not move with the noise. "
-        f"Zeus uses {zeus_e:.3f} of the record's energy per job at "
-        f"{zeus_t:.3f} of its mean JCT. {int(base['unexplained_wait_jobs'])} recorded jobs waited with "
-        f"GPUs free ({format_duration(base['unexplained_wait_s'])} in all): their waits stay in the "
-        "record's JCT, and no row is credited for them."
-    )
-
     ph, ph_runs = data.philly, data.philly_runs
     ph_labels = [*REPLAY_POLICIES, *nolimit]
-    best = _best(ph_runs)
-    e = ph_runs.mean("replay", best, PER_JOB) / ph_runs.mean("replay", "pollux", PER_JOB)
-    t = ph_runs.mean("replay", best, "mean_jct_s") / ph_runs.mean("replay", "pollux", "mean_jct_s")
-    same = [p for p in ENERGY_POLICIES if ph_runs.identical("replay", f"{p}+nolimit", "pollux")]
-    agree = (
-        "The seeds agree (the same energy and JCT in every seed). "
-        if _seeds_agree(ph_runs, ph_labels)
-        else "The seeds differ: the cells give their 95 % CI. "
-    )
-    philly_setup = (
-        f"{ph.mapping.mapped} of the excerpt's {ph.trace_stats.jobs} jobs replayed"
-        + (f" ({_excluded(ph)})" if _excluded(ph) else "")
-        + f" on `{ph.cluster_name}` ({ph.cluster_gpus} GPUs of the assumed type {DEFAULT_TYPE}: the table "
-        "names no GPU type, and Philly's servers had 12 GB and 24 GB GPUs), seeds "
-        f"{REPLAY_SEEDS[0]}-{REPLAY_SEEDS[-1]}, every row over the same window of "
-        f"{format_duration(ph.window_s)}. The table gives each job's arrival, GPUs and run time but no "
-        f"start: all {ph.unknown_start_jobs} starts are unknown (SWF wait -1), so the record's row is "
-        "blank, the cluster is sized on an estimate (each job counted from its submission for its run "
-        "time) and the rows are compared with `pollux`, an exclusive baseline at the default limit. "
-        + agree
-        + f"`{best}` uses {e:.3f} of Pollux's energy per job at {t:.3f} of its mean JCT"
-        + (
-            f"; without limits ({', '.join(f'`{p}+nolimit`' for p in same)}) the energy policies make "
-            "Pollux's very decisions: the saving is the limits'."
-            if len(same) == len(ENERGY_POLICIES)
-            else "."
-        )
-    )
     summary = table(
         [
             "Trace (format)",
@@ -309,15 +259,68 @@ def replays(data: LimitsData) -> dict[str, str]:
         "partition has no GPUs, so there is nothing for a GPU policy to change."
     )
     return {
-        "power-limits/replay-setup": setup,
+        "power-limits/replay-setup": _alibaba_setup(res, runs),
         "power-limits/replay": _rows(runs, labels),
         "power-limits/replay-split": _split_table(_split(res, BASELINE_LABEL)),
-        "power-limits/replay-philly-setup": philly_setup,
+        "power-limits/replay-philly-setup": _philly_setup(ph, ph_runs, ph_labels),
         "power-limits/replay-philly": _rows(ph_runs, ph_labels),
         "power-limits/replay-philly-split": _split_table(_split(ph, "pollux")),
         "power-limits/real-traces": summary,
         "power-limits/replay-ubccr": ubccr,
     }
+
+
+def _alibaba_setup(res: Any, runs: Runs) -> str:
+    """How the Alibaba excerpt was replayed against its record, and what Zeus does to it."""
+    base = res.baseline["metrics"]
+    zeus_e = runs.mean("replay", "zeus", PER_JOB) / runs.mean("replay", BASELINE_LABEL, PER_JOB)
+    zeus_t = runs.mean("replay", "zeus", "mean_jct_s") / runs.mean("replay", BASELINE_LABEL, "mean_jct_s")
+    mp = res.mapping
+    return (
+        f"{mp.mapped} of the excerpt's {res.trace_stats.jobs} converted pods replayed ("
+        + _excluded(res)
+        + f") on `{res.cluster_name}` ({res.cluster_gpus} GPUs, sized like the record), seeds "
+        f"{REPLAY_SEEDS[0]}-{REPLAY_SEEDS[-1]}, every row over the same window of "
+        f"{format_duration(res.window_s)}. The seeds agree: nothing queues, and the oracle's error on a "
+        "placement is the same at each of its limits, so the limit chosen does not move with the noise. "
+        f"Zeus uses {zeus_e:.3f} of the record's energy per job at "
+        f"{zeus_t:.3f} of its mean JCT. {int(base['unexplained_wait_jobs'])} recorded jobs waited with "
+        f"GPUs free ({format_duration(base['unexplained_wait_s'])} in all): their waits stay in the "
+        "record's JCT, and no row is credited for them."
+    )
+
+
+def _philly_setup(ph: Any, ph_runs: Runs, ph_labels: list[str]) -> str:
+    """How the Philly excerpt (no recorded starts) was replayed against Pollux, and what the best energy
+    policy does to it."""
+    best = _best(ph_runs)
+    e = ph_runs.mean("replay", best, PER_JOB) / ph_runs.mean("replay", "pollux", PER_JOB)
+    t = ph_runs.mean("replay", best, "mean_jct_s") / ph_runs.mean("replay", "pollux", "mean_jct_s")
+    same = [p for p in ENERGY_POLICIES if ph_runs.identical("replay", f"{p}+nolimit", "pollux")]
+    agree = (
+        "The seeds agree (the same energy and JCT in every seed). "
+        if _seeds_agree(ph_runs, ph_labels)
+        else "The seeds differ: the cells give their 95 % CI. "
+    )
+    return (
+        f"{ph.mapping.mapped} of the excerpt's {ph.trace_stats.jobs} jobs replayed"
+        + (f" ({_excluded(ph)})" if _excluded(ph) else "")
+        + f" on `{ph.cluster_name}` ({ph.cluster_gpus} GPUs of the assumed type {DEFAULT_TYPE}: the table "
+        "names no GPU type, and Philly's servers had 12 GB and 24 GB GPUs), seeds "
+        f"{REPLAY_SEEDS[0]}-{REPLAY_SEEDS[-1]}, every row over the same window of "
+        f"{format_duration(ph.window_s)}. The table gives each job's arrival, GPUs and run time but no "
+        f"start: all {ph.unknown_start_jobs} starts are unknown (SWF wait -1), so the record's row is "
+        "blank, the cluster is sized on an estimate (each job counted from its submission for its run "
+        "time) and the rows are compared with `pollux`, an exclusive baseline at the default limit. "
+        + agree
+        + f"`{best}` uses {e:.3f} of Pollux's energy per job at {t:.3f} of its mean JCT"
+        + (
+            f"; without limits ({', '.join(f'`{p}+nolimit`' for p in same)}) the energy policies make "
+            "Pollux's very decisions: the saving is the limits'."
+            if len(same) == len(ENERGY_POLICIES)
+            else "."
+        )
+    )
 
 
 def limits_figures(data: LimitsData) -> dict[str, str]:

@@ -19,6 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from easlurm import plots
+from easlurm.stats import bootstrap_ci
+from easlurm.units import format_energy, format_number
+
 SLURM = "slurm"
 POWER_SAVING_LABEL = "slurm+power-saving"
 #: the caps (% of TDP) of the sweep a plan's `baselines:` and `sim replay --baselines` add
@@ -264,8 +268,6 @@ def _sweep_sentence(cmp: CellComparison) -> str:
 
 
 def _num(v: float | None) -> str:
-    from easlurm.units import format_number
-
     return format_number(v)
 
 
@@ -282,9 +284,6 @@ def section(
     """The report's "against what a site does today" part of one cell (a `_Doc` of sim/report.py): each
     policy's ratios to the baselines and the energy split per job beside the JCT; with `plot_path` (and
     matplotlib) the trade-off plot, whose path is returned beside the comparison for the caller to show."""
-    from easlurm import plots
-    from easlurm.units import format_energy
-
     cmp = compare(rows, exclude, n_boot=n_boot, seed=seed)
     doc.h(3, f"{title}: against what a site does today")
     if cmp.slurm is None:
@@ -294,30 +293,59 @@ def section(
             "cap and Slurm's power saving."
         )
     else:
-        seeds = max((r[0].seeds for d in cmp.ratios.values() for r in d.values()), default=0)
-        doc.p(
-            _sweep_sentence(cmp)
-            + " Each cell is the ratio of the policy's mean to the baseline's (energy per completed job, "
-            "mean JCT; below 1: less)"
-            + (
-                ", with the 95% interval of a seed-paired bootstrap; `no difference` where it holds 1."
-                if seeds >= MIN_SEEDS
-                else f"; with fewer than {MIN_SEEDS} seeds there is no interval (`--seeds 5` gives one)."
-            )
-        )
-        header = ["Policy"]
-        for name, _ in cmp.against:
-            header += [f"Energy/job vs {name}", f"Mean JCT vs {name}"]
-        table = []
-        for lab in cmp.labels:
-            cells = [lab]
-            for _, base in cmp.against:
-                e, t = cmp.ratios[lab][base]
-                cells += ["1" if lab == base else e.text(), "1" if lab == base else t.text()]
-            table.append(cells)
-        doc.table(header, table, "No policy to compare.")
-    split = []
+        _ratios_part(doc, cmp)
     labels = list(dict.fromkeys(str(r.get("label")) for r in rows))
+    _split_part(doc, rows, labels, exclude, n_boot, seed)
+    path = None
+    if plot_path is not None and plots.available():
+        path = plots.plot_tradeoff(
+            _points(rows, labels, n_boot, seed),
+            [lab for _, lab in cmp.caps],
+            plot_path,
+            f"{title}: energy per job against mean JCT",
+            marked={SLURM: find(labels, SLURM), "slurm + power saving": find(labels, POWER_SAVING_LABEL)},
+        )
+    return cmp, path
+
+
+def _ratios_part(doc: Any, cmp: CellComparison) -> None:
+    """Which static cap is the best, then each policy's ratios to every baseline (with their intervals
+    where there are seeds enough)."""
+    seeds = max((r[0].seeds for d in cmp.ratios.values() for r in d.values()), default=0)
+    doc.p(
+        _sweep_sentence(cmp)
+        + " Each cell is the ratio of the policy's mean to the baseline's (energy per completed job, "
+        "mean JCT; below 1: less)"
+        + (
+            ", with the 95% interval of a seed-paired bootstrap; `no difference` where it holds 1."
+            if seeds >= MIN_SEEDS
+            else f"; with fewer than {MIN_SEEDS} seeds there is no interval (`--seeds 5` gives one)."
+        )
+    )
+    header = ["Policy"]
+    for name, _ in cmp.against:
+        header += [f"Energy/job vs {name}", f"Mean JCT vs {name}"]
+    table = []
+    for lab in cmp.labels:
+        cells = [lab]
+        for _, base in cmp.against:
+            e, t = cmp.ratios[lab][base]
+            cells += ["1" if lab == base else e.text(), "1" if lab == base else t.text()]
+        table.append(cells)
+    doc.table(header, table, "No policy to compare.")
+
+
+def _split_part(
+    doc: Any,
+    rows: Sequence[Mapping[str, Any]],
+    labels: list[str],
+    exclude: frozenset[str],
+    n_boot: int,
+    seed: int,
+) -> None:
+    """Each label's energy per completed job split into its parts, beside its mean JCT and that JCT's
+    ratio to `slurm`'s."""
+    split = []
     slurm = find(labels, SLURM)
     for lab in labels:
         total = _mean(per_job(rows, lab, "energy_j"))
@@ -344,24 +372,12 @@ def section(
         split,
         "No run has an energy.",
     )
-    path = None
-    if plot_path is not None and plots.available():
-        path = plots.plot_tradeoff(
-            _points(rows, labels, n_boot, seed),
-            [lab for _, lab in cmp.caps],
-            plot_path,
-            f"{title}: energy per job against mean JCT",
-            marked={SLURM: find(labels, SLURM), "slurm + power saving": find(labels, POWER_SAVING_LABEL)},
-        )
-    return cmp, path
 
 
 def _points(
     rows: Sequence[Mapping[str, Any]], labels: Sequence[str], n_boot: int, seed: int
 ) -> dict[str, tuple[tuple[float, float, float], tuple[float, float, float]]]:
     """Per label: (mean JCT, its CI low, high) and (energy per job, its CI low, high); no CI: the mean."""
-    from easlurm.stats import bootstrap_ci
-
     out = {}
     for lab in labels:
         pts = []
