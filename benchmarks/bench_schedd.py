@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
-from easlurm.accounting.step_record import parse_spec
+from easlurm.energy.spec import parse_spec
 from easlurm.model.oracle import Oracle
 from easlurm.priority.apply import PlanContext, plan
 from easlurm.priority.daemon import queue_order

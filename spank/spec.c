@@ -13,7 +13,7 @@ struct key_rule {
 	double max_ms;
 };
 
-/* One line per key: the scheduler's workload hints are added here (and in step_record.py). */
+/* One line per key: the scheduler's workload hints are added here (and in src/easlurm/energy/spec.py). */
 static const struct key_rule KEYS[] = {
 	{"interval", V_DURATION, 10.0, 60000.0},
 	{"deadline", V_DURATION, 1.0, 366.0 * 86400000.0},

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from box_support import mine, wait_for
 
-from easlurm.accounting.step_record import parse_spec
+from easlurm.energy.spec import parse_spec
 from easlurm.model.oracle import Oracle
 from easlurm.priority import holds
 from easlurm.priority.daemon import Daemon, DaemonConfig, queue_order

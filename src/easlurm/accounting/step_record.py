@@ -23,8 +23,6 @@ from easlurm.energy.spec import DEVICE_KINDS
 
 # Re-exported only for the importers not yet moved to easlurm.energy.spec (sim/traces/energy_hook.py,
 # benchmarks/bench_schedd.py, tests/integration): drop these two lines once they import it from there.
-from easlurm.energy.spec import ProfileSpec as ProfileSpec
-from easlurm.energy.spec import parse_spec as parse_spec
 from easlurm.errors import TraceError
 
 log = logging.getLogger(__name__)

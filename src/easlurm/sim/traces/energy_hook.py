@@ -41,7 +41,8 @@ def decode_energy(admin_comment: str | None) -> EnergyInfo | None:
     """
     if not admin_comment or "easlurm" not in admin_comment.lower():
         return None
-    from easlurm.accounting.step_record import decode_admin_comment, parse_spec
+    from easlurm.accounting.step_record import decode_admin_comment
+    from easlurm.energy.spec import parse_spec
 
     try:
         records = decode_admin_comment(admin_comment)
