@@ -6,11 +6,11 @@ import json
 
 import click
 
-from easlurm.cli import load_ctx_config
+from easlurm.cli import load_ctx_config, output_options
 
 
 @click.command("config")
-@click.option("--json", "as_json", is_flag=True, help="One JSON document instead of YAML.")
+@output_options(table=False, json_help="One JSON document instead of YAML.")
 @click.pass_context
 def config_cmd(ctx: click.Context, as_json: bool) -> None:
     """Print the effective configuration, each value annotated with the layer that set it."""

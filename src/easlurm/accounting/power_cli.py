@@ -24,7 +24,7 @@ from easlurm.accounting.power_state import (
     state_log_path,
     table_rows,
 )
-from easlurm.cli import load_ctx_config
+from easlurm.cli import load_ctx_config, output_options
 from easlurm.config import argv_template
 from easlurm.errors import ConfigError, EaslurmError
 from easlurm.slurm.client import CliSlurmClient
@@ -166,10 +166,7 @@ def _node_hardware(cfg: Any, debug: bool) -> dict[str, tuple[int, float | None]]
 )
 @click.option("-S", "--starttime", default="now-7days", show_default=True, help="Period start (as sacct -S).")
 @click.option("-E", "--endtime", default="now", show_default=True, help="Period end (as sacct -E).")
-@click.option("-o", "--format", "fmt", default=None, help="Columns: a comma list (see --helpformat).")
-@click.option("-P", "--parsable2", is_flag=True, help="'|'-delimited, none after the last field (sacct -P).")
-@click.option("-n", "--noheader", is_flag=True, help="No header line (sacct -n).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON document (SI units in key names).")
+@output_options(json_help="One JSON document (SI units in key names).")
 @click.option("--debug", is_flag=True, help="Echo Slurm commands and their raw output on stderr.")
 @click.option("--helpformat", is_flag=True, help="List the columns and exit.")
 @click.pass_context
@@ -178,7 +175,7 @@ def report_cmd(
     starttime: str,
     endtime: str,
     fmt: str | None,
-    parsable2: bool,
+    parsable: bool,
     noheader: bool,
     as_json: bool,
     debug: bool,
@@ -188,7 +185,7 @@ def report_cmd(
     if helpformat:
         click.echo(" ".join(names))
         return
-    if as_json and (parsable2 or fmt):
+    if as_json and (parsable or fmt):
         raise ConfigError("--json takes no -P or --format")
     columns = select_columns(fmt, names, names)
     cfg = load_ctx_config(ctx)
@@ -196,7 +193,7 @@ def report_cmd(
     if as_json:
         click.echo(render_json(rows, start_s, end_s, path, skipped))
         return
-    delimited = parsable2
+    delimited = parsable
     _, cells = table_rows(rows, parsable=delimited, with_total=not delimited)
     text = render_table(columns, cells, parsable=delimited, header=not noheader)
     if text:

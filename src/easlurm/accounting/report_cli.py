@@ -26,7 +26,7 @@ from easlurm.accounting.report import (
 )
 from easlurm.accounting.sacct_rows import build_rows, selection_argv
 from easlurm.accounting.seff_cli import gpu_limits, node_gpu_types
-from easlurm.cli import load_ctx_config
+from easlurm.cli import load_ctx_config, output_options
 from easlurm.errors import ConfigError
 from easlurm.slurm.sacct_jobs import FIELDS, job_of_row
 from easlurm.slurm.sched_client import CliSchedClient
@@ -66,7 +66,7 @@ from easlurm.table import render_table
 )
 @click.option("--markdown", "as_markdown", is_flag=True, help="A Markdown document.")
 @click.option("--csv", "as_csv", is_flag=True, help="CSV, SI units (J, W, g).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON document (SI units in key names).")
+@output_options(table=False, json_help="One JSON document (SI units in key names).")
 @click.option(
     "--plot", "plot_path", type=click.Path(dir_okay=False), default=None, help="Write a PNG bar plot."
 )

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from easlurm.accounting.republish import Republisher, Status, run_until_settled, spool_candidates
-from easlurm.cli import LazyGroup, load_ctx_config
+from easlurm.cli import LazyGroup, load_ctx_config, output_options
 from easlurm.errors import ConfigError
 from easlurm.slurm import client as slurm_client
 from easlurm.table import render_table
@@ -41,7 +41,7 @@ def accounting_group() -> None:
     "e.g. 120s from EpilogSlurmctld (MinJobAge + a margin).",
 )
 @click.option("--dry-run", is_flag=True, help="Say what would be written; write nothing.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON document.")
+@output_options(table=False)
 @click.option("-v", "--verbose", is_flag=True, help="Also list jobs that were already up to date.")
 @click.option("--debug", is_flag=True, help="Echo every Slurm command and its output on stderr.")
 @click.pass_context

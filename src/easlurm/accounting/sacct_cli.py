@@ -18,7 +18,7 @@ from easlurm.accounting.sacct_rows import (
     row_value,
     selection_argv,
 )
-from easlurm.cli import load_ctx_config
+from easlurm.cli import load_ctx_config, output_options
 from easlurm.errors import ConfigError
 from easlurm.slurm.client import CliSlurmClient
 from easlurm.table import delimiter_clashes, parse_format, render_table
@@ -58,20 +58,14 @@ from easlurm.units import si_prefix
     help="Every run of a requeued job, each with its own energy (sacct -D).",
 )
 @click.option(
-    "-o",
-    "--format",
-    "fmt",
-    help="Comma list of columns: any sacct field and the energy columns; NAME%N sets a width as sacct "
-    "(N > 0 right-aligned, N < 0 left-aligned, longer values cut with '+').",
-)
-@click.option(
     "--detail",
     type=click.Choice(["node", "device"]),
     default=None,
     help="Add one row per node (and per device) under each profiled step.",
 )
-@click.option("-p", "--parsable", is_flag=True, help="'|'-delimited, a '|' after each field (sacct -p).")
-@click.option("-P", "--parsable2", is_flag=True, help="'|'-delimited, none after the last field (sacct -P).")
+@click.option(
+    "-p", "--parsable", "trailing", is_flag=True, help="'|'-delimited, a '|' after each field (sacct -p)."
+)
 @click.option(
     "--delimiter",
     default="|",
@@ -90,12 +84,10 @@ from easlurm.units import si_prefix
     is_flag=True,
     help="No unit conversion (sacct --noconvert): energy in J, power in W, EDP in J*s.",
 )
-@click.option("-n", "--noheader", is_flag=True, help="No header line (sacct -n).")
-@click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help="One JSON document: numbers in the unit their key names (elapsed_s, total_energy_j), full records.",
+@output_options(
+    format_help="Comma list of columns: any sacct field and the energy columns; NAME%N sets a width as sacct "
+    "(N > 0 right-aligned, N < 0 left-aligned, longer values cut with '+').",
+    json_help="One JSON document: numbers in the unit their key names (elapsed_s, total_energy_j), full records.",
 )
 @click.option(
     "--spool",
@@ -112,8 +104,8 @@ def sacct_cmd(
     ctx: click.Context,
     fmt: str | None,
     detail: str | None,
+    trailing: bool,
     parsable: bool,
-    parsable2: bool,
     delimiter: str,
     noheader: bool,
     as_json: bool,
@@ -127,7 +119,7 @@ def sacct_cmd(
     if helpformat:
         _help_format(client)
         return
-    if as_json and (parsable or parsable2):
+    if as_json and (trailing or parsable):
         raise ConfigError("--json and -p/-P are exclusive")
     if not delimiter:
         raise ConfigError("--delimiter: must not be empty")
@@ -153,7 +145,7 @@ def sacct_cmd(
     if selection.get("units"):
         prefix = si_prefix(selection["units"])
     shown = [{c: format_cell(c, row_value(row, c), prefix) for c in columns} for row in rows]
-    delimited = parsable or parsable2
+    delimited = trailing or parsable
     if delimited:
         clashes = delimiter_clashes(columns, shown, delimiter)
         if clashes:
@@ -168,7 +160,7 @@ def sacct_cmd(
         parsable=delimited,
         header=not noheader,
         delimiter=delimiter,
-        trailing=parsable and not parsable2,
+        trailing=trailing and not parsable,
         widths=widths,
     )
     if text:

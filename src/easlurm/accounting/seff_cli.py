@@ -13,7 +13,7 @@ import click
 from easlurm.accounting.sacct_rows import build_rows
 from easlurm.accounting.seff import GpuLimits, build_card, card_document, parse_spec_quiet
 from easlurm.accounting.whatif import Placement, what_ifs
-from easlurm.cli import load_ctx_config
+from easlurm.cli import load_ctx_config, output_options
 from easlurm.energy.result import sum_known
 from easlurm.errors import ConfigError, EaslurmError
 from easlurm.slurm.gres import parse_gres
@@ -241,7 +241,7 @@ def compute_whatifs(
 @click.option(
     "--run", "run", type=int, default=None, help="Show this run of a requeued job (default: the last)."
 )
-@click.option("--json", "as_json", is_flag=True, help="One JSON document (SI units in key names).")
+@output_options(table=False, json_help="One JSON document (SI units in key names).")
 @click.option("--no-whatif", is_flag=True, help="Leave the oracle's what-if out.")
 @click.option("--devices", "per_device", is_flag=True, help="One row per device (default: per device kind).")
 @click.option(

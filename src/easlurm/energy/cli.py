@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from easlurm.cli import load_ctx_config
+from easlurm.cli import load_ctx_config, output_options
 from easlurm.energy.discovery import discover, parse_devices
 from easlurm.energy.profiler import EnergyProfiler
 from easlurm.errors import ConfigError, EaslurmError
@@ -100,7 +100,12 @@ def _emit(text: str, output: str | None) -> None:
 
 
 def show_sensors(
-    cfg: Any, gpus: Sequence[str] | None, parsable: bool, as_json: bool, output: str | None
+    cfg: Any,
+    gpus: Sequence[str] | None,
+    parsable: bool,
+    as_json: bool,
+    output: str | None,
+    header: bool = True,
 ) -> None:
     prof = cfg.section("profiler")
     found = discover(
@@ -126,7 +131,7 @@ def show_sensors(
         }
         for s in found.statuses
     ]
-    click.echo(render_table(SENSOR_COLUMNS, rows, parsable=parsable))
+    click.echo(render_table(SENSOR_COLUMNS, rows, parsable=parsable, header=header))
 
 
 class _Forwarder:
@@ -232,15 +237,7 @@ def run_profiled(
     "--mpi", is_flag=True, help="Run as one MPI rank (under mpirun/srun); rank 0 prints node totals."
 )
 @click.option("--list-sensors", is_flag=True, help="Show which sensors were found and why others were not.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of the table.")
-@click.option(
-    "-P",
-    "--parsable2",
-    "parsable",
-    is_flag=True,
-    help="Pipe-delimited, no padding, none after the last field (sacct -P).",
-)
-@click.option("-o", "--format", "fmt", default=None, help=f"Columns (from {','.join(COLUMNS)}).")
+@output_options(COLUMNS, json_help="Print one JSON document instead of the table.")
 @click.option("--no-sample-log", is_flag=True, help="Do not write power_samples.csv.")
 @click.option(
     "--output", default=None, type=click.Path(dir_okay=False), help="Summary file (default stderr)."
@@ -255,9 +252,10 @@ def profile_cmd(
     gpus: str | None,
     mpi: bool,
     list_sensors: bool,
-    as_json: bool,
-    parsable: bool,
     fmt: str | None,
+    parsable: bool,
+    noheader: bool,
+    as_json: bool,
     no_sample_log: bool,
     output: str | None,
     command: tuple[str, ...],
@@ -283,7 +281,7 @@ def profile_cmd(
     cfg = load_ctx_config(ctx, overrides, {"profiler.interval_s": "--interval"})
     gpu_list = gpus.split(",") if gpus else None
     if list_sensors:
-        show_sensors(cfg, gpu_list, parsable, as_json, output)
+        show_sensors(cfg, gpu_list, parsable, as_json, output, header=not noheader)
         return
     columns = select_columns(fmt, COLUMNS, DEFAULT_COLUMNS)
     cmd = resolve_command(command)
@@ -306,7 +304,7 @@ def profile_cmd(
     if mpi and cluster is None:
         result = None  # under MPI only rank 0 reports (its table covers every node)
     if result is not None:
-        _report(result, cluster, cmd, code, columns, parsable, as_json, output)
+        _report(result, cluster, cmd, code, columns, parsable, as_json, output, header=not noheader)
     if code:
         sys.exit(code)
 
@@ -320,6 +318,7 @@ def _report(
     parsable: bool,
     as_json: bool,
     output: str | None,
+    header: bool = True,
 ) -> None:
     """The run's energy to --output (default stderr, so the command's own stdout stays its own): one JSON
     document, or a summary line, the device table and, under MPI, the per-node table."""
@@ -334,7 +333,7 @@ def _report(
     head = f"easlurm profile: {' '.join(cmd)} exited {code} after {result.duration_s:.2f} s"
     if result.edp is not None:
         head += f", EDP {format_edp(result.edp)}"
-    text = [render_table(columns, device_rows(result), parsable=parsable)]
+    text = [render_table(columns, device_rows(result), parsable=parsable, header=header)]
     if parsable:  # -P prints tables only: the summary goes to stderr
         click.echo(head, err=True)
     else:
@@ -343,5 +342,5 @@ def _report(
         rows = [
             {k: (f"{v:.2f}" if isinstance(v, float) else v) for k, v in r.items()} for r in cluster.rows()
         ]
-        text.append(render_table(cluster.columns(), rows, parsable=parsable))
+        text.append(render_table(cluster.columns(), rows, parsable=parsable, header=header))
     _emit("\n".join(text), output)

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from easlurm.cli import load_ctx_config
+from easlurm.cli import load_ctx_config, output_options
 from easlurm.errors import ConfigError
 from easlurm.model.build import apply_oracle_config
 from easlurm.model.cli import HARDWARE_OPTION
@@ -77,7 +77,7 @@ def scheduler_env_dir(spool: str, env_dir: str | None, dry_run: bool) -> Path:
 @click.option("--only-names", type=str, default=None, help="Manage only jobs whose name starts with this.")
 @click.option("--nodes", "only_nodes", type=str, default=None, help="Schedule only these nodes (comma list).")
 @click.option("--once", is_flag=True, help="Run one cycle, print its decisions as a table, keep holds, exit.")
-@click.option("--json", "as_json", is_flag=True, help="With --once: print the cycle's report as JSON.")
+@output_options(table=False, json_help="With --once: print the cycle's report as JSON.")
 @click.option("--debug", is_flag=True, help="Echo every Slurm command and its output on stderr.")
 @HARDWARE_OPTION
 @click.pass_context
