@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from easlurm.accounting.spool import job_lock, spool_records
+from easlurm.accounting.spool import Spool, job_lock, spool_records
 from easlurm.accounting.step_record import StepRecord, decode_admin_comment, encode_admin_comment
 from easlurm.errors import EaslurmError, SlurmError
 from easlurm.slurm.client import SlurmClient
@@ -109,7 +109,7 @@ def spool_candidates(spool: Path, since_s: float | None, now_s: float) -> list[s
         if not name.isdigit():
             continue
         try:
-            mtime = os.stat(spool / name).st_mtime
+            mtime = os.stat(Spool(spool).job_dir(name)).st_mtime
         except OSError:
             continue
         if since_s is None or mtime >= now_s - since_s:
@@ -217,7 +217,7 @@ class Republisher:
 
     def _write(self, job_id: str, missing: list[str], forgotten: bool) -> JobResult:
         """Under the job lock: re-read (an agent may just have written), write, verify with sacct --json."""
-        with self.lock(self.spool / job_id, self.lock_timeout_s) as locked:
+        with self.lock(Spool(self.spool).job_dir(job_id), self.lock_timeout_s) as locked:
             if not locked:
                 return JobResult(job_id, Status.FAILED, missing=missing, detail="job lock busy; retry later")
             try:
