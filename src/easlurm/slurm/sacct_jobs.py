@@ -132,81 +132,50 @@ def _count(value: str) -> int | None:
     return int(value) if value else None
 
 
+class _Row:
+    """A `sacct -P` row read by lower-case field name; an unreadable field raises or is unknown (None)."""
+
+    def __init__(self, row: Mapping[str, str], strict: bool) -> None:
+        self.names = {k.lower(): k for k in row}
+        self.low = {k.lower(): v for k, v in row.items()}
+        self.strict = strict
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.low
+
+    def get(self, name: str) -> str | None:
+        """The field's text, stripped; None when the row has no such column."""
+        value = self.low.get(name)
+        return None if value is None else value.strip()
+
+    def read(self, name: str, fn: Callable[..., _T], *args: Any) -> _T | None:
+        """`fn(text, *args)`; a ValueError names the field as the row does (strict) or gives None."""
+        try:
+            return fn(self.get(name) or "", *args)
+        except ValueError as exc:
+            if self.strict:
+                raise SacctValueError(f"field {self.names.get(name, name)}: {exc}") from None
+            return None
+
+
 def job_of_row(row: Mapping[str, str], *, strict: bool = True, tz: tzinfo | None = None) -> SacctJob:
     """One `sacct -P` row (field name -> text, names in any case) as a SacctJob. Naive timestamps are read
     in `tz` (default the process's zone: see easlurm.slurm.times). `strict` raises SacctValueError on
     an unreadable field; otherwise that field is left unknown."""
-    names = {k.lower(): k for k in row}
-    low = {k.lower(): v for k, v in row.items()}
-
-    def get(name: str) -> str | None:
-        value = low.get(name)
-        return None if value is None else value.strip()
-
-    def read(name: str, fn: Callable[..., _T], *args: Any) -> _T | None:
-        try:
-            return fn(get(name) or "", *args)
-        except ValueError as exc:
-            if strict:
-                raise SacctValueError(f"field {names.get(name, name)}: {exc}") from None
-            return None
-
-    raw_id = get("jobidraw") or get("jobid") or ""
-    m = JOBID.match(raw_id)
-    if m is None:
-        raise SacctValueError(
-            f"field {names.get('jobidraw', names.get('jobid', 'JobID'))}: cannot parse {raw_id!r}"
-        )
-    # JobIDRaw is the record's own id; JobID names its array (`123_4`) or het job (`123+1`)
-    display = JOBID.match(get("jobid") or "") or m
+    r = _Row(row, strict)
+    m, display = _row_ids(r)
     base, task, het = display.group("base"), display.group("task"), display.group("het")
-    submit_s = read("submit", parse_timestamp_s, tz)
-    start_s = read("start", parse_timestamp_s, tz)
-    end_s = read("end", parse_timestamp_s, tz)
-    if get("elapsedraw"):
-        elapsed = read("elapsedraw", float)
-    else:
-        elapsed = read("elapsed", parse_elapsed_s)
-    if "timelimitraw" in low:
-        limit = read("timelimitraw", parse_timelimit_s, True)
-    else:
-        limit = read("timelimit", parse_timelimit_s)
-    alloc = read("alloctres", parse_tres) or {}
-    n_gpus, gpu_type = gpus_from_tres(alloc)
-    req: dict[str, float] = {}
-    if get("reqtres"):
-        if n_gpus:
-            try:  # the request is read only where it names the GPUs, so only then is it an error
-                req = parse_tres(get("reqtres"))
-            except ValueError:
-                req = {}
-        else:
-            req = read("reqtres", parse_tres) or {}
-            n_gpus, gpu_type = gpus_from_tres(req)
-    for col in _GRES_COLUMNS:
-        if n_gpus:
-            break
-        if get(col):
-            n_gpus, gpu_type = read(col, gpus_of_gres, True) or (0, None)
-    state_word, _, by = (get("state") or "").partition(" by ")
+    submit_s = r.read("submit", parse_timestamp_s, tz)
+    start_s = r.read("start", parse_timestamp_s, tz)
+    end_s = r.read("end", parse_timestamp_s, tz)
+    elapsed, limit = _row_durations(r)
+    alloc, req, n_gpus, gpu_type = _row_gpus(r)
+    state_word, _, by = (r.get("state") or "").partition(" by ")
     state = state_word.strip().upper().rstrip("+") or None
-    exit_code = None
-    code = (get("exitcode") or "").split(":")[0]
-    if code:
-        if code.lstrip("-").isdigit():
-            exit_code = int(code)
-        elif strict:
-            raise SacctValueError(
-                f"field {names.get('exitcode', 'ExitCode')}: cannot parse {get('exitcode')!r}"
-            )
-    n_cpus = read("ncpus", _count) if "ncpus" in low else None
-    if n_cpus is None and "alloccpus" in low:
-        n_cpus = read("alloccpus", _count)
-    allocated = None
-    if "nodelist" in low:
-        allocated = (get("nodelist") or "").lower() not in {"none assigned", "(null)"}
-    elif "alloctres" in low and not get("alloctres") and state == "CANCELLED":
-        allocated = False
+    exit_code = _row_exit_code(r)
+    n_cpus = r.read("ncpus", _count) if "ncpus" in r else None
+    if n_cpus is None and "alloccpus" in r:
+        n_cpus = r.read("alloccpus", _count)
     return SacctJob(
         job_id=m.group("base"),
         step=m.group("step"),
@@ -215,11 +184,11 @@ def job_of_row(row: Mapping[str, str], *, strict: bool = True, tz: tzinfo | None
         array_tasks=task if task is not None and task.startswith("[") else None,
         het_job_id=base if het is not None else None,
         het_offset=int(het) if het is not None else None,
-        name=get("jobname") or None,
-        user=get("user") or get("uid") or None,
-        account=get("account") or None,
-        partition=get("partition") or None,
-        qos=get("qos") or None,
+        name=r.get("jobname") or None,
+        user=r.get("user") or r.get("uid") or None,
+        account=r.get("account") or None,
+        partition=r.get("partition") or None,
+        qos=r.get("qos") or None,
         state=state,
         cancelled_by=by.strip() or None,
         exit_code=exit_code,
@@ -228,17 +197,89 @@ def job_of_row(row: Mapping[str, str], *, strict: bool = True, tz: tzinfo | None
         end_s=end_s,
         elapsed_s=elapsed,
         timelimit_s=limit,
-        n_nodes=read("nnodes", _count),
+        n_nodes=r.read("nnodes", _count),
         n_cpus=n_cpus,
-        nodelist=get("nodelist"),
-        allocated=allocated,
+        nodelist=r.get("nodelist"),
+        allocated=_row_allocated(r, state),
         alloc_tres=alloc,
         req_tres=req,
         n_gpus=n_gpus,
         gpu_type=gpu_type,
-        comment=get("comment") or None,
-        admin_comment=get("admincomment") or None,
+        comment=r.get("comment") or None,
+        admin_comment=r.get("admincomment") or None,
     )
+
+
+def _row_ids(r: _Row) -> tuple[re.Match[str], re.Match[str]]:
+    """(the record's own id, the id that names its array or het job): JobIDRaw is the record's own id;
+    JobID names its array (`123_4`) or het job (`123+1`). An unreadable id raises even when tolerant."""
+    raw_id = r.get("jobidraw") or r.get("jobid") or ""
+    m = JOBID.match(raw_id)
+    if m is None:
+        raise SacctValueError(
+            f"field {r.names.get('jobidraw', r.names.get('jobid', 'JobID'))}: cannot parse {raw_id!r}"
+        )
+    return m, JOBID.match(r.get("jobid") or "") or m
+
+
+def _row_durations(r: _Row) -> tuple[float | None, float | None]:
+    """(elapsed, time limit) in seconds, from the raw columns where the row has them."""
+    if r.get("elapsedraw"):
+        elapsed = r.read("elapsedraw", float)
+    else:
+        elapsed = r.read("elapsed", parse_elapsed_s)
+    if "timelimitraw" in r:
+        limit = r.read("timelimitraw", parse_timelimit_s, True)
+    else:
+        limit = r.read("timelimit", parse_timelimit_s)
+    return elapsed, limit
+
+
+def _row_gpus(r: _Row) -> tuple[dict[str, float], dict[str, float], int, str | None]:
+    """(AllocTRES, ReqTRES, GPUs, GPU type): the allocation's GPUs, else the request's, else those of an
+    old dump's GRES columns."""
+    alloc = r.read("alloctres", parse_tres) or {}
+    n_gpus, gpu_type = gpus_from_tres(alloc)
+    req: dict[str, float] = {}
+    if r.get("reqtres"):
+        if n_gpus:
+            try:  # the request is read only where it names the GPUs, so only then is it an error
+                req = parse_tres(r.get("reqtres"))
+            except ValueError:
+                req = {}
+        else:
+            req = r.read("reqtres", parse_tres) or {}
+            n_gpus, gpu_type = gpus_from_tres(req)
+    for col in _GRES_COLUMNS:
+        if n_gpus:
+            break
+        if r.get(col):
+            n_gpus, gpu_type = r.read(col, gpus_of_gres, True) or (0, None)
+    return alloc, req, n_gpus, gpu_type
+
+
+def _row_exit_code(r: _Row) -> int | None:
+    """The job's return code (ExitCode `2:0` -> 2)."""
+    code = (r.get("exitcode") or "").split(":")[0]
+    if not code:
+        return None
+    if code.lstrip("-").isdigit():
+        return int(code)
+    if r.strict:
+        raise SacctValueError(
+            f"field {r.names.get('exitcode', 'ExitCode')}: cannot parse {r.get('exitcode')!r}"
+        )
+    return None
+
+
+def _row_allocated(r: _Row, state: str | None) -> bool | None:
+    """False when sacct says no node was assigned: NodeList `None assigned`, or a cancelled job's empty
+    AllocTRES where the row has no NodeList; None when it does not say."""
+    if "nodelist" in r:
+        return (r.get("nodelist") or "").lower() not in {"none assigned", "(null)"}
+    if "alloctres" in r and not r.get("alloctres") and state == "CANCELLED":
+        return False
+    return None
 
 
 def json_tres(entries: Any) -> dict[str, float]:
