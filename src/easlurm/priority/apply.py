@@ -184,8 +184,25 @@ def plan(
     Order: the decision's starts first (in its order), then the policy's `ranking` of the other
     declared jobs, down to `top_k` jobs (a bound on scontrol updates per cycle); others get 0.
     Holds: at most `max_holds` updates per cycle, the policy's holds and best-ranked jobs first."""
-    actions: list[Action] = []
-    for job_id in decision.preempt:
+    actions = _requeues(decision.preempt, ctx)
+    feasible, places = feasible_starts(decision, snapshot, ctx)
+    decision = Decision(starts=tuple(feasible), preempt=decision.preempt, hold=decision.hold)
+    actions += _placements(decision.starts, places)
+    actions += [_env(start) for start in decision.starts]
+    started = {s.job_id for s in decision.starts}
+    to_hold, spent = _to_hold(decision, snapshot, ctx, started)
+    actions += _releases(ctx, to_hold, spent)
+    queue = [s.job_id for s in decision.starts]
+    queue += [j for j in ranking if j not in started and j not in to_hold][: max(top_k - len(queue), 0)]
+    actions += _orders(queue, started, ctx)
+    actions += _holds(to_hold, decision.hold, ranking, ctx, max_holds)
+    return actions
+
+
+def _requeues(preempt: Sequence[str], ctx: PlanContext) -> list[Action]:
+    """Requeue the decision's victims that Slurm may requeue and the daemon may preempt now (logged when not)."""
+    actions = []
+    for job_id in preempt:
         job = ctx.jobs.get(job_id)
         if job is None or not job.running or job_id not in ctx.declared or not job.requeue:
             log.info("not preempting job %s: not a running, declared, requeueable job", job_id)
@@ -197,9 +214,13 @@ def plan(
             log.info("not preempting job %s: it was %s", job_id, IDLE_TTL_RELEASE)
             continue
         actions.append(Action(Kind.REQUEUE, job_id, reason="preempted"))
-    feasible, places = feasible_starts(decision, snapshot, ctx)
-    decision = Decision(starts=tuple(feasible), preempt=decision.preempt, hold=decision.hold)
-    for start in decision.starts:
+    return actions
+
+
+def _placements(starts: Sequence[StartJob], places: Mapping[str, Placement]) -> list[Action]:
+    """The placement updates of the starts whose request differs from the chosen one, with why."""
+    actions = []
+    for start in starts:
         place = places.get(start.job_id)
         if place:
             why = f"{start.n_gpus}x{start.gpu_type}"
@@ -208,13 +229,22 @@ def plan(
             if start.colocate_with is not None:
                 why += f" beside {start.colocate_with}"
             actions.append(Action(Kind.PLACE, start.job_id, place, why))
-    for start in decision.starts:
-        env = {"EASLURM_BATCH_SIZE": str(start.batch), "EASLURM_GPUS": str(start.n_gpus)}
-        env["EASLURM_GPU_TYPE"] = start.gpu_type
-        if start.power_limit_w is not None:
-            env["EASLURM_POWER_LIMIT_W"] = f"{start.power_limit_w:g}"
-        actions.append(Action(Kind.ENV, start.job_id, env, "placement"))
-    started = {s.job_id for s in decision.starts}
+    return actions
+
+
+def _env(start: StartJob) -> Action:
+    """The EASLURM_* hints the SPANK plugin hands a started job's tasks."""
+    env = {"EASLURM_BATCH_SIZE": str(start.batch), "EASLURM_GPUS": str(start.n_gpus)}
+    env["EASLURM_GPU_TYPE"] = start.gpu_type
+    if start.power_limit_w is not None:
+        env["EASLURM_POWER_LIMIT_W"] = f"{start.power_limit_w:g}"
+    return Action(Kind.ENV, start.job_id, env, "placement")
+
+
+def _to_hold(
+    decision: Decision, snapshot: ClusterSnapshot, ctx: PlanContext, started: set[str]
+) -> tuple[set[str], set[str]]:
+    """(jobs to hold, jobs released instead because they were held a full TTL on an idle cluster)."""
     to_hold = set(decision.hold)
     if ctx.gate_all:
         to_hold |= {p.job_id for p in snapshot.pending if p.job_id not in started}
@@ -233,16 +263,25 @@ def plan(
         for j in to_hold
         if idle and j in ctx.jobs and holds.held_a_full_ttl(ctx.jobs[j], ctx.now_s, ctx.hold_ttl_s)
     }
-    to_hold -= spent
+    return to_hold - spent, spent
+
+
+def _releases(ctx: PlanContext, to_hold: set[str], spent: set[str]) -> list[Action]:
+    """Release the daemon's holds on its declared pending jobs that are no longer to be held."""
+    actions = []
     for job in ctx.jobs.values():
         if not job.pending or holds.mark_of(job) is None or job.job_id not in ctx.declared:
             continue  # out of this daemon's scope: its TTL, or the daemon that owns it, releases it
         if job.job_id not in to_hold:
             why = IDLE_TTL_RELEASE if job.job_id in spent else "headroom"
             actions.append(Action(Kind.RELEASE, job.job_id, holds.release_fields(job, ctx.now_s), why))
-    queue = [s.job_id for s in decision.starts]
-    queue += [j for j in ranking if j not in started and j not in to_hold][: max(top_k - len(queue), 0)]
-    ranked = set(queue)
+    return actions
+
+
+def _orders(queue: list[str], started: set[str], ctx: PlanContext) -> list[Action]:
+    """SiteFactors that put the queue's pending jobs in its order, and 0 for the declared jobs out of it
+    that still carry one; a factor Slurm already has is not set again."""
+    actions = []
     for i, job_id in enumerate(queue):
         job = ctx.jobs.get(job_id)
         if job is None or not job.pending:
@@ -251,26 +290,32 @@ def plan(
         if ctx.site_factors.get(job_id, (0, -1))[1] != factor:
             why = "start now" if job_id in started else "queue order"
             actions.append(Action(Kind.ORDER, job_id, Order(factor), f"{why}, rank {i + 1}"))
-    for job_id in sorted(ctx.declared - ranked):
+    for job_id in sorted(ctx.declared - set(queue)):
         job = ctx.jobs.get(job_id)
         current = ctx.site_factors.get(job_id)
         if job is not None and job.pending and current is not None and current[1] != 0:
             actions.append(Action(Kind.ORDER, job_id, Order(0), "not ranked"))
-    # the policy's own holds first, then the queue in its order: with a bounded number of updates per
-    # cycle, the jobs Slurm would start first are held first
-    rank = {j: i for i, j in enumerate([*decision.hold, *ranking])}
-    n_holds = 0
-    by_policy = set(decision.hold)
+    return actions
+
+
+def _holds(
+    to_hold: set[str], by_policy: Sequence[str], ranking: Sequence[str], ctx: PlanContext, max_holds: int
+) -> list[Action]:
+    """New or refreshed holds, at most `max_holds`, saying why: the policy's own holds first, then the
+    queue in its order, so that with a bounded number of updates the jobs Slurm would start first are
+    held first."""
+    rank = {j: i for i, j in enumerate([*by_policy, *ranking])}
+    policy = set(by_policy)
+    actions: list[Action] = []
     for job_id in sorted(to_hold, key=lambda j: (rank.get(j, len(rank)), j)):
         job = ctx.jobs.get(job_id)
         if job is None or not holds.can_hold(job, ctx.now_s, ctx.hold_ttl_s):
             continue
         if holds.mark_of(job) is None or holds.needs_refresh(job, ctx.now_s, ctx.hold_ttl_s):
-            if n_holds >= max_holds:
+            if len(actions) >= max_holds:
                 log.info("hold updates capped at %d this cycle; the rest follow next cycles", max_holds)
                 break
-            n_holds += 1
-            if job_id in by_policy:
+            if job_id in policy:
                 why = holds.WHY_POLICY
             elif holds.user_deferred(job, ctx.now_s, ctx.hold_ttl_s):
                 why = holds.WHY_BEGIN
