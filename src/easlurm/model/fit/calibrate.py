@@ -377,35 +377,12 @@ def calibrate(
     base = base or OracleParams()
     catalogue = catalogue or load_catalogue()
     free = list(free) if free is not None else default_free(rows, catalogue)
-    for name in free:
-        group, _, op = name.partition(".")
-        if (
-            name not in PARAM_SPECS
-            and not is_arch_factor(name)
-            and not (group and op in ("gemm", "conv", "alu", "mem"))
-        ):
-            raise ModelError(
-                f"unknown parameter {name!r} to calibrate (known: {', '.join(PARAM_SPECS)}, "
-                "<architecture>.<parameter>, <family|precision>.<gemm|conv|alu|mem>)"
-            )
+    _check_free(free)
     archs = tuple(dict.fromkeys([*base.architectures, *architectures_of(rows, catalogue)]))
     base = base.replace([], [], architectures=archs)
     if "t_input_step_s" in free:
         base = base.replace(["t_input_step_s"], [input_step_start(rows, base)])
-    prob = _Problem(rows, base, free, catalogue)
-    t0, _ = prob.predict(np.zeros((len(free), 1)) + prob.encode(base).reshape(-1, 1))
-    bad = [i for i in range(len(rows)) if not np.isfinite(t0[0, i])]
-    if bad and (not skip_infeasible or len(bad) == len(rows)):
-        m = rows[bad[0]]
-        raise ModelError(
-            f"measurement {bad[0] + 1} ({m.model} x{m.n_gpus} {m.gpu}) is infeasible in the model"
-        )
-    if bad:
-        log.warning(
-            "%d of %d measurements are infeasible in the model (out of memory): left out", len(bad), len(rows)
-        )
-        rows = [m for i, m in enumerate(rows) if i not in set(bad)]
-        prob = _Problem(rows, base, free, catalogue)
+    rows, prob = _feasible_problem(rows, base, free, catalogue, skip_infeasible)
     start = time.perf_counter()
     if not free:
         fitted = fit_memory(base, rows, catalogue)
@@ -421,22 +398,7 @@ def calibrate(
     by_arch = {a: names for a, names in by_arch.items() if names}
     nfev = 0
     if shared and by_arch:
-        # staged: the shared physics first (factors at their priors), then each architecture's factors on
-        # its own rows (they touch no other row), then one joint polish from there
-        first = _Problem(rows, base, shared, catalogue)
-        x1 = _evolve(first, seed, cb, **de_kw)
-        staged = base.replace(shared, [float(v) for v in first.decode(x1.reshape(-1, 1))[:, 0]])
-        nfev += first.nfev
-        arch_of = {m.gpu: catalogue.get(m.gpu).architecture for m in rows}
-        for number, (arch, names) in enumerate(by_arch.items()):
-            mine = [m for m in rows if arch_of[m.gpu] == arch]
-            if not mine:
-                continue
-            sub = _Problem(mine, staged, names, catalogue)
-            xa = _evolve(sub, seed + 1 + number, None, **de_kw)
-            staged = staged.replace(names, [float(v) for v in sub.decode(xa.reshape(-1, 1))[:, 0]])
-            nfev += sub.nfev
-        x = prob.encode(staged)
+        x, nfev = _staged_search(prob, rows, base, shared, by_arch, catalogue, seed, cb, de_kw)
         de_fun = float(prob.losses(x.reshape(-1, 1))[0])
     else:
         x = _evolve(prob, seed, cb, **de_kw)
@@ -451,6 +413,77 @@ def calibrate(
     fit = score(params, rows, catalogue)
     log.info("calibrated %d parameters on %d rows: loss %.3f in %.1f s", len(free), len(rows), fit.loss, wall)
     return CalibrationResult(params, fit, tuple(free), prob.nfev + nfev, wall)
+
+
+def _check_free(free: Sequence[str]) -> None:
+    """Refuse a free parameter name the oracle does not know, before any work."""
+    for name in free:
+        group, _, op = name.partition(".")
+        if (
+            name not in PARAM_SPECS
+            and not is_arch_factor(name)
+            and not (group and op in ("gemm", "conv", "alu", "mem"))
+        ):
+            raise ModelError(
+                f"unknown parameter {name!r} to calibrate (known: {', '.join(PARAM_SPECS)}, "
+                "<architecture>.<parameter>, <family|precision>.<gemm|conv|alu|mem>)"
+            )
+
+
+def _feasible_problem(
+    rows: Sequence[Measurement],
+    base: OracleParams,
+    free: list[str],
+    catalogue: Catalogue,
+    skip_infeasible: bool,
+) -> tuple[Sequence[Measurement], _Problem]:
+    """The rows to fit and their problem: a row infeasible at the start (out of memory) is an error, or with
+    `skip_infeasible` left out with a warning (all of them infeasible is still an error)."""
+    prob = _Problem(rows, base, free, catalogue)
+    t0, _ = prob.predict(np.zeros((len(free), 1)) + prob.encode(base).reshape(-1, 1))
+    bad = [i for i in range(len(rows)) if not np.isfinite(t0[0, i])]
+    if bad and (not skip_infeasible or len(bad) == len(rows)):
+        m = rows[bad[0]]
+        raise ModelError(
+            f"measurement {bad[0] + 1} ({m.model} x{m.n_gpus} {m.gpu}) is infeasible in the model"
+        )
+    if bad:
+        log.warning(
+            "%d of %d measurements are infeasible in the model (out of memory): left out", len(bad), len(rows)
+        )
+        rows = [m for i, m in enumerate(rows) if i not in set(bad)]
+        prob = _Problem(rows, base, free, catalogue)
+    return rows, prob
+
+
+def _staged_search(
+    prob: _Problem,
+    rows: Sequence[Measurement],
+    base: OracleParams,
+    shared: list[str],
+    by_arch: dict[str, list[str]],
+    catalogue: Catalogue,
+    seed: int,
+    cb: Callable[[object], None],
+    de_kw: dict[str, Any],
+) -> tuple[np.ndarray, int]:
+    """(encoded start of the joint polish, evaluations spent): the shared physics first (factors at their
+    priors), then each architecture's factors on its own rows (they touch no other row)."""
+    nfev = 0
+    first = _Problem(rows, base, shared, catalogue)
+    x1 = _evolve(first, seed, cb, **de_kw)
+    staged = base.replace(shared, [float(v) for v in first.decode(x1.reshape(-1, 1))[:, 0]])
+    nfev += first.nfev
+    arch_of = {m.gpu: catalogue.get(m.gpu).architecture for m in rows}
+    for number, (arch, names) in enumerate(by_arch.items()):
+        mine = [m for m in rows if arch_of[m.gpu] == arch]
+        if not mine:
+            continue
+        sub = _Problem(mine, staged, names, catalogue)
+        xa = _evolve(sub, seed + 1 + number, None, **de_kw)
+        staged = staged.replace(names, [float(v) for v in sub.decode(xa.reshape(-1, 1))[:, 0]])
+        nfev += sub.nfev
+    return prob.encode(staged), nfev
 
 
 def input_step_start(rows: Sequence[Measurement], base: OracleParams) -> float:
