@@ -48,7 +48,6 @@ def test_no_module_loop(house: ModuleType) -> None:
     assert house.module_loops(house.all_imports()) == []
 
 
-@pytest.mark.xfail(reason="imports inside functions are being hoisted or given reasons", strict=True)
 def test_every_import_inside_a_function_says_why(house: ModuleType) -> None:
     silent = [
         f"{i.module}:{i.line} -> {i.target}"
