@@ -10,6 +10,9 @@ from typing import Any
 
 from easlurm.docfigs.figures import DocFigures, Runs, campaign_source, ci, p_text, table
 from easlurm.docfigs.limits import ALIBABA, CONVERTER, PHILLY, PHILLY_CONVERTER, convert_excerpt
+from easlurm.priority.packing import DEFAULT_MAX_SLOWDOWN
+from easlurm.sim.campaign_run import row_of
+from easlurm.sim.replay import BASELINE_LABEL, ReplayRequest, replay
 from easlurm.sim.site_baselines import (
     ENERGY,
     JCT,
@@ -20,6 +23,7 @@ from easlurm.sim.site_baselines import (
     cap_of,
     paired_ratio,
 )
+from easlurm.units import format_duration
 
 PLAN = "campaigns/baselines.yaml"
 DLRM = "tests/fixtures/traces/public/alibaba_gpu_v2025_dlrm_hn_first48h.csv"
@@ -45,9 +49,6 @@ class BaselinesData:
 
 def baselines_source(root: Path, work_dir: Path, jobs: int) -> BaselinesData:
     """Run the plan; convert the Alibaba and Philly excerpts and replay them with the site baselines."""
-    from easlurm.sim.campaign_run import row_of
-    from easlurm.sim.replay import ReplayRequest, replay
-
     runs = campaign_source(PLAN)(root, work_dir / "campaign", jobs)
     work_dir.mkdir(parents=True, exist_ok=True)
     out = []
@@ -192,8 +193,6 @@ def _flat_slack(runs: Runs) -> float:
 
 def jct_slack(runs: Runs) -> dict[str, str]:
     """Zeus's trade-off of energy per job against mean JCT over its slowdown bound, against `slurm`."""
-    from easlurm.priority.packing import DEFAULT_MAX_SLOWDOWN
-
     rows = []
     for slack, lab in _slacks(runs):
         rows.append(
@@ -244,9 +243,6 @@ def _util(runs: Runs, label: str) -> str:
 
 
 def real_traces(data: BaselinesData) -> dict[str, str]:
-    from easlurm.sim.replay import BASELINE_LABEL
-    from easlurm.units import format_duration
-
     rows, sentences = [], []
     for name, res, runs in data.replays:
         exp = "replay"

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from easlurm.docfigs.figures import regenerate
+from easlurm.docfigs.renderers import DOCS
 from easlurm.errors import EaslurmError
 
 
@@ -31,9 +33,6 @@ from easlurm.errors import EaslurmError
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True)
 def doc_figures_cmd(names: tuple[str, ...], check: bool, root: str, out_dir: str | None, jobs: int) -> None:
     """Regenerate the figures of NAMES (default: all) between their doc's markers."""
-    from easlurm.docfigs.figures import regenerate
-    from easlurm.docfigs.renderers import DOCS
-
     unknown = [n for n in names if n not in DOCS]
     if unknown:
         raise click.UsageError(f"unknown doc {', '.join(unknown)} (known: {', '.join(DOCS)})")

@@ -7,7 +7,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from easlurm.config import load_config
 from easlurm.docfigs.figures import DocFigures, table
+from easlurm.model.build import oracle_params, params_setting
+from easlurm.model.fit.calibrate import calibrate, comm_free
+from easlurm.model.fit.dataset import read_measurements
+from easlurm.model.fit.scaling import scaling_rows, speedups
+from easlurm.model.oracle import Oracle, Placements
+from easlurm.model.zoo import get_workload
+from easlurm.priority.policies import get_policy
+from easlurm.sim.cluster import ClusterSpec
+from easlurm.sim.job import JobSpec
+from easlurm.sim.runner import simulate
 
 DATA = "data/oracle/published_resnet50_dle.csv"
 #: public rows inside one node the communication terms are fitted to (`easlurm model calibrate --scaling`)
@@ -43,14 +54,6 @@ class CommFigures:
 
 
 def comm_source(root: Path, work_dir: Path, jobs: int) -> CommFigures:
-    from easlurm.config import load_config
-    from easlurm.model.build import oracle_params, params_setting
-    from easlurm.model.fit.calibrate import calibrate, comm_free
-    from easlurm.model.fit.dataset import read_measurements
-    from easlurm.model.fit.scaling import scaling_rows, speedups
-    from easlurm.model.oracle import Oracle, Placements
-    from easlurm.model.zoo import get_workload
-
     params = oracle_params(params_setting(load_config()))
     oracle = Oracle(params)
     w = get_workload("bert-large", precision="bf16")
@@ -102,10 +105,6 @@ def comm_source(root: Path, work_dir: Path, jobs: int) -> CommFigures:
 def _fragmented() -> list[tuple[str, str, float, int, float, float]]:
     """Two rigid 6-GPU ResNet-50 jobs take one node each, leaving 2 + 2 GPUs; a rigid 4-GPU job arrives at
     10 s. A time policy starts it spread at once; an energy policy waits for a node when spreading costs."""
-    from easlurm.priority.policies import get_policy
-    from easlurm.sim.cluster import ClusterSpec
-    from easlurm.sim.job import JobSpec
-    from easlurm.sim.runner import simulate
 
     def job(job_id: str, model: str, gpus: int, batch: int, steps: int, submit_s: float) -> JobSpec:
         precision = "fp32" if model == "resnet50" else "bf16"

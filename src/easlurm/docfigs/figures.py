@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 
 from easlurm.errors import ConfigError
+from easlurm.sim.campaign import load_plan
+from easlurm.sim.campaign_run import load_records, row_of, run_campaign
 from easlurm.stats import MetricSummary, pairwise_mann_whitney, summarize
 
 log = logging.getLogger(__name__)
@@ -176,9 +178,6 @@ def campaign_source(plan_path: str) -> Source:
     """Run a campaign plan (finished runs in the work folder are reused) and hand over its runs."""
 
     def run(root: Path, work_dir: Path, jobs: int) -> Runs:
-        from easlurm.sim.campaign import load_plan
-        from easlurm.sim.campaign_run import load_records, row_of, run_campaign
-
         outcome = run_campaign(load_plan(root / plan_path), work_dir, jobs=jobs, write_results=False)
         if outcome.failed:
             raise ConfigError(f"{plan_path}: {len(outcome.failed)} run(s) failed")

@@ -6,7 +6,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from easlurm.config import load_config
 from easlurm.docfigs.figures import DocFigures, table
+from easlurm.model.build import oracle_params, params_setting
+from easlurm.model.fit.baseline import baseline_fitter
+from easlurm.model.fit.dataset import read_measurements
+from easlurm.model.fit.evaluate import (
+    calibrating_oracle,
+    evaluate_method,
+    fixed_oracle,
+    make_splits,
+    parse_cv,
+)
+from easlurm.model.params import OracleParams
 
 DATA = "data/oracle/h100_sxm_training_steps.csv"
 SCHEMES = ("none", "leave-one-model-out", "kfold:5")
@@ -25,19 +37,6 @@ class Evaluation:
 
 
 def evaluate_source(root: Path, work_dir: Path, jobs: int) -> Evaluation:
-    from easlurm.config import load_config
-    from easlurm.model.build import oracle_params, params_setting
-    from easlurm.model.fit.baseline import baseline_fitter
-    from easlurm.model.fit.dataset import read_measurements
-    from easlurm.model.fit.evaluate import (
-        calibrating_oracle,
-        evaluate_method,
-        fixed_oracle,
-        make_splits,
-        parse_cv,
-    )
-    from easlurm.model.params import OracleParams
-
     rows = read_measurements(root / DATA)
     shipped = oracle_params(params_setting(load_config()))
     oracle, forest = {}, {}

@@ -6,7 +6,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from easlurm.config import load_config
 from easlurm.docfigs.figures import DocFigures, table
+from easlurm.model.build import oracle_params, params_setting
+from easlurm.model.fit.dataset import read_measurements
+from easlurm.model.fit.evaluate import (
+    calibrating_oracle,
+    evaluate_method,
+    fixed_oracle,
+    gpu_type,
+    make_splits,
+    parse_cv,
+)
+from easlurm.model.fit.limits import limit_choices, summarise_limits
+from easlurm.model.hardware import load_catalogue
+from easlurm.model.params import OracleParams
 
 #: the measurements the shipped parameters are fitted to, in the order `easlurm model evaluate` reads them
 DATA = (
@@ -33,21 +47,6 @@ class GpuEvaluation:
 
 
 def gpu_source(root: Path, work_dir: Path, jobs: int) -> GpuEvaluation:
-    from easlurm.config import load_config
-    from easlurm.model.build import oracle_params, params_setting
-    from easlurm.model.fit.dataset import read_measurements
-    from easlurm.model.fit.evaluate import (
-        calibrating_oracle,
-        evaluate_method,
-        fixed_oracle,
-        gpu_type,
-        make_splits,
-        parse_cv,
-    )
-    from easlurm.model.fit.limits import limit_choices, summarise_limits
-    from easlurm.model.hardware import load_catalogue
-    from easlurm.model.params import OracleParams
-
     rows = [m for path in DATA for m in read_measurements(root / path)]
     shipped = oracle_params(params_setting(load_config()))
     cat = load_catalogue()

@@ -18,6 +18,9 @@ from easlurm.docfigs.figures import (
 from easlurm.docfigs.limits import FIGURES as LIMITS_FIGURES
 from easlurm.docfigs.oracle import FIGURES as ORACLE_FIGURES
 from easlurm.docfigs.oracle_gpus import FIGURES as ORACLE_GPU_FIGURES
+from easlurm.measure.pairs import predict_pair
+from easlurm.model.oracle import Oracle
+from easlurm.sim.scenarios import get_scenario
 from easlurm.units import format_energy
 
 BUDGET_EXP = "budget-4500W"
@@ -231,9 +234,6 @@ def _coloc_pairs(gpu: str = "h100-sxm") -> str:
     """What `easlurm model corun FIRST SECOND --gpu h100-sxm` says of each example pair (shipped parameters):
     the energy per unit of work against running the two one after the other is the pair's power over the
     alone powers weighted by the speeds (the same work done in the same time alone)."""
-    from easlurm.measure.pairs import predict_pair
-    from easlurm.model.oracle import Oracle
-
     oracle = Oracle()
     rows = []
     for first, second, sharing in COLOC_PAIRS:
@@ -322,7 +322,6 @@ def _coloc_where(runs: Runs) -> str:
     e = "small-jobs"
     m = lambda lab, k: runs.mean(e, lab, k)  # noqa: E731
     busy_j = {lab: m(lab, "busy_energy_j") / m(lab, "completed_jobs") for lab in ("zeus", "zeus-share")}
-    from easlurm.sim.scenarios import get_scenario
 
     spec = next(r["spec"] for r in runs.records if r["experiment"] == e)
     load = spec["load_jobs_per_h"] or get_scenario(spec["scenario"]).load_jobs_per_h

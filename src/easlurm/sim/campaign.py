@@ -10,6 +10,8 @@ from typing import Any
 
 from easlurm.config import check_setting, read_yaml_file
 from easlurm.errors import ConfigError
+from easlurm.model.node_power import PowerSaving
+from easlurm.sim.site_baselines import DEFAULT_POWER_SAVING, STATIC_CAPS, baseline_runs
 from easlurm.sim.spec import SimSpec
 from easlurm.units import MAX_INT, parse_duration_s, parse_power_w
 
@@ -258,8 +260,6 @@ def _parse_experiment(raw: Mapping[str, Any], source: str, where: str, base_dir:
 def _parse_power_saving(value: Any, where: str) -> tuple[tuple[str, Any], ...]:
     """A plan's `power_saving:` mapping, checked now (a bad value fails the plan, not run 37);
     `none` or `{suspend_time_s: none}` turns the cluster's own off."""
-    from easlurm.model.node_power import PowerSaving
-
     if value is None:
         return ()
     if isinstance(value, str) and value.strip().lower() in ("none", "off"):
@@ -317,8 +317,6 @@ def _baseline_entries(value: Any, where: str, labels: set[str]) -> tuple[PolicyE
     """The runs `baselines:` adds (sim/site_baselines.py): `true` gives `slurm`, `static-cap-50` ...
     `static-cap-90` and `slurm+power-saving`; a mapping may set `static_caps` (percent of TDP) and
     `power_saving` (of the last run); a label the plan already names is left as the plan gives it."""
-    from easlurm.sim.site_baselines import DEFAULT_POWER_SAVING, STATIC_CAPS, baseline_runs
-
     if value is None or value is False:
         return ()
     caps: Any = STATIC_CAPS
@@ -411,8 +409,8 @@ def parse_index_list(text: str) -> list[int]:
 def check_names(plan: CampaignPlan) -> None:
     """Refuse unknown policy and scenario names before any run starts (skipped where the simulator is absent)."""
     try:
-        from easlurm.priority.policies import POLICY_NAMES, known_policy
-        from easlurm.sim.scenarios import SCENARIOS
+        from easlurm.priority.policies import POLICY_NAMES, known_policy  # here: guarded, see except
+        from easlurm.sim.scenarios import SCENARIOS  # here: guarded, see except
     except ImportError:
         return
     for i, exp in enumerate(plan.experiments):

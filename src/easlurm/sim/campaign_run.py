@@ -16,6 +16,7 @@ from typing import Any
 from easlurm.errors import EaslurmError
 from easlurm.files import atomic_writer, write_text_atomic
 from easlurm.sim.campaign import SCHEMA_VERSION, CampaignPlan, Run, select_runs
+from easlurm.sim.runner import run_simulation
 from easlurm.sim.spec import SimSpec
 
 log = logging.getLogger(__name__)
@@ -43,8 +44,6 @@ ID_COLUMNS = (
 
 def simulate_spec(spec: SimSpec) -> dict[str, Any]:
     """The default runner: the SimPy simulator, imported here so that plans load without it."""
-    from easlurm.sim.runner import run_simulation
-
     result = run_simulation(spec)
     out: dict[str, Any] = result.to_dict()
     return out

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from easlurm.config import read_yaml_file
 from easlurm.errors import ConfigError, ModelError
 from easlurm.model.colocation import parse_sharing
 from easlurm.model.node_power import PowerSaving, default_idle_w, default_off_w, node_power
@@ -150,8 +151,6 @@ class ClusterSpec:
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> ClusterSpec:
-        from easlurm.config import read_yaml_file
-
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"{p}: cluster file not found")

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from easlurm.config import read_yaml_file
 from easlurm.errors import ConfigError, ModelError
 from easlurm.model.zoo import canonical_name
 from easlurm.sim.job import JobSpec
@@ -51,8 +52,6 @@ _KEYS = {
 
 def load_jobs(path: str | Path) -> list[JobSpec]:
     """The jobs of a YAML job list, in submit order."""
-    from easlurm.config import read_yaml_file
-
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{p}: job list not found")

@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from easlurm.units import parse_duration_s
+
 #: flag -> (PowerSaving field, help)
 _FLAGS: tuple[tuple[str, str, str], ...] = (
     (
@@ -39,8 +41,6 @@ def power_saving_overrides(kwargs: Mapping[str, Any]) -> tuple[tuple[str, Any], 
 
 
 def _check(value: str, flag: str) -> Any:
-    from easlurm.units import parse_duration_s
-
     if value.strip().lower() in ("none", "off", "-1"):
         if flag != "--suspend-time":
             raise click.BadParameter(f"{value!r}: only --suspend-time may be 'none'", param_hint=flag)

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from easlurm.sim.replay_savings import MIN_JOBS
+from easlurm.units import format_duration, format_energy, format_power
 
 #: the run metrics that hold energy (J)
 ENERGY_KEY, IDLE_KEY, BUSY_KEY, PER_JOB_KEY = "energy_j", "idle_energy_j", "busy_energy_j", "energy_per_job_j"
@@ -155,8 +156,6 @@ def savings(
 
 
 def _signed(joules: float | None) -> str:
-    from easlurm.units import format_energy
-
     if joules is None:
         return ""
     return ("-" if joules < 0 else "") + format_energy(abs(joules))
@@ -191,8 +190,6 @@ def savings_section(
     comes from, and the recorded waits no replay can explain. `saved` (default: `savings(rows, baseline)`)
     may carry each saving's interval (`ci_low_j`, `ci_high_j`, `jobs_paired`, `verdict`): a saving is
     then shown with it, and as "no difference" where the interval holds zero or the jobs are too few."""
-    from easlurm.units import format_duration, format_energy, format_power
-
     lines = ["", "## Where the energy goes", ""]
     if window_s is None:
         return "\n".join([*lines, "No row has an end: nothing to compare.", ""])

@@ -11,11 +11,19 @@ from typing import Any
 
 import numpy as np
 
+from easlurm.config import load_config
 from easlurm.errors import ConfigError
+from easlurm.model.build import catalogue, hardware_setting, oracle_params, params_setting
 from easlurm.model.node_power import PowerSaving, apply_power_saving
+from easlurm.model.oracle import NoisyOracle, Oracle
+from easlurm.priority.policies import get_policy
 from easlurm.sim.cluster import ClusterSpec
+from easlurm.sim.engine import SimConfig, Simulator, Truth
 from easlurm.sim.job import JobSpec
+from easlurm.sim.metrics import compute, job_rows
+from easlurm.sim.scenarios import get_scenario
 from easlurm.sim.spec import SimSpec
+from easlurm.sim.workload import poisson_jobs
 
 log = logging.getLogger(__name__)
 
@@ -56,17 +64,12 @@ def _json_float(v: Any) -> Any:
 def _configured_model() -> tuple[Any, Any]:
     """The configured parameters and GPU catalogue (user files included; each parsed once per version),
     from one read of the configuration (this runs once per simulation)."""
-    from easlurm.config import load_config
-    from easlurm.model.build import catalogue, hardware_setting, oracle_params, params_setting
-
     cfg = load_config()
     return oracle_params(params_setting(cfg)), catalogue(hardware_setting(cfg))
 
 
 def make_oracles(noise_sigma: float, seed: int) -> tuple[Any, Any]:
     """(what the policy sees, what really happens): a seeded noisy oracle over the analytical one."""
-    from easlurm.model.oracle import NoisyOracle, Oracle
-
     params, catalogue = _configured_model()
     truth = Oracle(params=params, catalogue=catalogue)
     if noise_sigma <= 0:
@@ -94,10 +97,6 @@ def simulate(
 
     Without a horizon the run lasts until every job has finished (or can never start). `power_saving`
     (default: the cluster's own) powers idle nodes down as Slurm's SuspendTime does."""
-    from easlurm.priority.policies import get_policy
-    from easlurm.sim.engine import SimConfig, Simulator, Truth
-    from easlurm.sim.metrics import compute, job_rows
-
     if isinstance(policy, str):
         policy = get_policy(policy)
     if oracle is None or truth_oracle is None:
@@ -158,11 +157,6 @@ def load_cluster(path: str | None) -> ClusterSpec:
 def run_simulation(spec: SimSpec, jobs: list[JobSpec] | None = None) -> SimResult:
     """One scenario run: the scenario's Poisson workload for `spec.seed` (or the given jobs, e.g. a job
     list YAML), `spec.hours` simulated."""
-    from easlurm.priority.policies import get_policy
-    from easlurm.sim.engine import Truth
-    from easlurm.sim.scenarios import get_scenario
-    from easlurm.sim.workload import poisson_jobs
-
     scenario = get_scenario(spec.scenario)
     if spec.hours <= 0:
         raise ConfigError("hours must be > 0")

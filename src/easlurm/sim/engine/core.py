@@ -14,6 +14,8 @@ import simpy
 from simpy.core import SimTime
 from simpy.events import NORMAL, EventPriority
 
+from easlurm.errors import ModelError
+from easlurm.model.colocation import INFEASIBLE
 from easlurm.model.node_power import PowerSaving
 from easlurm.priority.policy_call import call_policy
 from easlurm.priority.snapshot import ClusterSnapshot, Decision, NodeState, PendingJob, RunningJob, StartJob
@@ -437,8 +439,6 @@ class Simulator:
         if why is not None or host is None:
             log.warning("rejected co-location of %s with %s: %s", st.job_id, st.colocate_with, why)
             return False
-        from easlurm.errors import ModelError
-        from easlurm.model.colocation import INFEASIBLE
 
         try:
             co = self.truth.corun(

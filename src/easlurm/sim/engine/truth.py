@@ -8,6 +8,9 @@ from typing import Any
 import numpy as np
 
 from easlurm.errors import ModelError
+from easlurm.model.colocation import INFEASIBLE, GpuFacts, Sharing, corun, predict_solo
+from easlurm.model.oracle import Placements
+from easlurm.model.zoo import get_workload
 from easlurm.priority.options import oracle_nodes, type_allowed
 from easlurm.sim.job import JobSpec
 
@@ -29,8 +32,6 @@ class Truth:
         key = (spec.model, spec.precision, spec.seq_len, spec.image_size)
         wl = self._workloads.get(key)
         if wl is None:
-            from easlurm.model.zoo import get_workload
-
             wl = get_workload(
                 spec.model, precision=spec.precision, seq_len=spec.seq_len, image_size=spec.image_size
             )
@@ -61,8 +62,6 @@ class Truth:
         )
         hit = self._rates.get(key)
         if hit is None:
-            from easlurm.model.oracle import Placements
-
             per_node = self.oracle.catalogue.get(gpu_type).gpus_per_node
             m = oracle_nodes(np.array([n_gpus]), np.array([n_nodes]), per_node)
             pred = self.oracle.predict(
@@ -91,8 +90,6 @@ class Truth:
         key = (_template(a), batch_a, _template(b), batch_b, gpu_type, sharing, limit_w)
         hit = self._coruns.get(key)
         if hit is None:
-            from easlurm.model.colocation import INFEASIBLE, GpuFacts, Sharing, corun, predict_solo
-
             sa = predict_solo(self.oracle, self.workload(a), batch_a, gpu_type)
             sb = predict_solo(self.oracle, self.workload(b), batch_b, gpu_type)
             if sa is None or sb is None:
@@ -122,8 +119,6 @@ class Truth:
         )
         best = self._fastest.get(key)
         if best is None:
-            from easlurm.model.oracle import Placements
-
             ks = spec.gpu_options if spec.malleable else spec.gpu_options[:1]
             bs = spec.batch_options if spec.malleable else spec.batch_options[:1]
             rows = [(k, b, t) for t in allowed for k in ks for b in bs if k <= types[t] * counts.get(t, 1)]

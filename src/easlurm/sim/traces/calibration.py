@@ -17,6 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from easlurm.model.build import default_catalogue
+from easlurm.model.hardware import Catalogue
+
 
 @dataclass(frozen=True)
 class ClassCheck:
@@ -73,8 +76,6 @@ class CalibratedOracle:
     def __init__(self, base: Any, power_scale: Mapping[str, float]) -> None:
         self.base = base
         self.power_scale = dict(power_scale)
-        from easlurm.model.build import default_catalogue
-        from easlurm.model.hardware import Catalogue
 
         cat = getattr(base, "catalogue", None)
         self._catalogue = cat if isinstance(cat, Catalogue) else default_catalogue()

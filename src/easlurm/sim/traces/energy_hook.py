@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from easlurm.accounting.step_record import decode_admin_comment
+from easlurm.energy.spec import parse_spec
 from easlurm.errors import ConfigError, TraceError
 
 log = logging.getLogger(__name__)
@@ -41,8 +43,6 @@ def decode_energy(admin_comment: str | None) -> EnergyInfo | None:
     """
     if not admin_comment or "easlurm" not in admin_comment.lower():
         return None
-    from easlurm.accounting.step_record import decode_admin_comment
-    from easlurm.energy.spec import parse_spec
 
     try:
         records = decode_admin_comment(admin_comment)

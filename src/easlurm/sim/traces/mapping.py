@@ -43,6 +43,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from easlurm.errors import ModelError
+from easlurm.model.build import default_catalogue
+from easlurm.model.hardware import Catalogue
+from easlurm.model.oracle import Placements
+from easlurm.model.zoo import MODEL_NAMES, canonical_name, get_workload
+from easlurm.sim.job import JobSpec
+from easlurm.sim.traces.reader import SubmitOrder
 from easlurm.sim.traces.record import TraceJob, TraceStats
 
 log = logging.getLogger(__name__)
@@ -75,8 +81,6 @@ def workload_class(runtime_s: float, n_gpus: int) -> tuple[str, int]:
 
 def named_model(job: TraceJob, names: Iterable[str]) -> str | None:
     """The zoo model a job names: its `model` field, else a token of its job name; None if neither."""
-    from easlurm.model.zoo import canonical_name
-
     if job.model:
         try:
             return canonical_name(job.model)
@@ -153,10 +157,6 @@ class TraceMapper:
     """Turns TraceJobs into JobSpecs for one target cluster; oracle calls are cached per placement."""
 
     def __init__(self, cluster: Any, oracle: Any, options: ReplayOptions | None = None) -> None:
-        from easlurm.model.build import default_catalogue
-        from easlurm.model.hardware import Catalogue
-        from easlurm.model.zoo import MODEL_NAMES
-
         cat = getattr(oracle, "catalogue", None)
         self.catalogue = cat if isinstance(cat, Catalogue) else default_catalogue()
         self.cluster = cluster.resolved(self.catalogue)
@@ -175,8 +175,6 @@ class TraceMapper:
     def workload(self, model: str) -> Any:
         wl = self._workloads.get(model)
         if wl is None:
-            from easlurm.model.zoo import get_workload
-
             wl = self._workloads[model] = get_workload(model, precision=self.options.precision)
         return wl
 
@@ -185,8 +183,6 @@ class TraceMapper:
         key = (model, n_gpus, batch, gpu_type)
         hit = self._step.get(key)
         if hit is None:
-            from easlurm.model.oracle import Placements
-
             pred = self.oracle.predict(self.workload(model), Placements.of([n_gpus], [batch], [gpu_type]))
             hit = self._step[key] = (float(pred.step_time_s[0]), float(pred.power_w[0]))
         return hit
@@ -247,8 +243,6 @@ class TraceMapper:
 
     def map(self, job: TraceJob, t0: float) -> Mapped | None:
         """The simulator job for one trace job (times relative to t0), or None (counted by reason)."""
-        from easlurm.sim.job import JobSpec
-
         reason = self.exclusion(job)
         if reason is not None:
             self.stats.excluded[reason] += 1
@@ -313,8 +307,6 @@ def map_trace(
     submit ordering are counted as `beyond_max_jobs` and `stats.stopped_early` is set (the rest
     of the file is not read).
     """
-    from easlurm.sim.traces.reader import SubmitOrder
-
     t0: float | None = None
     n = 0
     limit = mapper.options.max_jobs

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from easlurm.errors import ModelError
+from easlurm.sim.cluster import ClusterSpec
 from easlurm.sim.traces.record import TraceJob
 
 #: GPUs per node of a sized cluster (more when a single job of the trace needs more).
@@ -40,8 +42,6 @@ def _peak(start: np.ndarray, end: np.ndarray, n: np.ndarray) -> int:
 
 
 def _catalogue_key(catalogue: Any, name: str | None) -> str | None:
-    from easlurm.errors import ModelError
-
     try:
         return catalogue.resolve(name) if name and name in catalogue else None
     except ModelError:
@@ -101,8 +101,6 @@ def cluster_for(
     places a job on one node) per type, holding each type's peak; None when no job ran with GPUs (the
     caller keeps its default). `max_gpus` and `max_nodes` (the machine an SWF header describes) bound it:
     an estimated peak never sizes a cluster beyond the machine the log ran on."""
-    from easlurm.sim.cluster import ClusterSpec
-
     if not size.peak_by_type:
         return None
     per_node = max(node_gpus or NODE_GPUS, size.largest_job_gpus)
