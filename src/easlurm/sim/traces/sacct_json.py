@@ -16,7 +16,7 @@ from typing import Any
 from easlurm.errors import TraceError
 from easlurm.sim.traces.jsonstream import JsonArrayStream
 from easlurm.sim.traces.record import TraceJob, TraceStats
-from easlurm.sim.traces.sacct_record import merge_het, trace_jobs
+from easlurm.sim.traces.sacct_record import merged_jobs, trace_jobs
 from easlurm.sim.traces.source import open_text
 from easlurm.slurm.json_values import MISSING, dig
 from easlurm.slurm.sacct_jobs import job_of_json
@@ -52,30 +52,7 @@ class SacctJsonReader:
     def __iter__(self) -> Iterator[TraceJob]:
         with open_text(self.path) as fh:
             stream = JsonArrayStream(fh, self.path, key="jobs")
-            group: list[TraceJob] = []
-            group_key: int | None = None
-            for line, obj in stream:
-                self.stats.rows += 1
-                where = f"{self.path}:{line}"
-                if not isinstance(obj, dict):
-                    self.stats.bad(f"{where}: job entry is not an object", self.skip_bad)
-                    continue
-                try:
-                    jobs, het_key = self._parse(obj, where)
-                except TraceError as exc:
-                    self.stats.bad(f"{where}: {exc}", self.skip_bad)
-                    continue
-                if group and het_key != group_key:
-                    yield from self._emit(merge_het(group))
-                    group = []
-                if het_key is not None:
-                    group.extend(jobs)
-                    group_key = het_key
-                else:
-                    group_key = None
-                    yield from self._emit(jobs)
-            if group:
-                yield from self._emit(merge_het(group))
+            yield from merged_jobs(self._parsed(stream), self.stats)
             self.meta = stream.others.get("meta") or {}
             if not stream.found:
                 raise TraceError(f'{self.path}: no "jobs" array (not a sacct --json document?)')
@@ -83,12 +60,20 @@ class SacctJsonReader:
             if errors:
                 log.warning("%s: sacct reported errors: %s", self.path, errors)
 
-    def _emit(self, jobs: list[TraceJob]) -> Iterator[TraceJob]:
-        for job in jobs:
-            self.stats.jobs += 1
-            yield job
+    def _parsed(self, stream: JsonArrayStream) -> Iterator[tuple[int | None, list[TraceJob]]]:
+        """(het job id or None, TraceJobs) per job entry; a bad entry is reported (raised unless --skip-bad)."""
+        for line, obj in stream:
+            self.stats.rows += 1
+            where = f"{self.path}:{line}"
+            if not isinstance(obj, dict):
+                self.stats.bad(f"{where}: job entry is not an object", self.skip_bad)
+                continue
+            try:
+                yield self._parse(obj, where)
+            except TraceError as exc:
+                self.stats.bad(f"{where}: {exc}", self.skip_bad)
 
-    def _parse(self, job: dict[str, Any], where: str) -> tuple[list[TraceJob], int | None]:
+    def _parse(self, job: dict[str, Any], where: str) -> tuple[int | None, list[TraceJob]]:
         for name in EXPECTED:
             if name not in self.stats.missing_fields and dig(job, name) is MISSING:
                 self.stats.missing_fields.add(name)
@@ -102,4 +87,4 @@ class SacctJsonReader:
         self.stats.steps_folded += len(job["steps"]) if isinstance(job.get("steps"), list) else 0
         runtime_s = rec.end_s - rec.start_s if rec.start_s is not None and rec.end_s is not None else None
         het_key = int(rec.het_job_id) if rec.het_job_id else None
-        return trace_jobs(rec, where, runtime_s), het_key
+        return het_key, trace_jobs(rec, where, runtime_s)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 from easlurm.errors import TraceError
 from easlurm.sim.traces.energy_hook import decode_energy
-from easlurm.sim.traces.record import TraceJob
+from easlurm.sim.traces.record import TraceJob, TraceStats
 from easlurm.slurm.sacct_jobs import SacctJob, SacctValueError, expand_array
 
 
@@ -55,6 +56,31 @@ def trace_jobs(job: SacctJob, where: str, runtime_s: float | None) -> list[Trace
     else:
         raise TraceError("field array.task: array job without task id or range")
     return [replace(base, job_id=f"{arr}_{t}", array_job_id=arr, array_task_id=t) for t in tasks]
+
+
+def merged_jobs(parsed: Iterable[tuple[object, list[TraceJob]]], stats: TraceStats) -> Iterator[TraceJob]:
+    """The jobs in order, each run of consecutive components of one heterogeneous job (same key, not None)
+    merged into one; every job yielded is counted in `stats.jobs`. Both sacct readers (rows and JSON) end here."""
+    group: list[TraceJob] = []
+    group_key: object = None
+    for key, jobs in parsed:
+        if group and key != group_key:
+            yield from _counted(merge_het(group), stats)
+            group = []
+        if key is not None:
+            group.extend(jobs)
+            group_key = key
+        else:
+            group_key = None
+            yield from _counted(jobs, stats)
+    if group:
+        yield from _counted(merge_het(group), stats)
+
+
+def _counted(jobs: list[TraceJob], stats: TraceStats) -> Iterator[TraceJob]:
+    for job in jobs:
+        stats.jobs += 1
+        yield job
 
 
 def merge_het(components: list[TraceJob]) -> list[TraceJob]:

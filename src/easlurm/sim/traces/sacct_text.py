@@ -17,7 +17,7 @@ from pathlib import Path
 
 from easlurm.errors import TraceError
 from easlurm.sim.traces.record import TraceJob, TraceStats
-from easlurm.sim.traces.sacct_record import merge_het, trace_jobs
+from easlurm.sim.traces.sacct_record import merged_jobs, trace_jobs
 from easlurm.sim.traces.source import open_text
 from easlurm.slurm.sacct_jobs import job_of_row
 from easlurm.slurm.sacct_text import (
@@ -71,7 +71,7 @@ class SacctTextReader:
         self._names = header.names
         missing = {"start", "end", "alloctres", "reqtres", "user", "partition", "state", "timelimit"}
         self.stats.missing_fields.update(m for m in missing if m not in header.index)
-        yield from self._merged(self._parsed(sacct_rows(lines, header, self.path)))
+        yield from merged_jobs(self._parsed(sacct_rows(lines, header, self.path)), self.stats)
 
     def _parsed(
         self, items: Iterator[SacctRow | BadRow | RepeatedHeader]
@@ -97,28 +97,6 @@ class SacctTextReader:
                 self.stats.bad(f"{where}: {exc}", self.skip_bad)
                 continue
             yield (m.group("base") if m.group("het") is not None else None), jobs
-
-    def _merged(self, parsed: Iterator[tuple[str | None, list[TraceJob]]]) -> Iterator[TraceJob]:
-        """The jobs in order, the consecutive components of a heterogeneous job merged into one."""
-        group: list[TraceJob] = []
-        group_key: str | None = None
-        for key, jobs in parsed:
-            if group and key != group_key:
-                yield from self._emit(merge_het(group))
-                group = []
-            if key is not None:
-                group.extend(jobs)
-                group_key = key
-            else:
-                group_key = None
-                yield from self._emit(jobs)
-        if group:
-            yield from self._emit(merge_het(group))
-
-    def _emit(self, jobs: list[TraceJob]) -> Iterator[TraceJob]:
-        for job in jobs:
-            self.stats.jobs += 1
-            yield job
 
     def _parse_row(self, row: dict[str, str], where: str) -> list[TraceJob]:
         try:
