@@ -10,7 +10,7 @@ from typing import Any
 import click
 import numpy as np
 
-from easlurm.cli import LazyGroup, int_list, int_range, load_ctx_config, text_list
+from easlurm.cli import LazyGroup, int_list, int_range, load_ctx_config, output_options, text_list
 from easlurm.errors import ConfigError
 from easlurm.model.build import apply_oracle_config, build_oracle
 from easlurm.model.hardware import DEFAULT_GPU
@@ -170,16 +170,7 @@ class PredictRequest:
 @click.option("--optimizer", default="adamw", show_default=True, help="adamw, adam or sgd.")
 @click.option("--params", "params_path", default=None, help="Oracle parameter YAML (default: oracle.params).")
 @HARDWARE_OPTION
-@click.option("-o", "--format", "fmt", default=None, help="Columns, comma list: " + ",".join(PREDICT_COLUMNS))
-@click.option(
-    "-P",
-    "--parsable2",
-    "parsable",
-    is_flag=True,
-    help="Pipe-delimited, no padding, none after the last field (sacct -P).",
-)
-@click.option("-n", "--noheader", is_flag=True, help="No header line.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON document.")
+@output_options(PREDICT_COLUMNS)
 @click.pass_context
 def predict_cmd(ctx: click.Context, **options: Any) -> None:
     """Predict step time, power, energy and EDP of a training job for each placement; * in Best marks the

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from easlurm.cli import output_options
 from easlurm.files import check_writable
 from easlurm.measure.pairs import predict_pair
 from easlurm.model.cli import HARDWARE_OPTION, ctx_oracle
@@ -29,7 +30,7 @@ from easlurm.model.params import save_params
     help="How the two processes share the GPU.",
 )
 @click.option("--params", "params_path", default=None, help="Oracle parameter YAML [oracle.params].")
-@click.option("--json", "as_json", is_flag=True, help="One JSON document.")
+@output_options(table=False)
 @HARDWARE_OPTION
 @click.pass_context
 def corun_cmd(
@@ -95,7 +96,7 @@ def corun_cmd(
     "-O", "--out", "out_path", default=None, help="Parameter YAML to write (default params-<date>.yaml)."
 )
 @click.option("--params", "params_path", default=None, help="Start from these parameters [oracle.params].")
-@click.option("--json", "as_json", is_flag=True, help="Report as one JSON document.")
+@output_options(table=False, json_help="Report as one JSON document.")
 @HARDWARE_OPTION
 @click.pass_context
 def calibrate_pairs_cmd(

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import click
 
-from easlurm.cli import cli
+from easlurm.cli import cli, output_options
 
 
 def commands(group: click.Group, prefix: str = "") -> Iterator[tuple[str, click.Command]]:
@@ -67,3 +67,22 @@ def test_the_same_thing_has_the_same_name() -> None:
     for path in ("sim campaign", "sim replay", "model evaluate", "model calibrate", "profile"):
         assert (path, "-O") in by_path, path
     assert ("sim replay", "--no-html") in by_path and ("sim report", "--no-html") in by_path
+
+
+def test_output_options_are_spelled_once() -> None:
+    """-o/-P/-n/--json come from one decorator (easlurm.cli.output_options): the same destinations and, for
+    -P and -n, the same help in every command; sacct keeps -p/--delimiter beside them as sacct does."""
+
+    @output_options(["A", "B"])
+    def probe(**kwargs: object) -> None: ...
+
+    shared = {opt.opts[0]: opt for opt in click.command()(probe).params if isinstance(opt, click.Option)}
+    assert set(shared) == {"-o", "-P", "-n", "--json"}
+    seen: set[str] = set()
+    for path, opt in options():
+        for flag in set(opt.opts) & set(shared):
+            seen.add(path)
+            assert (path, opt.name) == (path, shared[flag].name)
+            if flag in ("-P", "-n"):
+                assert (path, opt.help) == (path, shared[flag].help)
+    assert {"sacct", "predict", "profile", "power report", "model evaluate"} <= seen

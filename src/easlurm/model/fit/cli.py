@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from easlurm.cli import int_range, load_ctx_config, text_list
+from easlurm.cli import int_range, load_ctx_config, output_options, text_list
 from easlurm.errors import ConfigError
 from easlurm.files import check_writable, write_text_atomic
 from easlurm.model.build import apply_oracle_config
@@ -107,7 +107,7 @@ class CalibrateRequest:
     help="Fit multi-GPU rows' slowdown over their one-GPU row (1 -> n GPU speedup) instead of their times; "
     "default --free comm.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Report as one JSON document.")
+@output_options(table=False, json_help="Report as one JSON document.")
 @click.option(
     "--skip-infeasible",
     is_flag=True,
@@ -503,18 +503,7 @@ class EvaluateRequest:
 @click.option(
     "--seed", type=int_range(), default=0, show_default=True, help="Seed of folds, calibration, forest."
 )
-@click.option(
-    "-o", "--format", "fmt", default=None, help="Row columns, comma list: " + ",".join(EVALUATE_COLUMNS)
-)
-@click.option(
-    "-P",
-    "--parsable2",
-    "parsable",
-    is_flag=True,
-    help="Pipe-delimited, no padding, none after the last field (sacct -P).",
-)
-@click.option("-n", "--noheader", is_flag=True, help="No header lines.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON document.")
+@output_options(EVALUATE_COLUMNS)
 @click.option(
     "-O", "--out", "out_dir", default=None, help="Also write evaluate.md and evaluate.json into this folder."
 )
