@@ -58,36 +58,15 @@ _PLAIN: dict[str, Callable[[Any], Any]] = {
 
 
 @dataclass
-class DeviceRecord:
-    """Energy of one device on one node over the step; `None` where the sensor could not tell.
+class DeviceRecord(DeviceEnergy):
+    """Energy of one device on one node over the step: the profiler's DeviceEnergy (`from_energy` copies
+    it as plain JSON values), then how a shared GPU was split."""
 
-    Every field of the profiler's DeviceEnergy, under the same name (`from_energy` copies them by name),
-    in the order the records on disk and in AdminComment keep, then how a shared GPU was split."""
-
-    name: str
-    kind: str
-    energy_j: float | None
-    mean_power_w: float | None = None
-    samples: int = 0
-    modelled: bool = False
-    source: str = ""
-    error: str | None = None
-    #: False for sub-domains (RAPL core/uncore) that another device already contains.
-    in_total: bool = True
-    #: The window this device's readings span (first to last sample), s.
-    duration_s: float | None = None
     #: A GPU shared with another job: how its energy was split ("utilisation" or "time"), this step's
     #: share, and the whole GPU's energy over the window (context only: never summed across jobs).
     apportioned: str | None = None
     share: float | None = None
     whole_gpu_energy_j: float | None = None
-    #: the highest sampled power over the window, W (None in records written before it was kept)
-    peak_power_w: float | None = None
-    #: a GPU's mean utilisation (%) and peak memory in use of its total (bytes), where NVML reports them
-    #: (None: not measured, or a record written before they were kept). A shared GPU's are the whole GPU's.
-    mean_util_pct: float | None = None
-    peak_memory_bytes: int | None = None
-    memory_total_bytes: int | None = None
 
     def apportion(self, share: float, method: str) -> None:
         """Keep `share` (0..1) of this GPU's energy and power; the rest belongs to the other jobs."""

@@ -208,7 +208,15 @@ class EnergyProfiler:
             )
         for s, why in self._discovery.failed:
             devices.append(
-                DeviceEnergy(s.name, s.kind.value, None, None, None, 0, s.modelled, s.source, why, s.in_total)
+                DeviceEnergy(
+                    s.name,
+                    s.kind.value,
+                    None,
+                    modelled=s.modelled,
+                    source=s.source,
+                    error=why,
+                    in_total=s.in_total,
+                )
             )
 
         def at(sp: SensorSampler, key: int | None) -> float | None:

@@ -24,22 +24,27 @@ class DeviceKind(StrEnum):
 
 @dataclass
 class DeviceEnergy:
-    """Energy of one device over the profiled window; `None` where the sensor could not tell."""
+    """Energy of one device over the profiled window; `None` where the sensor could not tell. The step
+    record's DeviceRecord (easlurm.accounting.step_record) is this plus how a shared GPU was split, so the
+    field order here is the order of the records on disk and in AdminComment."""
 
     name: str
     kind: str
     energy_j: float | None
-    mean_power_w: float | None
-    peak_power_w: float | None
-    samples: int
-    modelled: bool
-    source: str
+    mean_power_w: float | None = None
+    samples: int = 0
+    modelled: bool = False
+    source: str = ""
     error: str | None = None
     #: False for RAPL sub-domains (core, uncore, psys) that another domain already contains.
     in_total: bool = True
+    #: The window this device's readings span (first to last sample), s.
     duration_s: float | None = None
+    #: the highest sampled power over the window, W (None in records written before it was kept)
+    peak_power_w: float | None = None
     #: A GPU's mean utilisation (%, NVML's busy share of time) and peak memory in use (bytes) of its
-    #: total; None where the device does not report them.
+    #: total; None where the device does not report them (or a record written before they were kept).
+    #: A shared GPU's are the whole GPU's.
     mean_util_pct: float | None = None
     peak_memory_bytes: int | None = None
     memory_total_bytes: int | None = None

@@ -13,11 +13,11 @@ def _rank(host: str, devices: list[DeviceEnergy], duration_s: float = 10.0) -> P
 
 
 def _gpu(i: int, e: float) -> DeviceEnergy:
-    return DeviceEnergy(f"gpu{i}", "gpu", e, e / 10, e / 10, 10, False, "nvml-energy")
+    return DeviceEnergy(f"gpu{i}", "gpu", e, e / 10, 10, False, "nvml-energy", peak_power_w=e / 10)
 
 
-PKG = DeviceEnergy("package-0", "cpu", 1500.0, 150.0, 160.0, 10, False, "rapl")
-RAM = DeviceEnergy("dram", "dram", 200.0, 20.0, 20.0, 10, True, "dram-model")
+PKG = DeviceEnergy("package-0", "cpu", 1500.0, 150.0, 10, False, "rapl", peak_power_w=160.0)
+RAM = DeviceEnergy("dram", "dram", 200.0, 20.0, 10, True, "dram-model", peak_power_w=20.0)
 
 
 def test_ranks_sharing_a_node_count_node_sensors_and_shared_gpus_once() -> None:

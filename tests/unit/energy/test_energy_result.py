@@ -18,11 +18,13 @@ def _result() -> ProfileResult:
         start_time=1.7e9,
         duration_s=10.0,
         devices=[
-            DeviceEnergy("gpu0", "gpu", 2500.0, 250.0, 300.0, 100, False, "nvml-energy"),
-            DeviceEnergy("gpu1", "gpu", None, None, None, 0, False, "nvml-energy", "GPU is lost"),
-            DeviceEnergy("package-0", "cpu", 800.0, 80.0, 95.0, 100, False, "rapl"),
-            DeviceEnergy("core-0", "cpu", 500.0, 50.0, 60.0, 100, False, "rapl", in_total=False),
-            DeviceEnergy("dram", "dram", 30.0, 3.0, 3.0, 100, True, "dram-model"),
+            DeviceEnergy("gpu0", "gpu", 2500.0, 250.0, 100, False, "nvml-energy", peak_power_w=300.0),
+            DeviceEnergy(
+                "gpu1", "gpu", None, None, 0, False, "nvml-energy", "GPU is lost", peak_power_w=None
+            ),
+            DeviceEnergy("package-0", "cpu", 800.0, 80.0, 100, False, "rapl", peak_power_w=95.0),
+            DeviceEnergy("core-0", "cpu", 500.0, 50.0, 100, False, "rapl", in_total=False, peak_power_w=60.0),
+            DeviceEnergy("dram", "dram", 30.0, 3.0, 100, True, "dram-model", peak_power_w=3.0),
         ],
         regions=[RegionEnergy("train", 1.0, 3.0, {"gpu0": 500.0, "gpu1": None})],
     )
@@ -42,7 +44,10 @@ def test_totals_skip_subdomains_and_unknown_devices() -> None:
 
 def test_kinds_without_devices_are_none_not_zero() -> None:
     r = ProfileResult(
-        "n", 0.0, 1.0, devices=[DeviceEnergy("dram", "dram", 3.0, 3.0, 3.0, 2, True, "dram-model")]
+        "n",
+        0.0,
+        1.0,
+        devices=[DeviceEnergy("dram", "dram", 3.0, 3.0, 2, True, "dram-model", peak_power_w=3.0)],
     )
     assert r.gpu_energy_j is None and r.cpu_energy_j is None
     empty = ProfileResult("n", 0.0, 1.0)

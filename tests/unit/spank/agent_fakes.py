@@ -31,9 +31,10 @@ class FakeProfiler:
     def stop(self) -> ProfileResult:
         gpus = self.kwargs["gpus"]
         devs = [
-            DeviceEnergy(f"gpu{g}", "gpu", 300.0 * 2.0, 300.0, 300.0, 20, False, "nvml-energy") for g in gpus
+            DeviceEnergy(f"gpu{g}", "gpu", 300.0 * 2.0, 300.0, 20, False, "nvml-energy", peak_power_w=300.0)
+            for g in gpus
         ]
-        devs.append(DeviceEnergy("dram-0", "dram", 10.0, 5.0, 5.0, 20, True, "dram-model"))
+        devs.append(DeviceEnergy("dram-0", "dram", 10.0, 5.0, 20, True, "dram-model", peak_power_w=5.0))
         return ProfileResult(host="box", start_time=1.7e9, duration_s=2.0, devices=devs)
 
 

@@ -62,7 +62,9 @@ def test_a_device_record_keeps_every_reading_of_the_profiled_device() -> None:
     type; a value JSON cannot carry (NaN, infinity) becomes None, unknown, and an enum its value."""
     kept = {f.name: f.type for f in dataclasses.fields(DeviceRecord)}
     assert {f.name: f.type for f in dataclasses.fields(DeviceEnergy)}.items() <= kept.items()
-    dev = DeviceEnergy("gpu0", DeviceKind.GPU, float("nan"), 250.0, 300.0, 100, False, "nvml-energy")
+    dev = DeviceEnergy(
+        "gpu0", DeviceKind.GPU, float("nan"), 250.0, 100, False, "nvml-energy", peak_power_w=300.0
+    )
     dev.duration_s, dev.peak_memory_bytes = 10.0, 2**30
     rec = DeviceRecord.from_energy(dev)
     assert rec == DeviceRecord(
