@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from easlurm.cli import int_range, load_ctx_config
+from easlurm.cli import int_range, load_ctx_config, output_options
 from easlurm.errors import ConfigError, EaslurmError
 from easlurm.files import check_writable
 from easlurm.model.build import apply_oracle_config
@@ -214,7 +214,7 @@ def _report(out: Path) -> None:
 @click.option(
     "--seed", type=int_range(), default=0, show_default=True, help="Seed of the bootstrap resampling."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the statistics as one JSON document too.")
+@output_options(table=False, json_help="Print the statistics as one JSON document too.")
 def report_cmd(
     results_dir: str, title: str | None, html_too: bool, n_boot: int, seed: int, as_json: bool
 ) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from easlurm.cli import FiniteFloat, int_range, load_ctx_config
+from easlurm.cli import FiniteFloat, int_range, load_ctx_config, output_options
 from easlurm.model.build import apply_oracle_config
 from easlurm.model.cli import HARDWARE_OPTION
 from easlurm.priority.policies import policy_params
@@ -113,7 +113,7 @@ def _param(value: str) -> tuple[str, Any]:
     help="Job list YAML to run instead of the scenario's workload (see docs/colocation.md).",
 )
 @POWER_SAVING_OPTIONS
-@click.option("--json", "as_json", is_flag=True, help="One JSON document (metrics, power series, jobs).")
+@output_options(table=False, json_help="One JSON document (metrics, power series, jobs).")
 @HARDWARE_OPTION
 @click.pass_context
 def run_cmd(
