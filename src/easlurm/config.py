@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from easlurm import inputs
 from easlurm.errors import ConfigError
-from easlurm.files import read_text
+from easlurm.inputs import read_yaml
 from easlurm.units import parse_power_w
 
 #: Every known setting with its default. A section's keys are closed: an unknown key is an error,
@@ -314,18 +315,12 @@ def _coerce(default: Any, value: Any, where: str) -> Any:
     raise ConfigError(f"{where}: expected {type(default).__name__}, got {value!r}")
 
 
-def read_yaml_file(path: Path, what: str = "file") -> Any:
-    """Parse a YAML file; a syntax error or undecodable byte becomes one line naming the file (and line)."""
-    text = read_text(path, what)
-    import yaml  # here, not at import time: `scripts/slurm-box install` runs before PyYAML is installed
-
-    try:
-        return yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{path}{line}: invalid YAML ({problem})") from exc
+def read_yaml_file(path: Path, what: str = "file", mapping: bool = True) -> Any:
+    """Parse a YAML file through easlurm.inputs (a regular file of at most 16 MiB; no duplicate keys, deep
+    nesting or alias bombs); an empty file is {}. `mapping`: a list, string or number at the top level is
+    refused in one line naming the file. Every failure is one line naming the file (and line)."""
+    doc = read_yaml(path, what)
+    return inputs.mapping(doc, path, f"{what}: top level") if mapping else ({} if doc is None else doc)
 
 
 def yaml_key_lines(path: Path) -> dict[tuple[str, ...], int]:
@@ -412,7 +407,7 @@ def load_config(
             cfg.merge(read_yaml_file(candidate), str(candidate), yaml_key_lines(candidate))
     if path is not None:
         p = Path(path)
-        if not p.is_file():
+        if not p.exists():
             raise ConfigError(f"{p}: configuration file not found")
         cfg.merge(read_yaml_file(p), str(p), yaml_key_lines(p))
     for name, section, key, value in env_entries(os.environ if environ is None else environ):

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from easlurm import inputs
 from easlurm.errors import ConfigError, EaslurmError
 
 #: what a corrupt or truncated '.gz' raises while it is being read
@@ -21,15 +22,12 @@ def decode_error(path: str | Path, exc: UnicodeDecodeError, what: str = "file") 
     return f"{path}: {what} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})"
 
 
-def read_text(path: str | Path, what: str = "file", error: type[EaslurmError] = ConfigError) -> str:
-    """A whole UTF-8 text file; a missing, unreadable or undecodable file raises `error` naming it."""
-    p = Path(path)
-    try:
-        return p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise error(decode_error(p, exc, what)) from exc
-    except OSError as exc:
-        raise error(f"{p}: cannot read {what} ({exc.strerror or exc})") from exc
+def read_text(
+    path: str | Path, what: str = "file", error: type[EaslurmError] = ConfigError, limit: int | None = None
+) -> str:
+    """A whole UTF-8 text file (a BOM dropped); a missing, unreadable, undecodable or non-regular file (a FIFO,
+    a directory), or one over `limit` bytes, raises `error` naming it (easlurm.inputs)."""
+    return inputs.read_text(path, what, error, limit)
 
 
 @contextlib.contextmanager
@@ -44,21 +42,23 @@ def reading(path: str | Path, what: str = "file", error: type[EaslurmError] = Co
 
 
 def check_writable(path: str | Path, option: str, directory: bool = False) -> Path:
-    """Refuse, before any work, an output that cannot be created: `option PATH: why`."""
+    """Refuse, before any work, an output that cannot be created: `option PATH: why`. Writability is tried
+    (a temporary file created and removed in the directory that will hold it), not guessed with os.access,
+    which says yes under /proc and on a read-only mount for root."""
     p = Path(path)
     if p.exists():
         if directory and not p.is_dir():
             raise ConfigError(f"{option} {p}: not a directory")
         if not directory and p.is_dir():
             raise ConfigError(f"{option} {p}: is a directory")
-        if not os.access(p, os.W_OK):
-            raise ConfigError(f"{option} {p}: permission denied")
+        if not directory and not p.is_file():
+            raise ConfigError(f"{option} {p}: not a regular file (a device, FIFO or socket)")
+        inputs.check_output_dir(p if directory else p.absolute().parent, f"{option} {p}")
         return p
     parent = next((a for a in p.absolute().parents if a.exists()), Path("/"))
     if not parent.is_dir():
         raise ConfigError(f"{option} {p}: cannot create it ({parent} is not a directory)")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(f"{option} {p}: permission denied (cannot write in {parent})")
+    inputs.check_output_dir(parent, f"{option} {p}")
     return p
 
 

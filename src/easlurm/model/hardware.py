@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -267,7 +268,7 @@ def load_user_catalogue(path: str | Path, base: Catalogue | None = None) -> Cata
     An entry whose key or alias names a known GPU overrides the fields it gives (the rest are kept); any
     other key defines a new GPU and must give every numeric field. Errors name file:line and field."""
     p = Path(path)
-    doc = read_yaml_file(p)
+    doc = read_yaml_file(p, "hardware catalogue", mapping=False)
     src = _UserFile(p, _field_lines(yaml.compose(p.read_text(encoding="utf-8"))))  # read_yaml_file checked it
     if not isinstance(doc, Mapping) or not isinstance(doc.get("gpus"), Mapping):
         raise ConfigError(f"{p}: expected a mapping with a 'gpus' section (GPU key -> fields)")
@@ -305,8 +306,17 @@ def _user_values(src: _UserFile, where: tuple[str, ...], entry: Any) -> dict[str
     for name in (*_NUMERIC, *_OPTIONAL_NUMERIC):
         if name in entry:
             raw = entry[name]
-            if not isinstance(raw, int | float) or isinstance(raw, bool) or not raw >= 0:
-                raise src.error((*where, name), f"must be a number >= 0, got {raw!r}")
+            # a zero throughput or bandwidth divides a step time into inf/NaN; idle draws may be 0
+            zero_ok = name in ("idle_w", "p0_idle_w")
+            if (
+                not isinstance(raw, int | float)
+                or isinstance(raw, bool)
+                or not math.isfinite(raw)
+                or not (raw >= 0 if zero_ok else raw > 0)
+            ):
+                raise src.error(
+                    (*where, name), f"must be a number {'>= 0' if zero_ok else '> 0'} (finite), got {raw!r}"
+                )
             values[name] = float(raw)
     for name in ("gpus_per_node", "nics_per_node"):
         if name in entry:

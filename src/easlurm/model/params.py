@@ -14,6 +14,7 @@ import yaml
 from easlurm.config import read_yaml_file
 from easlurm.errors import ModelError
 from easlurm.files import write_text_atomic
+from easlurm.inputs import mapping, number
 
 SCHEMA_VERSION = 1
 
@@ -292,13 +293,34 @@ def params_from_doc(doc: Any, source: str) -> OracleParams:
         raise ModelError(
             f"{source}: schema_version {doc.get('schema_version')!r} unsupported (want {SCHEMA_VERSION})"
         )
+    values = mapping(doc.get("params"), source, "section 'params'", ModelError)
+    scalars = mapping(doc.get("scalars"), source, "section 'scalars'", ModelError)
+    archs = doc.get("architectures") or ()
+    if not isinstance(archs, list | tuple):
+        raise ModelError(f"{source}: architectures must be a list, got {archs!r}")
+    for section, entries in (("params", values), ("scalars", scalars)):
+        for name, value in entries.items():
+            _in_bounds(value, str(name), f"{source}: {section}.{name}")
     return OracleParams(
-        values=doc.get("params") or {},
-        scalars=doc.get("scalars") or {},
+        values=values,
+        scalars=scalars,
         version=str(doc.get("params_version", "unversioned")),
-        meta=dict(doc.get("calibration") or {}),
-        architectures=tuple(doc.get("architectures") or ()),
+        meta=mapping(doc.get("calibration"), source, "section 'calibration'", ModelError),
+        architectures=tuple(archs),
     )
+
+
+def _in_bounds(value: Any, name: str, where: str) -> None:
+    """A value a parameter file sets is finite and has the sign of the parameter's search range (bounds):
+    a negative c_p gives negative power, a zero bandwidth share a step time of inf. Hand-set values outside
+    the search range itself are allowed; unknown names are left to OracleParams."""
+    if name in RETIRED_PARAMS or name.partition(".")[2] in RETIRED_PARAMS:
+        return
+    if name not in PARAM_SPECS and "." not in name:
+        return
+    lo, _ = bounds(name)
+    if lo >= 0:
+        number(value, where, 0.0, None, error=ModelError, lo_open=lo > 0)
 
 
 def params_to_doc(params: OracleParams) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import yaml
 
 from easlurm.errors import ModelError
 from easlurm.files import read_text
+from easlurm.inputs import MAX_YAML_BYTES, load_yaml
 from easlurm.model.layers import WorkloadBuilder
 from easlurm.model.workload import Optimizer, Precision, Workload
 
@@ -72,6 +74,7 @@ def parse_workload_yaml(
     optimizer: str | Optimizer | None = None,
 ) -> Workload:
     """Build a Workload from a YAML layer list (see EXAMPLE); shapes are per sample."""
+    load_yaml(text, source, ModelError)  # the boundary's rules first: duplicate keys, nesting, alias bombs
     try:
         doc = yaml.load(text, Loader=_LineLoader)  # a SafeLoader subclass
     except yaml.YAMLError as exc:
@@ -111,9 +114,9 @@ def parse_workload_yaml(
             raise ModelError(f"{where} ({kind}): missing field {missing[0]!r}")
         for k, v in fields.items():
             if k not in ("kind", "bias", "shared", "tied", "flash", "causal", "dropout", "fp32_logits") and (
-                not isinstance(v, int | float) or isinstance(v, bool)
+                not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v)
             ):
-                raise ModelError(f"{where} ({kind}): {k} must be a number, got {v!r}")
+                raise ModelError(f"{where} ({kind}): {k} must be a number (finite), got {v!r}")
         try:
             method(**fields)
         except ModelError as exc:
@@ -133,5 +136,5 @@ def load_workload_yaml(
 ) -> Workload:
     """Read a YAML layer list from a file."""
     p = Path(path)
-    text = read_text(p, "workload", ModelError)
+    text = read_text(p, "workload", ModelError, MAX_YAML_BYTES)
     return parse_workload_yaml(text, str(p), precision, optimizer)

@@ -140,7 +140,7 @@ def load_plan(path: str | Path, defaults: Mapping[str, Any] | None = None) -> Ca
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{p}: campaign plan not found")
-    return parse_plan(read_yaml_file(p), source=str(p), base_dir=p.parent, defaults=defaults)
+    return parse_plan(read_yaml_file(p, "campaign plan"), source=str(p), base_dir=p.parent, defaults=defaults)
 
 
 def parse_plan(

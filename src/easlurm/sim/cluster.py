@@ -154,4 +154,4 @@ class ClusterSpec:
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"{p}: cluster file not found")
-        return cls.from_dict(read_yaml_file(p), str(p))
+        return cls.from_dict(read_yaml_file(p, "cluster file"), str(p))

@@ -55,7 +55,7 @@ def load_jobs(path: str | Path) -> list[JobSpec]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{p}: job list not found")
-    return jobs_from_doc(read_yaml_file(p), str(p))
+    return jobs_from_doc(read_yaml_file(p, "job list", mapping=False), str(p))
 
 
 def jobs_from_doc(doc: Any, source: str) -> list[JobSpec]:

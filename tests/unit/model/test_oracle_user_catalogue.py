@@ -62,7 +62,7 @@ def test_override_by_alias_keeps_the_other_fields(tmp_path):
 @pytest.mark.parametrize(
     "body, line, needle",
     [
-        ("gpus:\n  a40:\n    tdp_w: lots\n", 3, "gpus.a40.tdp_w: must be a number >= 0"),
+        ("gpus:\n  a40:\n    tdp_w: lots\n", 3, "gpus.a40.tdp_w: must be a number > 0"),
         ("gpus:\n  h100:\n    idle_w: 1\n    tdp: 5\n", 4, "gpus.h100.tdp: unknown field"),
         ("gpus:\n  x1:\n    tdp_w: 300\n", 2, "gpus.x1: new GPU needs fp32_tflops"),
         ("gpus:\n  h100:\n    idle_w: 250\n", 2, "need idle_w < min_power_limit_w <= tdp_w"),
