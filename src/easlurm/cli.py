@@ -47,7 +47,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "power": (
         "easlurm.accounting.power_cli:power_group",
-        "Slurm's power saving: SuspendProgram/ResumeProgram, and each node's time and energy powered down.",
+        "Slurm's power saving: SuspendProgram/ResumeProgram, each node's time and energy powered down, and "
+        "restoring GPU power caps no live step holds.",
     ),
     "accounting": (
         "easlurm.accounting.republish_cli:accounting_group",

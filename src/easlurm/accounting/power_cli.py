@@ -1,9 +1,12 @@
-"""`easlurm power suspend|resume HOSTLIST` (Slurm's SuspendProgram/ResumeProgram) and `easlurm power report`
-(each node's time powered down, power cycles and energy, from the power-state log)."""
+"""`easlurm power suspend|resume HOSTLIST` (Slurm's SuspendProgram/ResumeProgram), `easlurm power report`
+(each node's time powered down, power cycles and energy, from the power-state log) and `easlurm power
+restore-caps` (GPU power caps no live step holds: easlurm.energy.power_limits)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,7 @@ from easlurm.accounting.power_state import (
 )
 from easlurm.cli import load_ctx_config, output_options
 from easlurm.config import argv_template
+from easlurm.energy.power_limits import LEDGER_DIR, load_nvml, restore_stale, stale_ledgers
 from easlurm.errors import ConfigError, EaslurmError
 from easlurm.slurm.client import CliSlurmClient
 from easlurm.slurm.power_save import expand_nodes, run_for_nodes
@@ -43,7 +47,8 @@ _ESTIMATE_NOTE = (
 
 @click.group("power", context_settings={"help_option_names": ["-h", "--help"]})
 def power_group() -> None:
-    """Slurm's power saving: the programs slurm.conf runs, and what powering nodes down saved."""
+    """Slurm's power saving: the programs slurm.conf runs, and what powering nodes down saved; GPU power caps
+    left by steps that are gone (restore-caps)."""
 
 
 def _power(ctx: click.Context, event: str, hostlists: tuple[str, ...], debug: bool) -> None:
@@ -96,6 +101,49 @@ def suspend_cmd(ctx: click.Context, hostlists: tuple[str, ...], debug: bool) -> 
 @click.pass_context
 def resume_cmd(ctx: click.Context, hostlists: tuple[str, ...], debug: bool) -> None:
     _power(ctx, "resume", hostlists, debug)
+
+
+# ---- restore-caps ------------------------------------------------------------------------------------
+
+
+@power_group.command(
+    "restore-caps",
+    help="Put back the GPU power limits that jobs' steps set on this host and that no live step holds any "
+    "more (an agent killed, slurmd or the node restarted, with no next job to repair it): every ledger under "
+    "SPOOL/power-limits written on this host whose agents are all gone. Changes nothing while a step of the "
+    'job runs. Run as root from a timer, slurmd\'s start and/or an Epilog (docs/spank.md "GPU power caps"). '
+    "Prints each ledger restored; exits 1 when a limit could not be put back (kept for the next run).",
+)
+@click.option("--spool", type=click.Path(file_okay=False), default=None, help="Spool (default: spank.spool).")
+@click.pass_context
+def restore_caps_cmd(ctx: click.Context, spool: str | None) -> None:
+    cfg = load_ctx_config(ctx)
+    spool_dir = Path(spool or cfg.get("spank.spool"))
+    folder = spool_dir / LEDGER_DIR
+    if folder.exists() and not os.access(folder, os.R_OK | os.X_OK):
+        raise EaslurmError(f"{folder}: not readable: power restore-caps runs as root")
+    stale = stale_ledgers(spool_dir)
+    if not stale:  # nothing capped here: NVML is not even loaded (nodes without GPUs)
+        return
+    module = cfg.get("profiler.nvml_module")
+    try:
+        nvml = load_nvml(module)
+    except Exception as exc:
+        raise EaslurmError(
+            f"profiler.nvml_module {module}: NVML not loaded ({exc}); {len(stale)} caps left"
+        ) from exc
+    try:
+        restored = restore_stale(nvml, spool_dir)
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
+    for path in restored:
+        click.echo(f"restored {path}")
+    left = [p for p in stale if p not in restored and p.exists()]
+    for path in left:
+        click.echo(f"easlurm: error: power restore-caps: {path}: limits not all restored (kept)", err=True)
+    if left:
+        ctx.exit(1)
 
 
 # ---- report ------------------------------------------------------------------------------------------

@@ -1,19 +1,28 @@
-"""Per-job GPU power caps on a node: set the limit the scheduler chose at step start, restore the
-previous one at step end, and never leave a GPU capped after a crash.
+"""Per-job GPU power caps on a node, owned by the job's steps there: the first step that runs on the
+node sets the limit the scheduler chose, the last one to end puts the previous limits back, and no GPU
+stays capped after a crash.
 
-Before any limit changes, the agent (root) writes a ledger of the previous limits to
-`<spool>/power-limits/<job>.<step>.<node>.json` (root-only). Restoring deletes the ledger only once
-every GPU is back; a ledger whose agent is gone (killed, node rebooted) is restored by the next agent
-on the node or by `restore_stale` (the repair, like `easlurm accounting republish`)."""
+One ledger per job and node, `<spool>/power-limits/<job>.<node>.json` (root-only), holds the previous
+limits and a reference for each live step (its agent's PID, with the process start time so a reused
+PID is not taken for it). Steps start and end concurrently: every read-modify-write of a ledger holds
+`flock` on `<spool>/power-limits/.lock`. A step's agent joins the ledger at its start (capping the GPUs
+the ledger does not hold yet) and leaves it at its end; the step that leaves it empty restores.
+
+A reference whose agent is gone (killed, node rebooted) is dropped by whoever next reads the ledger,
+and a ledger left with none is restored by the next agent on the node, by `easlurm power restore-caps`
+(a timer, slurmd's start, an Epilog), all through `restore_stale`. The PIDs are judged only on the host
+that wrote them (`host`): the spool may be shared between nodes."""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import importlib
 import json
 import logging
 import os
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +30,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 LEDGER_DIR = "power-limits"
+LOCK_FILE = ".lock"
 ENV_VAR = "EASLURM_POWER_LIMIT_W"
 
 
@@ -34,13 +44,24 @@ class LimitChange:
 
 
 @dataclass
+class StepRef:
+    """A live step holding the cap: its agent's PID and that process's start time (clock ticks since
+    boot, /proc/PID/stat), None where it could not be read."""
+
+    pid: int
+    step: str
+    started: str | None = None
+
+
+@dataclass
 class Ledger:
-    """The limits one agent changed, and who changed them (pid: is that agent still alive?)."""
+    """The limits a job's steps changed on one node, and the steps that hold them. `host` is the host
+    whose processes the references are (None in a ledger from before references: any host judges)."""
 
     job_id: int
-    step: str
     node: str
-    pid: int
+    host: str | None = None
+    refs: list[StepRef] = field(default_factory=list)
     changes: list[LimitChange] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -48,11 +69,15 @@ class Ledger:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Ledger:
+        if "refs" in d:
+            refs = [StepRef(int(r["pid"]), str(r["step"]), r.get("started")) for r in d["refs"]]
+        else:  # one step's ledger, as written before references (`pid`, `step`)
+            refs = [StepRef(int(d["pid"]), str(d["step"]))]
         return cls(
             int(d["job_id"]),
-            str(d["step"]),
             str(d["node"]),
-            int(d["pid"]),
+            d.get("host"),
+            refs,
             [LimitChange(int(c["index"]), int(c["previous_mw"]), int(c["set_mw"])) for c in d["changes"]],
         )
 
@@ -76,8 +101,12 @@ def requested_limit_w(spool: Path, job_id: int) -> float | None:
     return None
 
 
-def ledger_path(spool: Path, job_id: int, step: str, node: str) -> Path:
-    return spool / LEDGER_DIR / f"{job_id}.{step}.{node}.json"
+def ledger_path(spool: Path, job_id: int, node: str) -> Path:
+    return spool / LEDGER_DIR / f"{job_id}.{node}.json"
+
+
+def this_host() -> str:
+    return socket.gethostname()
 
 
 def _write_ledger(path: Path, ledger: Ledger) -> None:
@@ -91,19 +120,64 @@ def _write_ledger(path: Path, ledger: Ledger) -> None:
     os.replace(tmp, path)
 
 
+def read_ledger(path: Path) -> Ledger | None:
+    """The ledger at `path`, None when there is none; OSError/ValueError/KeyError/TypeError when unreadable."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    return Ledger.from_dict(json.loads(text))
+
+
+@contextlib.contextmanager
+def ledger_lock(spool: Path) -> Iterator[None]:
+    """Exclusive `flock` on the spool's ledgers (steps of a job start and end at the same time)."""
+    folder = spool / LEDGER_DIR
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 def load_nvml(module_name: str) -> Any:
     mod = importlib.import_module(module_name)
     mod.nvmlInit()
     return mod
 
 
-def apply_limit(
-    nvml: Any, gpus: list[int], limit_w: float, path: Path, ledger: Ledger, errors: list[str] | None = None
-) -> Ledger:
-    """Set each GPU to `limit_w` (clamped to its min/max). The ledger, with the previous limits, is on
-    disk before the first change. Errors (not root, no power management) are logged, never raised, and
-    appended to `errors` as one line per GPU."""
-    errors = [] if errors is None else errors
+def proc_start(pid: int) -> str | None:
+    """The process's start time (field 22 of /proc/PID/stat), None when it cannot be read."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def ref_alive(ref: StepRef, alive: Callable[[int], bool] = pid_alive) -> bool:
+    """The step's agent still runs: its PID lives and, where both are known, started when it did."""
+    if ref.pid <= 0 or not alive(ref.pid):
+        return False
+    now = proc_start(ref.pid) if ref.started is not None else None
+    return now is None or now == ref.started
+
+
+def _plan(nvml: Any, gpus: list[int], limit_w: float, errors: list[str]) -> list[tuple[Any, LimitChange]]:
+    """(handle, change) of each GPU not yet at `limit_w` (clamped to its min/max); unreadable ones logged."""
     plan: list[tuple[Any, LimitChange]] = []
     for index in gpus:
         try:
@@ -117,15 +191,28 @@ def apply_limit(
         target = min(max(round(limit_w * 1000), int(lo)), int(hi))
         if target != previous:
             plan.append((handle, LimitChange(index, previous, target)))
-    if not plan:
-        return ledger
-    ledger.changes = [c for _, c in plan]
+    return plan
+
+
+def apply_limit(
+    nvml: Any, gpus: list[int], limit_w: float, path: Path, ledger: Ledger, errors: list[str] | None = None
+) -> Ledger:
+    """Set each GPU of `gpus` the ledger does not hold yet to `limit_w` (clamped to its min/max); GPUs it
+    holds keep the limit the job's first step set. The ledger, with the previous limits, is on disk
+    before the first change, and is written even when nothing changes (it carries the step's reference).
+    Errors (not root, no power management) are logged, never raised, and appended to `errors` as one
+    line per GPU."""
+    errors = [] if errors is None else errors
+    held = {c.index for c in ledger.changes}
+    plan = _plan(nvml, [g for g in gpus if g not in held], limit_w, errors)
+    kept = list(ledger.changes)
+    ledger.changes = kept + [c for _, c in plan]
     try:
         _write_ledger(path, ledger)
     except OSError as exc:
         log.error("power-limit ledger %s not written (%s); GPUs left uncapped", path, exc)
         errors.append(f"ledger not written ({exc})")
-        ledger.changes = []
+        ledger.changes = kept
         return ledger
     done = []
     for handle, change in plan:
@@ -135,29 +222,20 @@ def apply_limit(
         except Exception as exc:
             log.error("GPU %d: power limit %d mW not set (%s)", change.index, change.set_mw, exc)
             errors.append(f"GPU {change.index}: {change.set_mw} mW not set ({exc})")
-    ledger.changes = done
-    if done:
+    ledger.changes = kept + done
+    if len(done) < len(plan):
         _write_ledger(path, ledger)
-    else:
-        path.unlink(missing_ok=True)
     return ledger
 
 
-def restore(nvml: Any, path: Path) -> bool:
-    """Put back every limit the ledger at `path` records; the ledger goes once all are back."""
-    try:
-        ledger = Ledger.from_dict(json.loads(path.read_text()))
-    except FileNotFoundError:
-        return True
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        log.error("power-limit ledger %s unreadable (%s); kept for the repair", path, exc)
-        return False
+def _restore_changes(nvml: Any, changes: list[LimitChange]) -> list[LimitChange]:
+    """Put back each previous limit; returns the changes that could not be undone."""
     left = []
-    for change in ledger.changes:
+    for change in changes:
         try:
             handle = nvml.nvmlDeviceGetHandleByIndex(change.index)
             now = int(nvml.nvmlDeviceGetPowerManagementLimit(handle))
-            if now != change.set_mw:  # changed since (an enclosing step restored first): not ours now
+            if now != change.set_mw:  # changed since (by an admin, or never set): not ours now
                 log.warning(
                     "GPU %d: limit is %d mW, not the %d mW set; left as it is",
                     change.index,
@@ -171,36 +249,109 @@ def restore(nvml: Any, path: Path) -> bool:
                 "GPU %d: previous power limit %d mW not restored (%s)", change.index, change.previous_mw, exc
             )
             left.append(change)
+    return left
+
+
+def restore(nvml: Any, path: Path) -> bool:
+    """Put back every limit the ledger at `path` records, whoever holds it (the caller holds the lock);
+    the ledger goes once all are back, else it keeps what is left (and no references) for the repair."""
+    try:
+        ledger = read_ledger(path)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.error("power-limit ledger %s unreadable (%s); kept for the repair", path, exc)
+        return False
+    if ledger is None:
+        return True
+    left = _restore_changes(nvml, ledger.changes)
     if left:
-        ledger.changes = left
+        ledger.changes, ledger.refs = left, []
         _write_ledger(path, ledger)
         return False
     path.unlink(missing_ok=True)
     return True
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def join(
+    nvml: Any,
+    spool: Path,
+    ledger: Ledger,
+    ref: StepRef,
+    gpus: list[int],
+    limit_w: float | None,
+    errors: list[str],
+) -> Ledger:
+    """Add the step's reference to its job's ledger on the node (made if there is none, references of
+    gone agents dropped) and cap the GPUs of `gpus` the ledger does not hold yet."""
+    path = ledger_path(spool, ledger.job_id, ledger.node)
+    with ledger_lock(spool):
+        try:
+            found = read_ledger(path)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.error("power-limit ledger %s unreadable (%s); GPUs left uncapped", path, exc)
+            errors.append(f"ledger unreadable ({exc})")
+            return ledger
+        if found is not None:
+            ledger = found
+        ledger.host = this_host()
+        ledger.refs = [r for r in ledger.refs if r.pid != ref.pid and ref_alive(r)] + [ref]
+        if limit_w is None:
+            _write_ledger(path, ledger)
+            return ledger
+        return apply_limit(nvml, gpus, limit_w, path, ledger, errors)
 
 
-def restore_stale(nvml: Any, spool: Path, alive: Callable[[int], bool] = pid_alive) -> list[Path]:
-    """Restore the ledgers whose agent is gone (the repair after a crash); returns those restored."""
-    restored = []
+def leave(nvml: Any, spool: Path, job_id: int, node: str, pid: int) -> bool:
+    """Drop the step's reference (and those of gone agents); the last one out restores the limits.
+    True when nothing is left to restore."""
+    path = ledger_path(spool, job_id, node)
+    with ledger_lock(spool):
+        try:
+            ledger = read_ledger(path)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.error("power-limit ledger %s unreadable (%s); kept for the repair", path, exc)
+            return False
+        if ledger is None:
+            return True
+        live = [r for r in ledger.refs if r.pid != pid and ref_alive(r)]
+        if live:
+            ledger.refs = live
+            _write_ledger(path, ledger)
+            return True
+        return restore(nvml, path)
+
+
+def stale_ledgers(
+    spool: Path, host: str | None = None, alive: Callable[[int], bool] = pid_alive
+) -> list[Path]:
+    """The ledgers of this host (`host`, default this one) that no live step holds: what `restore_stale`
+    would restore. Reads only, takes no lock: a cheap look before loading NVML."""
+    host = this_host() if host is None else host
+    found = []
     for path in sorted((spool / LEDGER_DIR).glob("*.json")):
         try:
-            pid = int(json.loads(path.read_text())["pid"])
+            ledger = read_ledger(path)
         except (OSError, ValueError, KeyError, TypeError):
-            pid = -1
-        if pid > 0 and alive(pid):
+            found.append(path)  # unreadable: the repair says so
             continue
-        if restore(nvml, path):
-            restored.append(path)
+        if ledger is None or ledger.host not in (None, host):
+            continue  # gone since, or another node's: its own agents and check judge it
+        if not any(ref_alive(r, alive) for r in ledger.refs):
+            found.append(path)
+    return found
+
+
+def restore_stale(
+    nvml: Any, spool: Path, alive: Callable[[int], bool] = pid_alive, host: str | None = None
+) -> list[Path]:
+    """Restore this host's ledgers that no live step holds any more (the repair after a crash), and drop
+    the references of gone agents from the others; returns the ledgers restored."""
+    restored = []
+    if not (spool / LEDGER_DIR).is_dir():
+        return restored
+    with ledger_lock(spool):
+        for path in stale_ledgers(spool, host, alive):
+            if restore(nvml, path):
+                restored.append(path)
     return restored
 
 
@@ -227,8 +378,9 @@ def limit_in_force(nvml: Any, gpus: list[int]) -> float | None:
 
 
 class StepCap:
-    """The agent's hook: `start()` at step start, `end()` at step end; both never raise. `outcome` says
-    what the step runs at (None when the scheduler asked for no limit)."""
+    """The agent's hook: `start()` at step start joins the job's cap on the node, `end()` at step end
+    leaves it (the last step out restores); both never raise. `outcome` says what the step runs at
+    (None when the scheduler asked for no limit)."""
 
     def __init__(
         self, spool: Path, job_id: int, step: str, node: str, gpus: list[int], nvml_module: str
@@ -236,7 +388,8 @@ class StepCap:
         self.spool, self.job_id, self.step, self.node = spool, job_id, step, node
         self.gpus, self.nvml_module = gpus, nvml_module
         self.nvml: Any = None
-        self.path = ledger_path(spool, job_id, step, node)
+        self.path = ledger_path(spool, job_id, node)
+        self.joined = False
         self.outcome: CapOutcome | None = None
 
     def start(self) -> None:
@@ -246,11 +399,23 @@ class StepCap:
             if not self.gpus or (limit is None and not (self.spool / LEDGER_DIR).is_dir()):
                 return
             self.nvml = load_nvml(self.nvml_module)
-            restore_stale(self.nvml, self.spool)  # what a killed agent left capped
+            restore_stale(self.nvml, self.spool)  # what killed agents left capped on this node
+            if limit is None and not self.path.exists():
+                return
+            pid = os.getpid()
+            errors: list[str] = []
+            ledger = Ledger(self.job_id, self.node)
+            join(
+                self.nvml,
+                self.spool,
+                ledger,
+                StepRef(pid, self.step, proc_start(pid)),
+                self.gpus,
+                limit,
+                errors,
+            )
+            self.joined = True
             if limit is not None:
-                ledger = Ledger(self.job_id, self.step, self.node, os.getpid())
-                errors: list[str] = []
-                apply_limit(self.nvml, self.gpus, limit, self.path, ledger, errors)
                 applied = None if errors else limit_in_force(self.nvml, self.gpus)
                 if applied is None and not errors:
                     errors.append("GPUs do not all report the limit")
@@ -264,7 +429,8 @@ class StepCap:
         if self.nvml is None:
             return
         try:
-            restore(self.nvml, self.path)
+            if self.joined:
+                leave(self.nvml, self.spool, self.job_id, self.node, os.getpid())
         except Exception as exc:
             log.error(
                 "job %d step %s: power limits not restored: %s (kept in %s)",

@@ -41,6 +41,9 @@ EASLURM_FAKE_NVML_LIMITS_FILE names a JSON file ({index: mW}); in memory otherwi
   EASLURM_FAKE_NVML_LIMIT_RANGE_W=100:700  min:max limit (default 100:700; the default limit is the max)
   EASLURM_FAKE_NVML_LIMIT_NO_PERMISSION=1  setting a limit raises NO_PERMISSION (not root)
   EASLURM_FAKE_NVML_LIMIT_UNSUPPORTED=0,2|all  GPUs without power management (NOT_SUPPORTED)
+Every limit set is also logged (what a test reads to see a cap held, and who restored it): one JSON line
+{"t": unix time, "pid", "index", "from_mw", "to_mw"} per call, appended to `<limits file>.log` beside the
+limits file, or to the in-memory `limit_log()` without one.
 """
 
 from __future__ import annotations
@@ -236,6 +239,7 @@ class _State:
         self.limit_range_mw = (round(float(lo) * 1000), round(float(hi) * 1000))
         self.limits_file = env.get("EASLURM_FAKE_NVML_LIMITS_FILE") or None
         self.limits_mw: dict[int, int] = {}
+        self.limit_sets: list[dict[str, Any]] = []
         self.limit_no_permission = env.get("EASLURM_FAKE_NVML_LIMIT_NO_PERMISSION", "") not in ("", "0")
         no_limit = env.get("EASLURM_FAKE_NVML_LIMIT_UNSUPPORTED", "")
         self.no_limit = {
@@ -265,6 +269,13 @@ class _State:
         with open(tmp, "w") as f:
             json.dump({str(k): v for k, v in limits.items()}, f)
         os.replace(tmp, self.limits_file)
+
+    def log_limit(self, entry: dict[str, Any]) -> None:
+        if self.limits_file is None:
+            self.limit_sets.append(entry)
+            return
+        with open(f"{self.limits_file}.log", "a") as f:
+            f.write(json.dumps(entry) + "\n")
 
 
 _state: _State | None = None
@@ -485,8 +496,24 @@ def nvmlDeviceSetPowerManagementLimit(handle: _Gpu, limit: int) -> None:
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
     with _lock, _file_lock(st.limits_file):
         limits = st.limits()
+        previous = limits.get(gpu.index, hi)
         limits[gpu.index] = limit
         st.store_limits(limits)
+        st.log_limit(
+            {"t": time.time(), "pid": os.getpid(), "index": gpu.index, "from_mw": previous, "to_mw": limit}
+        )
+
+
+def limit_log() -> list[dict[str, Any]]:
+    """Every limit set since start: the log file's lines with a limits file, else this process's."""
+    st = _st()
+    if st.limits_file is None:
+        return list(st.limit_sets)
+    try:
+        with open(f"{st.limits_file}.log") as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
 
 
 @contextlib.contextmanager

@@ -1,4 +1,5 @@
-"""Per-job GPU power caps through (fake) NVML: set at step start, restored at step end and after a crash."""
+"""Per-job GPU power caps through (fake) NVML: set by a job's first step on a node, restored when its last
+step there ends, and after a crash with no next job."""
 
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ from easlurm.energy.power_limits import (
     CapOutcome,
     Ledger,
     StepCap,
+    StepRef,
     apply_limit,
     ledger_path,
     requested_limit_w,
     restore,
     restore_stale,
+    this_host,
 )
 
 FAKE = "easlurm_fakes.fake_nvml"
@@ -86,7 +89,7 @@ def test_step_cap_sets_the_steps_gpus_and_restores_them(gpus: Path, tmp_path: Pa
     cap = StepCap(spool, 5, "0", "h100-1", [1, 2], FAKE)
     cap.start()
     assert limits_w() == [700.0, 250.0, 250.0, 700.0]
-    ledger = ledger_path(spool, 5, "0", "h100-1")
+    ledger = ledger_path(spool, 5, "h100-1")
     assert ledger.exists() and oct(ledger.stat().st_mode & 0o777) == "0o600"
     cap.end()
     assert limits_w() == [700.0] * 4 and not ledger.exists()
@@ -102,30 +105,37 @@ def test_step_cap_sets_the_steps_gpus_and_restores_them(gpus: Path, tmp_path: Pa
     assert limits_w() == [700.0] * 4 and not list((spool / LEDGER_DIR).glob("*.json"))
 
 
+def held(job: int, node: str, *pids: int, host: str | None = None) -> Ledger:
+    """A ledger of `job` on `node` held by steps whose agents are `pids` (written on this host)."""
+    return Ledger(
+        job, node, this_host() if host is None else host, [StepRef(p, str(i)) for i, p in enumerate(pids)]
+    )
+
+
+DEAD = 2**22 + 12345  # a PID no process has (above the kernel's pid_max)
+
+
 def test_a_killed_agents_caps_are_restored_by_the_next_agent_and_the_repair(
     gpus: Path, tmp_path: Path
 ) -> None:
     spool = tmp_path / "spool"
     spool.mkdir()
-    dead = Ledger(11, "0", "h100-1", pid=2**22 + 12345)  # an agent that no longer runs
-    apply_limit(fake_nvml, [0, 1], 300.0, ledger_path(spool, 11, "0", "h100-1"), dead)
-    live = Ledger(12, "0", "h100-1", pid=os.getpid())  # a step still running beside it
-    apply_limit(fake_nvml, [2], 400.0, ledger_path(spool, 12, "0", "h100-1"), live)
+    apply_limit(fake_nvml, [0, 1], 300.0, ledger_path(spool, 11, "h100-1"), held(11, "h100-1", DEAD))
+    # a step still running beside it
+    apply_limit(fake_nvml, [2], 400.0, ledger_path(spool, 12, "h100-1"), held(12, "h100-1", os.getpid()))
     assert limits_w() == [300.0, 300.0, 400.0, 700.0]
     # the repair restores only what the dead agent left, the live step keeps its cap
     restored = restore_stale(fake_nvml, spool)
-    assert [p.name for p in restored] == ["11.0.h100-1.json"]
+    assert [p.name for p in restored] == ["11.h100-1.json"]
     assert limits_w() == [700.0, 700.0, 400.0, 700.0]
     # the next agent on the node does the same at its start, before capping its own GPUs
-    apply_limit(
-        fake_nvml, [0], 300.0, ledger_path(spool, 13, "0", "h100-1"), Ledger(13, "0", "h100-1", pid=2**22 + 1)
-    )
+    apply_limit(fake_nvml, [0], 300.0, ledger_path(spool, 13, "h100-1"), held(13, "h100-1", DEAD + 1))
     sched_env(spool, 14, "EASLURM_POWER_LIMIT_W=500\n")
     cap = StepCap(spool, 14, "0", "h100-1", [3], FAKE)
     cap.start()
     assert limits_w() == [700.0, 700.0, 400.0, 500.0]
     cap.end()
-    assert restore(fake_nvml, ledger_path(spool, 12, "0", "h100-1"))
+    assert restore(fake_nvml, ledger_path(spool, 12, "h100-1"))
     assert limits_w() == [700.0] * 4 and not list((spool / LEDGER_DIR).glob("*.json"))
 
 
@@ -140,23 +150,19 @@ def test_no_permission_leaves_gpus_and_no_ledger(
     cap = StepCap(spool, 5, "0", "n", [0, 1], FAKE)
     cap.start()  # logged, never raised: the job runs uncapped
     cap.end()
-    assert limits_w() == [700.0] * 4 and not ledger_path(spool, 5, "0", "n").exists()
+    assert limits_w() == [700.0] * 4 and not ledger_path(spool, 5, "n").exists()
 
 
 def test_a_stale_ledger_leaves_a_gpu_someone_changed_since(gpus: Path, tmp_path: Path) -> None:
-    """The batch step capped at 300 W, a killed srun step at 200 W; the batch step's agent restored 700 W
-    at its end. The step's stale ledger (previous 300 W) must not cap the GPU again."""
+    """A killed step capped GPU 0 at 200 W; an admin has set it to 650 W since. The repair drops the
+    ledger and leaves the admin's limit."""
     spool = tmp_path / "spool"
     spool.mkdir()
-    apply_limit(
-        fake_nvml, [0], 300.0, ledger_path(spool, 20, "batch", "n"), Ledger(20, "batch", "n", pid=os.getpid())
-    )
-    apply_limit(fake_nvml, [0], 200.0, ledger_path(spool, 20, "0", "n"), Ledger(20, "0", "n", pid=2**22 + 7))
+    apply_limit(fake_nvml, [0], 200.0, ledger_path(spool, 20, "n"), held(20, "n", DEAD))
     assert limits_w()[0] == 200.0
-    fake_nvml.nvmlDeviceSetPowerManagementLimit(fake_nvml.nvmlDeviceGetHandleByIndex(0), 700_000)
-    (spool / LEDGER_DIR / "20.batch.n.json").unlink()
-    assert [p.name for p in restore_stale(fake_nvml, spool)] == ["20.0.n.json"]
-    assert limits_w()[0] == 700.0
+    fake_nvml.nvmlDeviceSetPowerManagementLimit(fake_nvml.nvmlDeviceGetHandleByIndex(0), 650_000)
+    assert [p.name for p in restore_stale(fake_nvml, spool)] == ["20.n.json"]
+    assert limits_w()[0] == 650.0
 
 
 def test_step_cap_says_what_the_step_runs_at(gpus: Path, tmp_path: Path) -> None:
