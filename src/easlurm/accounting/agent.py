@@ -56,6 +56,7 @@ from easlurm.accounting.step_record import (
     run_step_key,
 )
 from easlurm.config import load_config
+from easlurm.energy.cpu_share import apportion_node_devices
 from easlurm.energy.power_limits import StepCap
 from easlurm.energy.profiler import EnergyProfiler
 from easlurm.energy.spec import parse_spec
@@ -282,6 +283,7 @@ class NodeAgent:
                 rec = NodeRecord.from_profile(result, self.ctx.node_id, self.ctx.step_start_time, end)
                 if self.share_watcher is not None:
                     self._apportion(rec)
+                apportion_node_devices(rec.devices, getattr(result, "cpu_share", None))  # shared node
                 rec.error = self.error
                 rec.host = self.ctx.node_name or rec.host
                 self._record_cap(rec)

@@ -15,10 +15,11 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from easlurm.energy import rundir
+from easlurm.energy.cpu_share import CpuShareWatch
 from easlurm.energy.discovery import Discovery, discover, parse_devices
 from easlurm.energy.dram import DramModelSensor
 from easlurm.energy.gpus import parse_gpu_ref
-from easlurm.energy.result import DeviceEnergy, ProfileResult, RegionEnergy
+from easlurm.energy.result import DeviceEnergy, DeviceKind, ProfileResult, RegionEnergy
 from easlurm.energy.sampler import SampleLog, SamplingThread, SensorSampler, sampling_threads
 from easlurm.errors import ConfigError, SensorError
 
@@ -50,6 +51,8 @@ class EnergyProfiler:
         command: Sequence[str] | None = None,
         mpi: bool = False,
         comm: Any = None,
+        proc_root: str | Path = "/proc",
+        cgroup_root: str | Path = "/sys/fs/cgroup",
     ) -> None:
         self.kinds = parse_devices(devices)
         if not interval_s >= MIN_INTERVAL_S:
@@ -64,6 +67,8 @@ class EnergyProfiler:
         self.nvml_module = nvml_module
         self.sample_log = sample_log
         self.command = list(command) if command is not None else None
+        # whose share of the node's CPU/DRAM energy this is: `pid`'s job's CPU time among the node's jobs
+        self._cpu_watch: CpuShareWatch | None = CpuShareWatch(self.pid, Path(proc_root), Path(cgroup_root))
         self.mpi = None
         if mpi or comm is not None:
             from easlurm.energy.mpi import MpiContext  # here: MPI runs only; spares the SPANK agent's start
@@ -109,6 +114,10 @@ class EnergyProfiler:
         )
         if self.mpi is not None:
             self.mpi.barrier()
+        if not (node_level and ({DeviceKind.CPU, DeviceKind.DRAM} & set(self.kinds))):
+            self._cpu_watch = None
+        if self._cpu_watch is not None:
+            self._cpu_watch.start()
         self._start_time = time.time()
         self._t0 = time.monotonic()
         if self.out_dir is not None:
@@ -157,10 +166,12 @@ class EnergyProfiler:
             thread.request_stop()
         for thread in self._threads:
             thread.stop()
+        cpu_share = self._cpu_watch.stop() if self._cpu_watch is not None else None
         self._discovery.close()
         if self._log is not None:
             self._log.close()
         self.result = self._build(t_stop - self._t0)
+        self.result.cpu_share = cpu_share
         if self.out_dir is not None:
             try:
                 rundir.write_json(self.out_dir / rundir.SUMMARY_FILE, self.result.to_dict())

@@ -81,6 +81,34 @@ def sum_known(values: Iterable[float | None]) -> float | None:
     return sum(known) if known else None
 
 
+@dataclass(frozen=True)
+class CpuShare:
+    """A job's CPU time over a profiled window, the other jobs' on its node, and the job's share of the
+    node's CPU package and DRAM energy that follows (measured by easlurm.energy.cpu_share)."""
+
+    job_id: int | None
+    job_cpu_s: float | None
+    #: other jobs' CPU time over the window, by job (only those that used some)
+    others_cpu_s: dict[int, float]
+    source: str
+
+    @property
+    def shared(self) -> bool:
+        return bool(self.others_cpu_s)
+
+    @property
+    def fraction(self) -> float | None:
+        """This job's share (0..1); 1 on a node no other job used; None when it cannot be told."""
+        if self.job_id is None:
+            return None
+        if not self.shared:
+            return 1.0
+        if self.job_cpu_s is None:
+            return None
+        total = self.job_cpu_s + sum(self.others_cpu_s.values())
+        return min(1.0, max(0.0, self.job_cpu_s / total)) if total > 0 else None
+
+
 @dataclass
 class ProfileResult:
     """What one profiled run consumed; totals sum only top-level devices (no double counting)."""
@@ -95,6 +123,9 @@ class ProfileResult:
     sampler_cpu_s: float | None = None
     #: Requested kinds with no sensor on this host (see Discovery.no_sensor): unknown, not zero.
     no_sensor: list[str] = field(default_factory=list)
+    #: This job's share of the node's CPU time over the run (easlurm.energy.cpu_share), which the node
+    #: agent applies to the CPU and DRAM devices; None where CPU/DRAM were not read here.
+    cpu_share: CpuShare | None = None
 
     def _kind_total(self, kind: DeviceKind | None) -> float | None:
         chosen = [d for d in self.devices if d.in_total and (kind is None or d.kind == kind.value)]
