@@ -11,7 +11,7 @@ CPU time comes from Slurm's job cgroups (v2 `<scope>/job_<id>/cpu.stat` usage_us
 /proc/<pid>/cgroup; where jobs have no cgroup (proctrack/linuxproc), from the process trees of the
 slurmstepd processes (titled `slurmstepd: [<job>.<step>]`), whose utime+stime+cutime+cstime count the
 tasks they have reaped. Node agents (easlurm.accounting.agent) are left out of the trees. A job whose
-cgroup or processes vanished during the window counts only up to its last reading (its start).
+cgroup or processes vanished during the window is not counted.
 """
 
 from __future__ import annotations
