@@ -9,8 +9,16 @@ from typing import Any
 
 from easlurm.config import read_yaml_file
 from easlurm.errors import ConfigError, ModelError
+from easlurm.inputs import whole
 from easlurm.model.colocation import parse_sharing
 from easlurm.model.node_power import PowerSaving, default_idle_w, default_off_w, node_power
+
+#: the most nodes a simulated cluster may have, and GPUs one node may hold: beyond them a cluster (10^11
+#: nodes, a 10^9-GPU node) does not fit in memory, and no machine is that large
+MAX_NODES = 100_000
+MAX_NODE_GPUS = 1024
+#: the most GPUs of any simulated cluster (a cluster sized like a trace of one huge MPI job included)
+MAX_GPUS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -100,8 +108,12 @@ class ClusterSpec:
 
     @classmethod
     def uniform(cls, n_nodes: int, gpus_per_node: int, gpu_type: str, sharing: str = "none") -> ClusterSpec:
-        if n_nodes <= 0:
-            raise ConfigError("cluster: n_nodes must be > 0")
+        if not 0 < n_nodes <= MAX_NODES:
+            raise ConfigError(f"cluster: n_nodes must be between 1 and {MAX_NODES:,}, got {n_nodes}")
+        if not gpus_per_node > 0 or n_nodes * gpus_per_node > MAX_GPUS:
+            raise ConfigError(
+                f"cluster: {n_nodes} x {gpus_per_node} GPUs: need 1 to {MAX_GPUS:,} GPUs in all (the limit)"
+            )
         parse_sharing(sharing, "cluster")
         short = gpu_type.split("-")[0]
         nodes = tuple(NodeSpec(f"{short}n{i}", gpu_type, gpus_per_node, sharing) for i in range(n_nodes))
@@ -124,6 +136,7 @@ class ClusterSpec:
         if unknown_top:
             raise ConfigError(f"{source}: unknown key(s) {', '.join(sorted(map(str, unknown_top)))}")
         nodes: list[NodeSpec] = []
+        total = 0
         for i, entry in enumerate(doc["nodes"]):
             where = f"{source}: nodes[{i}]"
             if not isinstance(entry, dict):
@@ -131,12 +144,15 @@ class ClusterSpec:
             unknown = set(entry) - {"name", "gpu_type", "gpus", "count", "sharing", "idle_w", "off_w"}
             if unknown:
                 raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
-            try:
-                gpu_type = str(entry["gpu_type"])
-                gpus = int(entry["gpus"])
-                count = int(entry.get("count", 1))
-            except (KeyError, TypeError, ValueError) as exc:
-                raise ConfigError(f"{where}: needs gpu_type (str), gpus (int), optional count (int)") from exc
+            if "gpu_type" not in entry or "gpus" not in entry:
+                raise ConfigError(f"{where}: needs gpu_type (str), gpus (int), optional count (int)")
+            gpu_type = str(entry["gpu_type"])
+            # 2.5 GPUs or -3 nodes are refused, never truncated or dropped
+            gpus = whole(entry["gpus"], f"{where}.gpus", 1, MAX_NODE_GPUS)
+            count = whole(entry.get("count", 1), f"{where}.count", 1, MAX_NODES)
+            total += count
+            if total > MAX_NODES:
+                raise ConfigError(f"{where}.count: the cluster has over {MAX_NODES:,} nodes (the limit)")
             sharing = parse_sharing(entry.get("sharing", "none"), f"{where}.sharing").value
             idle_w, off_w = node_power(entry, gpus, where)
             name = str(entry.get("name", gpu_type.split("-")[0] + "n"))
@@ -152,6 +168,6 @@ class ClusterSpec:
     @classmethod
     def from_yaml(cls, path: str | Path) -> ClusterSpec:
         p = Path(path)
-        if not p.is_file():
+        if not p.exists():
             raise ConfigError(f"{p}: cluster file not found")
         return cls.from_dict(read_yaml_file(p, "cluster file"), str(p))

@@ -13,7 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from easlurm.errors import ConfigError, TraceError
+from easlurm.inputs import csv_header
 from easlurm.sim.traces.record import TraceJob, TraceStats
+from easlurm.sim.traces.sane import problem
 from easlurm.sim.traces.source import open_text
 from easlurm.slurm.times import parse_timelimit_s, parse_timestamp_s
 from easlurm.units import parse_duration_s
@@ -59,7 +61,8 @@ class CsvReader:
                 if fields[0].lstrip().startswith("#"):
                     continue
                 if header is None:
-                    header = [f.strip().lower() for f in fields]
+                    where = f"{self.path}:{reader.line_num}"
+                    header = [h.lower() for h in csv_header(fields, where, TraceError)]  # BOM, duplicates
                     missing = [c for c in REQUIRED if c not in header]
                     if missing:
                         raise TraceError(
@@ -81,6 +84,9 @@ class CsvReader:
                 row = {k: v.strip() for k, v in zip(header, fields)}
                 try:
                     job = self._parse(row, where, self.stats.rows)
+                    why = problem(job)
+                    if why:
+                        raise TraceError(why)
                 except TraceError as exc:
                     self.stats.bad(f"{where}: {exc}", self.skip_bad)
                     continue
@@ -90,9 +96,11 @@ class CsvReader:
     @staticmethod
     def _parse(row: dict[str, str], where: str, n: int) -> TraceJob:
         def parse(name: str, fn, *args):  # type: ignore[no-untyped-def]
+            if len(row[name]) > 64:
+                raise TraceError(f"field {name}: {len(row[name])} characters, not a value")
             try:
                 return fn(row[name], *args)
-            except (TraceError, ConfigError, ValueError) as exc:
+            except (TraceError, ConfigError, ValueError, OverflowError) as exc:
                 raise TraceError(f"field {name}: {exc}") from None
 
         submit_s = parse("submit", _time_s)

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from easlurm.errors import ModelError
-from easlurm.sim.cluster import ClusterSpec
+from easlurm.errors import ModelError, TraceError
+from easlurm.sim.cluster import MAX_GPUS, MAX_NODES, ClusterSpec
 from easlurm.sim.traces.record import TraceJob
 
 #: GPUs per node of a sized cluster (more when a single job of the trace needs more).
@@ -107,6 +107,13 @@ def cluster_for(
     if max_gpus is not None:
         per_node = max(1, min(per_node, max_gpus))
     counts = {t: max(1, math.ceil(peak / per_node)) for t, peak in size.peak_by_type.items()}
+    nodes = sum(counts.values()) if max_nodes is None else min(sum(counts.values()), max_nodes)
+    if nodes > MAX_NODES or nodes * per_node > MAX_GPUS:
+        raise TraceError(
+            f"a cluster sized like the trace would have {nodes:,} nodes of {per_node:,} GPUs (its largest job "
+            f"asks for {size.largest_job_gpus:,}; peak {size.peak_gpus:,} GPUs busy at once), over the limit "
+            f"of {MAX_NODES:,} nodes and {MAX_GPUS:,} GPUs: give --cluster"
+        )
     cap = max(1, max_gpus // per_node) if max_gpus is not None else None
     if max_nodes is not None:
         cap = min(cap, max_nodes) if cap is not None else max_nodes

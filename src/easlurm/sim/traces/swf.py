@@ -15,7 +15,9 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
+from easlurm.inputs import MAX_EPOCH_S
 from easlurm.sim.traces.record import TraceJob, TraceStats
+from easlurm.sim.traces.sane import problem
 from easlurm.sim.traces.source import open_text
 from easlurm.sim.traces.swf_gpus import PROCS_PER_GPU_KEY, header_int
 
@@ -109,7 +111,9 @@ class SwfReader:
             try:
                 values[name] = float(text)
             except ValueError:
-                self.stats.bad(f"{where}: field {name}: {text!r} is not a number", self.skip_bad)
+                values[name] = math.nan
+            if not math.isfinite(values[name]) or abs(values[name]) > MAX_EPOCH_S:
+                self.stats.bad(f"{where}: field {name}: {text!r} is not a number in range", self.skip_bad)
                 return None
         if values["submit_time"] < 0:
             self.stats.bad(f"{where}: field submit_time: unknown (-1)", self.skip_bad)
@@ -129,7 +133,7 @@ class SwfReader:
         procs = known("allocated_processors") or known("requested_processors") or 0
         user = known("user_id")
         partition = known("partition_number")
-        return TraceJob(
+        job = TraceJob(
             job_id=str(int(values["job_number"])),
             submit_s=submit_s,
             user=str(int(user)) if user is not None else None,
@@ -143,3 +147,8 @@ class SwfReader:
             state=_STATUS.get(int(status)) if status is not None else None,
             source=where,
         )
+        why = problem(job)
+        if why:
+            self.stats.bad(f"{where}: {why}", self.skip_bad)
+            return None
+        return job
