@@ -2,8 +2,8 @@
 
 RAPL measures whole sockets and the DRAM model whole DIMMs, so two jobs on one node would each be billed
 the node's energy. The rule (docs/spank.md, "Shared nodes"): over the profiled window, a job's share is
-its CPU time divided by the CPU time of every Slurm job on the node (its own included). A node where no
-other job used CPU is not shared: the job keeps the whole energy. Where the job's own CPU time cannot be
+its CPU time divided by the CPU time of every Slurm job on the node (its own included). A node where the
+other jobs used under 1% of it (CpuShare.NEGLIGIBLE) is not shared: the job keeps the whole energy. Where the job's own CPU time cannot be
 read, the devices are flagged `shared-unknown` rather than silently billed in full.
 
 CPU time comes from Slurm's job cgroups (v2 `<scope>/job_<id>/cpu.stat` usage_usec, v1

@@ -92,9 +92,17 @@ class CpuShare:
     others_cpu_s: dict[int, float]
     source: str
 
+    #: Other jobs under this share of all the jobs' CPU time (an idle job's slurmstepd ticking) leave the
+    #: node unshared: the job keeps the whole energy (an over-count of at most 1%, not a record flagged
+    #: on every node that hosts an idle job too).
+    NEGLIGIBLE = 0.01
+
     @property
     def shared(self) -> bool:
-        return bool(self.others_cpu_s)
+        others = sum(self.others_cpu_s.values())
+        if others <= 0:
+            return False
+        return self.job_cpu_s is None or others > self.NEGLIGIBLE * (others + self.job_cpu_s)
 
     @property
     def fraction(self) -> float | None:

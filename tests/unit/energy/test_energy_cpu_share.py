@@ -263,3 +263,16 @@ def test_profiles_without_cpu_or_dram_do_not_read_cpu_time(nvml_env: pytest.Monk
     assert prof._cpu_watch is not None  # decided at start, once the devices are known
     prof.start()
     assert prof.stop().cpu_share is None
+
+
+def test_an_idle_job_beside_leaves_the_node_unshared() -> None:
+    """Another job under 1% of the jobs' CPU time (its slurmstepd ticking): the whole energy is kept, no
+    flag; above it the node is shared."""
+    start = CpuTimes({5: 0.0, 6: 0.0}, "cgroup v2 x")
+    idle = share_between(5, start, CpuTimes({5: 10.0, 6: 0.05}, "cgroup v2 x"))
+    assert not idle.shared and idle.fraction == 1.0
+    devices = [DeviceRecord("package-0", "cpu", 50.0)]
+    assert apportion_node_devices(devices, idle) is None
+    assert (devices[0].energy_j, devices[0].apportioned) == (50.0, None)
+    busy = share_between(5, start, CpuTimes({5: 10.0, 6: 0.5}, "cgroup v2 x"))
+    assert busy.shared and busy.fraction == pytest.approx(10.0 / 10.5)
