@@ -42,7 +42,9 @@ from easlurm.accounting.publish import (
 )
 from easlurm.accounting.spool import (
     Spool,
+    SpoolLogHandler,
     check_owned_dir,
+    is_full,
     job_lock,
     make_private_dir,
     move_aside,
@@ -171,6 +173,8 @@ class NodeAgent:
         self.error: str | None = None
         self.stop_time: float | None = None
         self.spool_ok = False
+        #: Why the spool could not take this step's files (it is full), for the published record.
+        self.spool_error: str | None = None
         self._stop = threading.Event()
         self.power_cap: StepCap | None = None
         self.share_watcher: Any = None
@@ -188,6 +192,8 @@ class NodeAgent:
             make_private_dir(self.ctx.step_dir, self.ctx.gid)
             return True
         except OSError as exc:
+            if is_full(exc):
+                self.spool_error = f"spool full: {exc.strerror}"
             log.error("spool %s unusable: %s; no file records for this step", self.ctx.spool, exc)
             return False
 
@@ -317,6 +323,7 @@ class NodeAgent:
         t0 = time.monotonic()
         hard = t0 + self.ctx.late_limit_s * 0.8  # publication must be over before the SIGALRM bound
         rec = self.node_record()
+        rec.nnodes, rec.spec = self.ctx.nnodes, self.ctx.spec  # a reader rebuilds the step if node 0 dies
         if self.power_cap is not None:
             self.power_cap.end()
         wrote = self.spool_ok and self._write(self.ctx.node_file(self.ctx.node_id), rec.to_dict())
@@ -334,6 +341,7 @@ class NodeAgent:
                 self.ctx.spec,
                 others,
                 run=self.ctx.restart,
+                spool_error=self.spool_error,
             )
             if self.client is not None:
                 self._bound_client(hard)
@@ -345,7 +353,9 @@ class NodeAgent:
             if locked and step.missing_nodes:  # one last look, under the lock late nodes take too
                 step = gather_step(self.ctx, rec, 0.0, known={n.node_id: n for n in step.nodes})
             warn_partial(self.ctx, step)
+            step.spool_error = self.spool_error
             wrote = self._write(self.ctx.step_file, step.to_dict())
+            step.spool_error = self.spool_error  # published from memory when the spool is full
             if not locked:
                 log.error(
                     "job %d: publication lock still held after %.0f s; step %s kept in %s, not published"
@@ -387,7 +397,9 @@ class NodeAgent:
             write_record(path, doc, self.ctx.gid)
             return True
         except OSError as exc:
-            log.error("cannot write record %s: %s", path, exc)
+            if is_full(exc):  # one line, and the published record says so
+                self.spool_error = f"spool full: {exc.strerror}"
+            log.error("cannot write record %s: %s", path, exc.strerror or exc)
             return False
 
     def _bound_client(self, hard: float) -> None:
@@ -486,7 +498,7 @@ def keep_log_in_spool(ctx: StepContext) -> None:
     """Also log to SPOOL/<job>/<step>/node-<id>.log: once the plugin stops waiting (timeout_ms), the
     agent's stderr goes nowhere, and a late agent's messages must still reach the admin."""
     try:
-        handler = logging.FileHandler(ctx.log_file, delay=True)
+        handler = SpoolLogHandler(ctx.log_file, delay=True)
     except OSError as exc:
         log.warning("agent log in the spool: %s", exc)
         return

@@ -58,6 +58,13 @@ class RunEnergy:
     requeued: bool
     #: energy of allocated GPUs that drew no more than idle power over the run
     idle_gpu_energy_j: float | None
+    #: the run's measured window (job_total's: the longest node's profiled time), s; mean power is
+    #: energy over it, as sacct's AvgPower and seff's Mean power
+    measured_s: float | None = None
+    #: some node's energy is not in `energy_j`: its record is missing, failed, or was found impossible
+    partial: bool = False
+    #: node records set aside as impossible (easlurm.accounting.record_checks), as "step/node: why"
+    invalid: tuple[str, ...] = ()
 
     @property
     def midpoint_s(self) -> float | None:
@@ -77,6 +84,9 @@ class GroupTotals:
     gpu_hours: float = 0.0
     profiled_gpu_hours: float = 0.0
     profiled_s: float = 0.0
+    #: the profiled runs' measured windows, and the energy of the runs whose window is known
+    measured_s: float = 0.0
+    measured_energy_j: float = 0.0
     energy_j: float = 0.0
     requeue_energy_j: float = 0.0
     idle_gpu_energy_j: float = 0.0
@@ -84,8 +94,9 @@ class GroupTotals:
 
     @property
     def mean_power_w(self) -> float | None:
-        """Energy over the profiled runs' elapsed time: the group's mean draw while its jobs ran."""
-        return self.energy_j / self.profiled_s if self.profiled_s > 0 else None
+        """Energy over the runs' measured windows: the group's mean draw while its jobs were profiled (the
+        one definition sacct's AvgPower and seff's Mean power use too; not over Slurm's Elapsed)."""
+        return self.measured_energy_j / self.measured_s if self.measured_s > 0 else None
 
     @property
     def energy_per_gpu_hour_j(self) -> float | None:
@@ -227,9 +238,18 @@ def job_runs(
                 energy_j=energy,
                 requeued=run < last[job],
                 idle_gpu_energy_j=idle_j,
+                measured_s=None if total is None else total.duration_s,
+                partial=total is not None and total.partial,
+                invalid=() if total is None else _invalid_notes(records.get(job, ()), run),
             )
         )
     return out
+
+
+def _invalid_notes(records: Sequence[StepRecord], run: int) -> tuple[str, ...]:
+    return tuple(
+        f"{s.step}/node{k}: {why}" for s in records if s.run == run for k, why in sorted(s.invalid.items())
+    )
 
 
 _KEY: dict[GroupBy, Callable[[RunEnergy], str]] = {
@@ -257,6 +277,9 @@ def aggregate(
             g.profiled_gpu_hours += r.gpu_hours
             g.profiled_s += r.elapsed_s
             g.energy_j += r.energy_j
+            if r.measured_s:
+                g.measured_s += r.measured_s
+                g.measured_energy_j += r.energy_j
             if r.requeued:  # all of it lost, idle GPUs included
                 g.requeue_energy_j += r.energy_j
             else:

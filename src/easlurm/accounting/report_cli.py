@@ -3,6 +3,8 @@ CSV or JSON, with optional CO2 and a PNG plot."""
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,8 @@ from easlurm.accounting.power_state import table_rows as node_table_rows
 from easlurm.accounting.report import (
     GridIntensity,
     GroupBy,
+    GroupTotals,
+    RunEnergy,
     aggregate,
     job_runs,
     parse_intensity_csv,
@@ -105,6 +109,8 @@ def report_cmd(
             raise ConfigError(f"--by node reports nodes, not jobs: {', '.join(given)} do not apply")
         _node_section(ctx, starttime, endtime, as_markdown, as_csv, as_json, debug)
         return
+    if plot_path:
+        check_plot_path(Path(plot_path))
     cfg = load_ctx_config(ctx)
     intensity, source = _grid_intensity(cfg, co2_g_per_kwh, co2_csv)
     client = CliSchedClient(debug=debug, echo=lambda msg: click.echo(msg, err=True))
@@ -121,24 +127,76 @@ def report_cmd(
             f"{total.runs - total.profiled_runs} of {total.runs} runs carry no energy records (not submitted "
             "with --energy-profile): counted in jobs and GPU-hours only."
         )
+    notes.extend(record_notes(runs))
+    plot_error = None
     if plot_path:
-        out = plot_report(groups, Path(plot_path), title)
-        if out is not None:
-            notes.append(f"Plot: {out}")
-    if as_json:
-        period: dict[str, Any] = {"start": starttime, "end": endtime}
+        try:
+            out = plot_report(groups, Path(plot_path), title)
+        except OSError as exc:  # found only now (the check before the work passed): the table still prints
+            plot_error = f"--plot {plot_path}: {exc.strerror or exc}"
+        else:
+            if out is not None:
+                notes.append(f"Plot: {out}")
+    fmt = "json" if as_json else "csv" if as_csv else "markdown" if as_markdown else "table"
+    period: dict[str, Any] = {"start": starttime, "end": endtime}
+    _print_report(fmt, group_by, period, (groups, total), source, title, notes, intensity is not None)
+    if plot_error is not None:
+        raise ConfigError(plot_error)
+
+
+def _print_report(
+    fmt: str,
+    group_by: GroupBy,
+    period: dict[str, Any],
+    totals: tuple[list[GroupTotals], GroupTotals],
+    source: str | None,
+    title: str,
+    notes: list[str],
+    co2: bool,
+) -> None:
+    """The report on stdout as `fmt` (json, csv, markdown or table)."""
+    groups, total = totals
+    if fmt == "json":
         click.echo(render_json(group_by, period, groups, total, source))
         return
-    if as_csv:
+    if fmt == "csv":
         click.echo(render_csv(groups, total), nl=False)
         return
-    header, cells = table_rows(groups, total, intensity is not None)
-    if as_markdown:
+    header, cells = table_rows(groups, total, co2)
+    if fmt == "markdown":
         click.echo(render_markdown(title, header, cells, notes), nl=False)
         return
     click.echo(render_table(header, [dict(zip(header, c)) for c in cells]))
     for n in notes:
         click.echo(n)
+
+
+def check_plot_path(path: Path) -> None:
+    """Refuse, before any work, a --plot file that cannot be written: a file is created and removed in
+    its folder (os.access says yes to root on /proc and on some read-only mounts)."""
+    if path.is_dir():
+        raise ConfigError(f"--plot {path}: is a directory")
+    folder = path.absolute().parent
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".easlurm-plot-", suffix=".tmp"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"--plot {path}: cannot write in {folder} ({exc.strerror or exc})") from None
+
+
+def record_notes(runs: Sequence[RunEnergy]) -> list[str]:
+    """What the energy leaves out: runs with a node's energy missing, node records set aside as impossible."""
+    notes = []
+    partial = [f"{r.job_id}" + (f"+r{r.run}" if r.run else "") for r in runs if r.partial]
+    if partial:
+        notes.append(
+            f"partial: {len(partial)} run(s) lack some node's energy (missing, failed or invalid records): "
+            + ",".join(partial[:10])
+            + (" ..." if len(partial) > 10 else "")
+        )
+    for r in runs:
+        notes.extend(f"invalid: job {r.job_id} step {why}; left out of the totals" for why in r.invalid)
+    return notes
 
 
 def _grid_intensity(

@@ -3,12 +3,14 @@ as cells, tables and JSON; the job totals seff and report also use."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from easlurm.accounting.record_checks import checked
 from easlurm.accounting.spool import spool_records
 from easlurm.accounting.step_record import (
     DeviceRecord,
@@ -33,7 +35,10 @@ ENERGY_COLUMNS: dict[str, tuple[str, str]] = {
     "CPUEnergy": ("cpu_energy_j", "CPU package energy (RAPL), J"),
     "DRAMEnergy": ("dram_energy_j", "DRAM energy (measured or modelled), J"),
     "TotalEnergy": ("total_energy_j", "sum of the above, J"),
-    "AvgPower": ("mean_power_w", "TotalEnergy / measured duration, W"),
+    "AvgPower": (
+        "mean_power_w",
+        "TotalEnergy / measured window (the longest node's profiled time, not Slurm's Elapsed), W",
+    ),
     "EDP": ("edp_j_s", "energy-delay product, J*s"),
     "RequeueEnergy": (
         "requeue_energy_j",
@@ -41,7 +46,10 @@ ENERGY_COLUMNS: dict[str, tuple[str, str]] = {
     ),
     "EnergyFlags": (
         "energy_flags",
-        "partial, nosensor:<kinds> (a requested device had no sensor on a node: its energy is unknown, "
+        "partial (some node's energy is not in the row), missing-nodes:<ids> (nodes of the step, by index, "
+        "without a record), invalid-nodes:<ids> (records no run could have written: negative, non-finite, "
+        "ending before they start, or above what the GPUs can draw; never summed), spool-full (the agent "
+        "could not keep its files: the record came from node 0's memory), nosensor:<kinds> (a requested device had no sensor on a node: its energy is unknown, "
         "not zero), modelled:<kinds>, degraded:<devices>, detail:<level>, apportioned:<gpu>:<how> (a GPU "
         "shared with another job: this step's share, split by utilisation or time), spool (read from the "
         "spool files), "
@@ -91,6 +99,12 @@ def _flags(step: StepRecord) -> str:
     flags = []
     if step.partial:
         flags.append("partial")
+    if step.missing_nodes:
+        flags.append("missing-nodes:" + "+".join(map(str, step.missing_nodes)))
+    if step.invalid:
+        flags.append("invalid-nodes:" + "+".join(map(str, sorted(step.invalid))))
+    if step.spool_error:
+        flags.append("spool-full")
     if step.no_sensor_kinds:
         flags.append("nosensor:" + "+".join(step.no_sensor_kinds))
     if step.modelled_kinds:
@@ -176,18 +190,22 @@ INTERRUPTED_STATES = frozenset(
 
 
 def job_total(steps: Sequence[StepRecord]) -> StepRecord | None:
-    """The whole job of one run as one record (None without steps). Rule: the batch step measures its
-    node (node 0 of the allocation: all its devices) for the job's whole time, so srun steps' records
-    from that node are already in it and are left out; srun steps' other nodes are added. Without a
-    batch record (srun-only jobs, salloc) every step's nodes are summed."""
+    """The whole job of one run as one record (None without steps), built from the same step records the
+    rows show. Rule: the batch step measures its node (node 0 of the allocation: all its devices) for the
+    job's whole time, so srun steps' records from that node are already in it; srun steps' other nodes
+    are added. Without a batch record (srun-only jobs, salloc) every step's nodes are summed. So that
+    the parts add up (a step never exceeds its job, whatever the two samplers' timing), each of the batch
+    node's devices counts at least the sum of the srun steps' readings of that device."""
     if not steps:
         return None
     batch = next((s for s in steps if s.step == "batch"), None)
+    others = [s for s in steps if s is not batch]
     covered = {n.host for n in batch.nodes} if batch is not None else set()
-    nodes = list(batch.nodes) if batch is not None else []
-    for s in steps:
-        if s is not batch:
-            nodes.extend(n for n in s.nodes if n.host not in covered)
+    nodes = []
+    if batch is not None:
+        nodes = [_at_least(n, [m for s in others for m in s.nodes if m.host == n.host]) for n in batch.nodes]
+    for s in others:
+        nodes.extend(n for n in s.nodes if n.host not in covered)
     first = steps[0]
     return StepRecord(
         first.job_id,
@@ -196,7 +214,30 @@ def job_total(steps: Sequence[StepRecord]) -> StepRecord | None:
         nodes,
         missing_nodes=sorted({m for s in steps for m in s.missing_nodes}),
         run=first.run,
+        spool_error=next((s.spool_error for s in steps if s.spool_error), None),
+        invalid={k: v for s in steps for k, v in s.invalid.items()},
     )
+
+
+def _at_least(node: NodeRecord, parts: Sequence[NodeRecord]) -> NodeRecord:
+    """The batch step's record of a node, each device raised to the steps' summed reading of it where
+    that is higher (devices only the steps saw are added)."""
+    summed: dict[str, DeviceRecord] = {}
+    for part in parts:
+        for dev in part.devices:
+            have = summed.get(dev.name)
+            energy = dev.energy_j if have is None else sum_known((have.energy_j, dev.energy_j))
+            summed[dev.name] = dataclasses.replace(dev if have is None else have, energy_j=energy)
+    if not summed:
+        return node
+    devices = []
+    for dev in node.devices:
+        steps_j = summed.pop(dev.name).energy_j if dev.name in summed else None
+        if steps_j is not None and (dev.energy_j is None or steps_j > dev.energy_j):
+            dev = dataclasses.replace(dev, energy_j=steps_j)
+        devices.append(dev)
+    devices.extend(summed.values())
+    return dataclasses.replace(node, devices=devices)
 
 
 def split_job_id(raw: str) -> tuple[str, str | None]:
@@ -285,16 +326,18 @@ def _job_records(
             continue
         if row.get("AdminComment"):
             try:
-                records.setdefault(job, {}).update(
-                    {s.key: s for s in decode_admin_comment(row["AdminComment"])}
-                )
+                published = {s.key: checked(s) for s in decode_admin_comment(row["AdminComment"])}
             except EaslurmError as exc:
                 log.warning("job %s: %s", job, exc)
                 damaged.add(job)
+            else:
+                records.setdefault(job, {}).update(published)
+                # a requeued job's earlier row may have read these from the spool: AdminComment has them
+                from_spool.difference_update((job, key) for key in published)
         if spool is not None:
             for name, found in spool_records(spool, job).items():
                 if name not in records.setdefault(job, {}):
-                    records[job][name] = found
+                    records[job][name] = checked(found)
                     from_spool.add((job, name))
     return records, damaged, from_spool
 

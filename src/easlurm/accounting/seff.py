@@ -259,8 +259,7 @@ def build_card(
     card.measured_s = total.duration_s
     card.modelled = total.modelled_kinds
     card.idle_gpus = idle_gpus(device_lines(total, limits), limits)
-    if any(s.partial for s in steps):
-        card.notes.append("partial: a node's record is missing; its energy is not in the totals")
+    card.notes.extend(record_notes(steps))
     if any(d.apportioned for s in card.steps for d in s.devices):
         card.notes.append(
             "shared GPU: this job's share of the GPU's energy (split by utilisation or time); "
@@ -268,6 +267,27 @@ def build_card(
         )
     card.notes.extend(unmeasured_activity(card.steps))
     return card
+
+
+def record_notes(steps: Sequence[StepRecord]) -> list[str]:
+    """What the totals leave out and why, one note per step: nodes without a record, records found
+    impossible (never summed), a spool too full to keep the files."""
+    notes = []
+    for s in steps:
+        if s.missing_nodes:
+            notes.append(
+                f"partial: step {s.step} has no record from node(s) {','.join(map(str, s.missing_nodes))} "
+                f"of {s.nnodes}; their energy is not in the totals"
+            )
+        elif s.partial and not s.invalid:
+            notes.append(
+                f"partial: step {s.step}: a node's measurement failed; its energy is not in the totals"
+            )
+        for node_id, why in sorted(s.invalid.items()):
+            notes.append(f"invalid: step {s.step} node {node_id}: {why}; left out of the totals")
+        if s.spool_error:
+            notes.append(f"spool-full: step {s.step}: {s.spool_error}")
+    return notes
 
 
 def unmeasured_activity(steps: Sequence[StepLine]) -> list[str]:

@@ -27,20 +27,32 @@ import hashlib
 import json
 import logging
 import os
+import re
 import stat
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from easlurm.accounting.step_record import StepRecord
+from easlurm.accounting.step_record import NodeRecord, StepRecord
 from easlurm.errors import EaslurmError
 
 log = logging.getLogger(__name__)
 
 PUBLISHED_MANIFEST = ".published.json"
 LOCK_NAME = ".publish.lock"
+#: A step directory's name: `<step>` or `<step>+r<run>` (easlurm.accounting.step_record.run_step_key).
+_STEP_DIR = re.compile(r"(batch|[0-9]+)(?:\+r([0-9]+))?")
+_NODE_FILE = re.compile(r"node-([0-9]+)\.json")
+#: A write that failed because the spool's file system (or the quota) is full.
+FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def is_full(exc: OSError) -> bool:
+    """Whether a failed write means the spool is full (no space, or over quota)."""
+    return exc.errno in FULL_ERRNOS
 
 
 @dataclass(frozen=True)
@@ -224,7 +236,104 @@ def read_step_files(job_dir: Path, log_level: int = logging.WARNING) -> dict[str
 
 def spool_records(spool: Path, job: str) -> dict[str, StepRecord]:
     """Step records kept in the spool files: the fallback for jobs whose AdminComment could not be set
-    (cancelled or timed-out jobs end COMPLETING, when slurmctld refuses updates)."""
+    (cancelled or timed-out jobs end COMPLETING, when slurmctld refuses updates). A step whose node 0
+    never wrote the step record (its agent died) is rebuilt from whichever node files exist, and a step
+    record still missing nodes takes their files when they came later: both stay `partial` naming the
+    nodes that are still missing."""
     if not job.isdigit():
         return {}
-    return {rec.key: rec for _, rec in read_step_files(Spool(spool).job_dir(job), logging.DEBUG).values()}
+    job_dir = Spool(spool).job_dir(job)
+    out = {rec.key: rec for _, rec in read_step_files(job_dir, logging.DEBUG).values()}
+    for key, nodes in node_files(job_dir).items():
+        if key in out:
+            out[key] = _fill_missing(out[key], nodes)
+        else:
+            out[key] = adopt_orphan(int(job), key, nodes)
+    return out
+
+
+def node_files(job_dir: Path) -> dict[str, dict[int, NodeRecord]]:
+    """{step key: {node id: record}} of every readable node file under a job's step directories."""
+    out: dict[str, dict[int, NodeRecord]] = {}
+    try:
+        names = sorted(n for n in os.listdir(job_dir) if _STEP_DIR.fullmatch(n))
+    except OSError:
+        return out
+    for key in names:
+        try:
+            files = sorted(n for n in os.listdir(job_dir / key) if _NODE_FILE.fullmatch(n))
+        except OSError:
+            continue
+        for name in files:
+            doc = read_json(job_dir / key / name)
+            try:
+                rec = None if doc is None else NodeRecord.from_dict(doc)
+            except EaslurmError as exc:
+                log.debug("%s: %s", job_dir / key / name, exc)
+                continue
+            if rec is not None:
+                out.setdefault(key, {})[rec.node_id] = rec
+    return out
+
+
+def adopt_orphan(job_id: int, key: str, nodes: dict[int, NodeRecord]) -> StepRecord:
+    """The step of node files that no step record gathered (node 0's agent died before writing it):
+    partial, naming the nodes without a file."""
+    m = _STEP_DIR.fullmatch(key)
+    assert m is not None and nodes
+    nnodes = max([*(n.nnodes or 0 for n in nodes.values()), max(nodes) + 1])
+    return StepRecord(
+        job_id=job_id,
+        step=m.group(1),
+        nnodes=nnodes,
+        nodes=[nodes[k] for k in sorted(nodes)],
+        spec=next((n.spec for n in nodes.values() if n.spec), ""),
+        missing_nodes=[k for k in range(nnodes) if k not in nodes],
+        run=int(m.group(2) or 0),
+    )
+
+
+def _fill_missing(step: StepRecord, nodes: dict[int, NodeRecord]) -> StepRecord:
+    """A step record with the files of nodes it lacked that arrived after it was written."""
+    late = [k for k in step.missing_nodes if k in nodes]
+    if not late:
+        return step
+    have = {n.node_id: n for n in step.nodes}
+    have.update({k: nodes[k] for k in late})
+    return StepRecord(
+        job_id=step.job_id,
+        step=step.step,
+        nnodes=step.nnodes,
+        nodes=[have[k] for k in sorted(have)],
+        spec=step.spec,
+        missing_nodes=[k for k in step.missing_nodes if k not in nodes],
+        detail=step.detail,
+        run=step.run,
+        spool_error=step.spool_error,
+    )
+
+
+class SpoolLogHandler(logging.FileHandler):
+    """The agent's log file in the spool. A write that fails (a full spool) costs one line on stderr
+    and silences this handler, instead of logging's traceback on every message."""
+
+    broken = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.broken:
+            return
+        try:
+            super().emit(record)
+        except OSError:  # opening the delayed file fails outside logging's own guard
+            self.handleError(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, OSError):
+            super().handleError(record)
+            return
+        self.broken = True
+        reason = "spool full" if is_full(exc) else "cannot write"
+        sys.stderr.write(f"easlurm agent: {reason}: {self.baseFilename}: {exc.strerror}; log file dropped\n")
+        with contextlib.suppress(Exception):
+            self.close()

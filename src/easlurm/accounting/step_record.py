@@ -112,6 +112,10 @@ class NodeRecord:
     power_limit_requested_w: float | None = None
     power_limit_w: float | None = None
     limit_error: str | None = None
+    #: The step's node count and SPEC as this node's agent knew them: a reader that finds node files but
+    #: no step record (node 0's agent died) rebuilds the step from them.
+    nnodes: int | None = None
+    spec: str = ""
 
     @classmethod
     def from_profile(
@@ -173,6 +177,8 @@ class NodeRecord:
                 power_limit_requested_w=_opt_float(d.get("power_limit_requested_w")),
                 power_limit_w=_opt_float(d.get("power_limit_w")),
                 limit_error=d.get("limit_error"),
+                nnodes=None if d.get("nnodes") is None else int(d["nnodes"]),
+                spec=str(d.get("spec") or ""),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise TraceError(f"node record: malformed ({exc})") from exc
@@ -196,10 +202,17 @@ class StepRecord:
     detail: str = "device"
     #: The job's run (SLURM_RESTART_COUNT): a requeued job keeps one set of steps per run.
     run: int = 0
+    #: Why the agent could not keep its records in the spool (it was full): this record came straight
+    #: from node 0's memory, and the spool holds none to republish from.
+    spool_error: str | None = None
+    #: Node records a reader found impossible (easlurm.accounting.record_checks), by node id, with why:
+    #: taken out of `nodes`, so never summed.
+    invalid: dict[int, str] = field(default_factory=dict)
 
     @property
     def partial(self) -> bool:
-        return bool(self.missing_nodes) or any(n.error for n in self.nodes)
+        """Some node's energy is not in the step's: its record is missing, failed or impossible."""
+        return bool(self.missing_nodes) or bool(self.invalid) or any(n.error for n in self.nodes)
 
     @property
     def step_id(self) -> str:
@@ -295,6 +308,8 @@ class StepRecord:
             "run": self.run,
             "partial": self.partial,
             "missing_nodes": list(self.missing_nodes),
+            "spool_error": self.spool_error,
+            "invalid_nodes": {str(k): v for k, v in sorted(self.invalid.items())},
             "duration_s": self.duration_s,
             "total_energy_j": self.total_energy_j,
             "gpu_energy_j": self.gpu_energy_j,
@@ -324,8 +339,10 @@ class StepRecord:
                 missing_nodes=[int(x) for x in d.get("missing_nodes", [])],
                 detail=str(d.get("detail", "device")),
                 run=int(d.get("run", 0)),
+                spool_error=None if d.get("spool_error") is None else str(d["spool_error"]),
+                invalid={int(k): str(v) for k, v in (d.get("invalid_nodes") or {}).items()},
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise TraceError(f"step record: malformed ({exc})") from exc
 
     def reduced(self, detail: str) -> StepRecord:
@@ -353,16 +370,7 @@ class StepRecord:
                 )
             )
             nodes = [merged]
-        return StepRecord(
-            self.job_id,
-            self.step,
-            self.nnodes,
-            nodes,
-            self.spec,
-            list(self.missing_nodes),
-            detail,
-            self.run,
-        )
+        return dataclasses.replace(self, nodes=nodes, missing_nodes=list(self.missing_nodes), detail=detail)
 
 
 def run_step_key(step: str, run: int) -> str:

@@ -74,10 +74,10 @@ def node(host: str, gpu_w: float, dur: float = 10.0, node_id: int = 0) -> NodeRe
 def test_job_total_counts_the_batch_node_once() -> None:
     """The batch step holds node 0 (a100-1) for the whole job: step 0's a100-1 share is inside it, its
     a100-2 share is added. Without a batch record (srun-only), every step's nodes add up."""
-    batch = StepRecord(7, "batch", 1, [node("a100-1", 100.0)])
+    batch = StepRecord(7, "batch", 1, [node("a100-1", 400.0)])
     step0 = StepRecord(7, "0", 2, [node("a100-1", 300.0, 5.0), node("a100-2", 300.0, 5.0, 1)])
     total = job_total([batch, step0])
-    assert total is not None and total.gpu_energy_j == 100.0 * 10 + 300.0 * 5
+    assert total is not None and total.gpu_energy_j == 400.0 * 10 + 300.0 * 5
     assert total.duration_s == 10.0
     alone = job_total([step0])
     assert alone is not None and alone.gpu_energy_j == 2 * 300.0 * 5
@@ -102,21 +102,21 @@ def sacct_rows(comment: str) -> list[dict[str, str]]:
 
 def test_sacct_shows_each_runs_energy_and_the_requeue_cost() -> None:
     steps = [
-        StepRecord(7, "batch", 1, [node("a100-1", 100.0)]),
+        StepRecord(7, "batch", 1, [node("a100-1", 200.0)]),
         StepRecord(7, "0", 1, [node("a100-1", 300.0, 5.0)]),
-        StepRecord(7, "batch", 1, [node("a100-1", 110.0)], run=1),
+        StepRecord(7, "batch", 1, [node("a100-1", 220.0)], run=1),
         StepRecord(7, "0", 1, [node("a100-1", 330.0, 5.0)], run=1),
     ]
     rows = sacct_rows(encode_admin_comment(steps))
     assert run_numbers(rows) == [0, 0, 0, 1, 1, 1]
     every, _ = build_rows(rows, duplicates=True)
-    assert [r["GPUEnergy"] for r in every] == [1000.0, 1000.0, 1500.0, 1100.0, 1100.0, 1650.0]
+    assert [r["GPUEnergy"] for r in every] == [2000.0, 2000.0, 1500.0, 2200.0, 2200.0, 1650.0]
     assert every[1]["EnergyFlags"] == "ended:cancelled" and every[0]["EnergyFlags"] == "job-total"
-    assert every[0]["RequeueEnergy"] is None and every[3]["RequeueEnergy"] == 1000.0
+    assert every[0]["RequeueEnergy"] is None and every[3]["RequeueEnergy"] == 2000.0
     last, _ = build_rows(rows, duplicates=False)
     assert [(r["JobID"], r["GPUEnergy"]) for r in last] == [
-        ("7", 1100.0),
-        ("7.batch", 1100.0),
+        ("7", 2200.0),
+        ("7.batch", 2200.0),
         ("7.0", 1650.0),
     ]
 

@@ -131,8 +131,9 @@ def test_table_shows_energy_per_step_and_nothing_for_unprofiled(fake_sacct: Path
     assert row["9.0"][5] == format_energy_j(2 * 250 * 4.0)
     assert row["9.batch"][5] == format_energy_j(100 * 4.0)
     assert len(row["10.0"]) == 5 and len(row["10"]) == 5  # no record: blank energy columns
-    # the job row: the batch step (node a100-1, whole job) plus step 0's other node (a100-2) only
-    assert row["9"][5] == format_energy_j(100 * 4.0 + 250 * 4.0)
+    # the job row: the batch step (node a100-1, whole job) plus step 0's other node (a100-2) only; the batch
+    # record read less of a100-1's GPU (400 J) than step 0 did (1 kJ): the job counts at least the step's
+    assert row["9"][5] == format_energy_j(250 * 4.0 + 250 * 4.0)
 
 
 def format_energy_j(j: float) -> str:
