@@ -18,6 +18,10 @@ class Column:
     width: int | None = None
 
 
+#: the widest column a `--format NAME%N` may ask for
+MAX_WIDTH = 1000
+
+
 def parse_format(requested: str | None, available: Sequence[str], default: Sequence[str]) -> list[Column]:
     """Match a `--format a,b%20,c%-8` list case-insensitively against known columns; unknown names and
     widths that are not integers are errors."""
@@ -39,6 +43,10 @@ def parse_format(requested: str | None, available: Sequence[str], default: Seque
                 raise ConfigError(
                     f"--format: {raw.strip()!r}: the width after % must be an integer"
                 ) from None
+            if abs(width) > MAX_WIDTH:  # `%999...` is an OverflowError in str.format, or a GB-wide line
+                raise ConfigError(
+                    f"--format: {raw.strip()!r}: the width after % must be between -{MAX_WIDTH} and {MAX_WIDTH}"
+                )
             width = width or None
         chosen.append(Column(by_lower[name.lower()], width))
     if not chosen:

@@ -14,9 +14,15 @@ import numpy as np
 
 from easlurm.errors import EaslurmError, ModelError, TraceError
 from easlurm.files import atomic_writer, reading
+from easlurm.inputs import MIB, csv_header, regular_file
 from easlurm.model.oracle import Placements
 from easlurm.model.workload import Workload
 from easlurm.model.zoo import get_workload, model_family
+from easlurm.units import MAX_INT
+
+#: the largest measurement CSV read, and the largest value of a measured quantity (s, W, GiB)
+MAX_CSV_BYTES = 256 * MIB
+MAX_MEASURED = 1e12
 
 REQUIRED = ("model", "batch", "precision", "n_gpus", "gpu", "step_time_s")
 COLUMNS = (
@@ -100,34 +106,44 @@ def _opt_number(
     if raw is None or raw.strip() == "":
         return None
     try:
-        value = float(raw)
+        value = float(raw) if len(raw) <= 64 else math.nan
     except ValueError:
         raise TraceError(f"{where}: {field} must be a number, got {raw!r}") from None
     if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
-        raise TraceError(f"{where}: {field} must be {'>= 0' if zero else '> 0'}, got {raw!r}")
+        raise TraceError(f"{where}: {field} must be {'>= 0' if zero else '> 0'}, got {raw[:64]!r}")
     if integer:
         if value != int(value):
             raise TraceError(f"{where}: {field} must be an integer, got {raw!r}")
+        if value > MAX_INT:
+            raise TraceError(f"{where}: {field} must be at most {MAX_INT}, got {raw!r}")
         return int(value)
+    if value > MAX_MEASURED:
+        raise TraceError(f"{where}: {field} must be at most {MAX_MEASURED:g}, got {raw!r}")
     return value
 
 
 def read_measurements(path: str | Path) -> list[Measurement]:
     """Parse and validate a measurement CSV; a bad row raises TraceError naming file, line and field."""
-    p = Path(path)
+    p = regular_file(path, "measurement CSV", TraceError, MAX_CSV_BYTES)
     try:
-        handle = p.open(newline="", encoding="utf-8")
+        handle = p.open(newline="", encoding="utf-8-sig")  # a BOM (spreadsheets write one) is no column
     except OSError as exc:
         raise TraceError(f"{p}: cannot read ({exc.strerror})") from exc
     rows: list[Measurement] = []
+    seen: dict[tuple[str, ...], int] = {}
     with handle, reading(p, "measurement CSV", TraceError):
         lines = (line for line in handle if not line.lstrip().startswith("#"))
         reader = csv.DictReader(lines)
+        csv_header(reader.fieldnames or [], p, TraceError)  # a duplicated column: the last would win
         missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
         if missing:
             raise TraceError(f"{p}: missing column(s) {', '.join(missing)} (columns: {', '.join(COLUMNS)})")
         for i, rec in enumerate(reader, start=2):
             where = f"{p}:{i}"
+            key = tuple(str(v).strip() for v in rec.values())
+            if key in seen:  # repeated runs differ in their times; a copied row only fakes agreement
+                raise TraceError(f"{where}: the same row as line {seen[key]} (a copy; it would weigh twice)")
+            seen[key] = i
             for c in REQUIRED:
                 if not (rec.get(c) or "").strip():
                     raise TraceError(f"{where}: {c} is empty")
