@@ -260,3 +260,26 @@ def test_report_plot_to_proc_exits_2_with_one_line(capsys: pytest.CaptureFixture
     assert main(["report", "--plot", "/proc/easlurm-report.png", "--no-spool"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--plot /proc/easlurm-report.png" in err and "Traceback" not in err
+
+
+def test_a_plot_failing_late_still_prints_the_table_then_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The folder took the trial file, but the plot's own write fails (the disk filled meanwhile)."""
+    import errno
+
+    from easlurm.accounting import report_cli
+    from easlurm.cli import main  # here: the whole command line, as a user runs it
+
+    batch = StepRecord(7, "batch", 1, [node(0, "a100-1", 10, gpu("gpu0", 300, 10))])
+    rows = [row("7", AdminComment=encode_admin_comment([batch])), row("7.batch")]
+    monkeypatch.setattr(report_cli, "_job_runs", lambda *a: job_runs(rows, build_rows(rows)[1]))
+
+    def full(*a: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(report_cli, "plot_report", full)
+    assert main(["report", "--plot", str(tmp_path / "r.png"), "--no-spool"]) == 2
+    out, err = capsys.readouterr()
+    assert "alice" in out and "TOTAL" in out
+    assert err.count("\n") == 1 and "--plot" in err and "No space left on device" in err
