@@ -10,9 +10,10 @@ from typing import Any
 
 from easlurm.config import check_setting, read_yaml_file
 from easlurm.errors import ConfigError
+from easlurm.inputs import check_work
 from easlurm.model.node_power import PowerSaving
 from easlurm.sim.site_baselines import DEFAULT_POWER_SAVING, STATIC_CAPS, baseline_runs
-from easlurm.sim.spec import SimSpec
+from easlurm.sim.spec import MAX_LOAD_JOBS_PER_H, SimSpec
 from easlurm.units import MAX_INT, parse_duration_s, parse_power_w
 
 SCHEMA_VERSION = 1
@@ -138,7 +139,7 @@ def make_run_id(experiment: str, scenario: str, label: str, load: float | None, 
 def load_plan(path: str | Path, defaults: Mapping[str, Any] | None = None) -> CampaignPlan:
     """Read and validate a plan file; `defaults` (the `sim` config section) fills what the plan leaves out."""
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise ConfigError(f"{p}: campaign plan not found")
     return parse_plan(read_yaml_file(p, "campaign plan"), source=str(p), base_dir=p.parent, defaults=defaults)
 
@@ -186,13 +187,15 @@ def parse_plan(
     report = doc.get("report") or {}
     if not isinstance(report, Mapping):
         raise ConfigError(f"{source}: report: must be a mapping")
-    return CampaignPlan(
+    plan = CampaignPlan(
         name=str(doc.get("name", "campaign")),
         experiments=tuple(experiments),
         description=str(doc.get("description", "")),
         report=report,
         source=source,
     )
+    check_plan_size(plan)
+    return plan
 
 
 def _check_keys(doc: Mapping[str, Any], known: set[str], source: str, prefix: str) -> None:
@@ -283,9 +286,26 @@ def _str_list(value: Any, err: Any, key: str) -> tuple[str, ...]:
 
 
 def _positive(value: Any, err: Any, key: str) -> float:
-    if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
-        raise err(key, f"must be a number > 0, got {value!r}")
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not 0 < value <= MAX_LOAD_JOBS_PER_H  # `inf` (or .inf) is no load: the run never ends
+    ):
+        raise err(key, f"must be a number > 0 and at most {MAX_LOAD_JOBS_PER_H:g}, got {value!r}")
     return float(value)
+
+
+def check_plan_size(plan: CampaignPlan) -> None:
+    """Refuse, before any run, a plan whose runs (scenarios x policies x loads x seeds) or jobs (each run's
+    load x hours; the scenarios' base load where the plan gives none) are past the limits."""
+    runs = 0
+    jobs = 0.0
+    for exp in plan.experiments:
+        per_load = len(exp.scenarios) * len(exp.policies) * len(exp.seeds)
+        runs += per_load * len(exp.loads_jobs_per_h)
+        jobs += sum(per_load * (load or DEFAULT_LOAD_JOBS_PER_H) * exp.hours for load in exp.loads_jobs_per_h)
+    check_work(runs, MAX_INDEX + 1, f"{plan.source}: the plan's runs", "fewer seeds, loads or policies")
+    check_work(jobs, MAX_PLAN_JOBS, f"{plan.source}: the jobs the plan's runs submit", "fewer hours or seeds")
 
 
 def _parse_seeds(value: Any, err: Any) -> tuple[int, ...]:
@@ -379,6 +399,10 @@ def select_runs(runs: Sequence[Run], indices: Iterable[int] | None) -> list[Run]
 
 #: the most seeds one experiment may run
 MAX_SEEDS = 10_000
+#: the most jobs all of a plan's runs may submit (the thesis's plan: some 150,000), and the load a run
+#: without one is estimated at (the scenarios' base load, sim/scenarios.py)
+MAX_PLAN_JOBS = 100_000_000
+DEFAULT_LOAD_JOBS_PER_H = 18.0
 #: the largest plan index `--only-index` takes (a plan of a million runs is already beyond any campaign)
 MAX_INDEX = 999_999
 
@@ -406,6 +430,19 @@ def parse_index_list(text: str) -> list[int]:
     return out
 
 
+def _check_policy_params(pol: PolicyEntry, where: str) -> None:
+    """Build the policy once with its params, as every run will: an unknown parameter or a bad value fails
+    the plan now, not its first run."""
+    from easlurm.priority.policies import get_policy  # here: check_names' guarded import, already loaded
+
+    try:
+        get_policy(pol.policy, **dict(pol.params))
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {str(exc).replace('__init__() ', '')}") from None
+    except (ConfigError, ValueError) as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
 def check_names(plan: CampaignPlan) -> None:
     """Refuse unknown policy and scenario names before any run starts (skipped where the simulator is absent)."""
     try:
@@ -420,6 +457,7 @@ def check_names(plan: CampaignPlan) -> None:
                     f"{plan.source}: experiments[{i}].policies[{j}]: unknown policy {pol.policy!r} "
                     f"(known: {', '.join(POLICY_NAMES)}, static-cap-NN)"
                 )
+            _check_policy_params(pol, f"{plan.source}: experiments[{i}].policies[{j}].params")
         for scenario in exp.scenarios:
             if scenario.lower() not in {k.lower() for k in SCENARIOS}:
                 raise ConfigError(
