@@ -51,8 +51,8 @@ def check_writable(path: str | Path, option: str, directory: bool = False) -> Pa
             raise ConfigError(f"{option} {p}: not a directory")
         if not directory and p.is_dir():
             raise ConfigError(f"{option} {p}: is a directory")
-        if not directory and not p.is_file():
-            raise ConfigError(f"{option} {p}: not a regular file (a device, FIFO or socket)")
+        if not directory and not p.is_file() and not p.absolute().parent.resolve().is_relative_to("/proc"):
+            return p  # a stream the user chose (/dev/stdout, /dev/null, a FIFO): written in place
         inputs.check_output_dir(p if directory else p.absolute().parent, f"{option} {p}")
         return p
     parent = next((a for a in p.absolute().parents if a.exists()), Path("/"))

@@ -14,6 +14,7 @@ import click
 
 from easlurm.cli import load_ctx_config, output_options
 from easlurm.errors import ConfigError
+from easlurm.files import check_writable
 from easlurm.model.build import apply_oracle_config
 from easlurm.model.cli import HARDWARE_OPTION
 from easlurm.priority.daemon import Daemon, DaemonConfig
@@ -218,11 +219,7 @@ def check_state_save_dir(path: str) -> None:
 
 
 def check_decision_log(path: Path) -> None:
-    """Open the decision log for appending once (creating it and its directory as the daemon would):
-    a log that cannot be written is an error at start, not a traceback at the first cycle."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a"):
-            pass
-    except OSError as exc:
-        raise ConfigError(f"--decision-log: cannot write {path}: {exc.strerror or exc}") from exc
+    """Try writing where the decision log goes (a temporary file created and removed, easlurm.files), without
+    creating the log or its directory: a log that cannot be written is an error at start, not a traceback
+    at the first cycle, and a start that fails later (Slurm unreachable) leaves nothing behind."""
+    check_writable(path, "--decision-log")

@@ -8,6 +8,7 @@ from typing import Any
 
 from easlurm.config import read_yaml_file
 from easlurm.errors import ConfigError, ModelError
+from easlurm.model.workload import Precision
 from easlurm.model.zoo import canonical_name
 from easlurm.sim.job import JobSpec
 from easlurm.units import MAX_INT, parse_duration_s
@@ -115,7 +116,7 @@ def _job(entry: Any, where: str, index: int) -> JobSpec:
         malleable=malleable,
         urgent=urgent,
         deadline_s=deadline_s,
-        precision=str(entry.get("precision", "bf16")),
+        precision=_precision(entry.get("precision", "bf16"), f"{where}.precision"),
         seq_len=None if entry.get("seq_len") is None else _int(entry.get("seq_len"), f"{where}.seq_len"),
         image_size=None
         if entry.get("image_size") is None
@@ -140,3 +141,11 @@ def _ints(value: Any, where: str) -> tuple[int, ...]:
     if not items:
         raise ConfigError(f"{where}: must not be empty")
     return tuple(_int(v, where) for v in items)
+
+
+def _precision(value: Any, where: str) -> str:
+    """A precision the oracle knows (bf16, fp16, fp32, ...): an unknown one is refused, not warned about."""
+    try:
+        return Precision.parse(str(value)).value
+    except ModelError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
