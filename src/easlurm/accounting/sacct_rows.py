@@ -49,7 +49,8 @@ ENERGY_COLUMNS: dict[str, tuple[str, str]] = {
         "partial (some node's energy is not in the row), missing-nodes:<ids> (nodes of the step, by index, "
         "without a record), invalid-nodes:<ids> (records no run could have written: negative, non-finite, "
         "ending before they start, or above what the GPUs can draw; never summed), spool-full (the agent "
-        "could not keep its files: the record came from node 0's memory), nosensor:<kinds> (a requested device had no sensor on a node: its energy is unknown, "
+        "could not keep its files: the record came from node 0's memory), no-record (a step of a profiled "
+        "run without any record; on the job row: steps whose energy the total lacks), nosensor:<kinds> (a requested device had no sensor on a node: its energy is unknown, "
         "not zero), modelled:<kinds>, degraded:<devices>, detail:<level>, apportioned:<gpu>:<how> (a GPU "
         "shared with another job: this step's share, split by utilisation or time), spool (read from the "
         "spool files), "
@@ -271,6 +272,7 @@ def build_rows(
     (`job_total`) and the earlier runs' energy; without `duplicates` only each job's last run is shown."""
     runs = run_numbers(sacct_rows)
     records, damaged, from_spool = _job_records(sacct_rows, spool)
+    unrecorded = unrecorded_steps(sacct_rows, runs, records)
     last_run = {split_job_id(r.get("JobIDRaw", ""))[0]: run for r, run in zip(sacct_rows, runs, strict=True)}
     out: list[dict[str, Any]] = []
     for row, run in zip(sacct_rows, runs, strict=True):
@@ -292,6 +294,10 @@ def build_rows(
             flags = [values["EnergyFlags"]]
             if step is None:
                 flags.insert(0, "job-total")
+                lacking = unrecorded.get((job, run))
+                if lacking:  # a step of the run has no record at all: its energy is not in the total
+                    flags[1:1] = [] if rec.partial else ["partial"]
+                    flags.append("no-record:" + "+".join(lacking))
             elif (job, rec.key) in from_spool:
                 flags.insert(0, "spool")
             state = (row.get("State") or "").split(" ")[0]
@@ -304,11 +310,33 @@ def build_rows(
             values["EnergyFlags"] = ",".join(f for f in flags if f)
         elif job in damaged:
             values["EnergyFlags"] = "damaged"
+        elif step is not None and step in unrecorded.get((job, run), ()):
+            values["EnergyFlags"] = "no-record"
         values["_record"] = rec if step is not None else None
         out.append(values)
         if rec is not None and detail is not None and step is not None:
             out.extend(_detail_rows(row, rec, detail))
     return out, {job: list(steps.values()) for job, steps in records.items()}
+
+
+def unrecorded_steps(
+    sacct_rows: Sequence[dict[str, str]], runs: Sequence[int], records: dict[str, dict[str, StepRecord]]
+) -> dict[tuple[str, int], list[str]]:
+    """{(job, run): its ended steps without a record} for runs that have records (profiled): such a step's
+    agents wrote nothing readable here (node 0's died and the spool is not readable, say), so the job's
+    total lacks it."""
+    out: dict[tuple[str, int], list[str]] = {}
+    for row, run in zip(sacct_rows, runs, strict=True):
+        job, step = split_job_id(row.get("JobIDRaw", ""))
+        if step is None or not (step == "batch" or step.isdigit()):
+            continue
+        have = records.get(job, {})
+        state = (row.get("State") or "").split(" ")[0]
+        if state in ("RUNNING", "PENDING") or run_step_key(step, run) in have:
+            continue
+        if any(s.run == run for s in have.values()):
+            out.setdefault((job, run), []).append(step)
+    return out
 
 
 def _job_records(

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from easlurm.accounting.sacct_rows import job_total, run_numbers, split_job_id
+from easlurm.accounting.sacct_rows import job_total, run_numbers, split_job_id, unrecorded_steps
 from easlurm.accounting.step_record import StepRecord
 from easlurm.energy.result import sum_known
 from easlurm.energy.spec import ProfileSpec, parse_spec
@@ -260,6 +260,7 @@ def build_card(
     card.modelled = total.modelled_kinds
     card.idle_gpus = idle_gpus(device_lines(total, limits), limits)
     card.notes.extend(record_notes(steps))
+    card.notes.extend(_unrecorded_note(sacct_rows, runs, records, card.job_id, shown))
     if any(d.apportioned for s in card.steps for d in s.devices):
         card.notes.append(
             "shared GPU: this job's share of the GPU's energy (split by utilisation or time); "
@@ -288,6 +289,23 @@ def record_notes(steps: Sequence[StepRecord]) -> list[str]:
         if s.spool_error:
             notes.append(f"spool-full: step {s.step}: {s.spool_error}")
     return notes
+
+
+def _unrecorded_note(
+    sacct_rows: Sequence[Mapping[str, str]],
+    runs: list[int],
+    records: Sequence[StepRecord],
+    job: str,
+    run: int,
+) -> list[str]:
+    """A note naming the run's ended steps that have no record at all (their agents wrote none readable)."""
+    lacking = unrecorded_steps([dict(r) for r in sacct_rows], runs, {job: {s.key: s for s in records}})
+    if not lacking.get((job, run)):
+        return []
+    return [
+        f"partial: step(s) {','.join(lacking[(job, run)])} have no record (their agents wrote none readable "
+        "here; try --spool, or `easlurm accounting republish`); the totals lack them"
+    ]
 
 
 def unmeasured_activity(steps: Sequence[StepLine]) -> list[str]:

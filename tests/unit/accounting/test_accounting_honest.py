@@ -283,3 +283,15 @@ def test_a_plot_failing_late_still_prints_the_table_then_one_line(
     out, err = capsys.readouterr()
     assert "alice" in out and "TOTAL" in out
     assert err.count("\n") == 1 and "--plot" in err and "No space left on device" in err
+
+
+def test_without_the_spool_a_step_with_no_record_is_flagged_and_the_job_total_partial() -> None:
+    """Node 0's agent of step 0 died and the reader cannot see the spool: step 0 says `no-record`, the job
+    row `partial` (its total lacks step 0), and seff says so, instead of a blank row and a quiet total."""
+    batch = StepRecord(7, "batch", 1, [node(0, "a100-1", 10, gpu("gpu0", 250, 10))])
+    rows = [row("7", AdminComment=encode_admin_comment([batch])), row("7.batch"), row("7.0"), row("7.extern")]
+    out, records = build_rows(rows)
+    assert out[2]["EnergyFlags"] == "no-record" and out[3].get("EnergyFlags") is None
+    assert out[0]["EnergyFlags"].split(",") == ["job-total", "partial", "no-record:0"]
+    card = build_card(rows, records["7"])
+    assert any(n.startswith("partial: step(s) 0 have no record") for n in card.notes), card.notes
