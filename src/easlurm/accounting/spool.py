@@ -244,7 +244,8 @@ def spool_records(spool: Path, job: str) -> dict[str, StepRecord]:
         return {}
     job_dir = Spool(spool).job_dir(job)
     out = {rec.key: rec for _, rec in read_step_files(job_dir, logging.DEBUG).values()}
-    for key, nodes in node_files(job_dir).items():
+    complete = {key for key, rec in out.items() if not rec.missing_nodes}
+    for key, nodes in node_files(job_dir, skip=complete).items():
         if key in out:
             out[key] = _fill_missing(out[key], nodes)
         else:
@@ -252,11 +253,14 @@ def spool_records(spool: Path, job: str) -> dict[str, StepRecord]:
     return out
 
 
-def node_files(job_dir: Path) -> dict[str, dict[int, NodeRecord]]:
-    """{step key: {node id: record}} of every readable node file under a job's step directories."""
+def node_files(
+    job_dir: Path, skip: set[str] | frozenset[str] = frozenset()
+) -> dict[str, dict[int, NodeRecord]]:
+    """{step key: {node id: record}} of every readable node file under a job's step directories, but those
+    named in `skip` (steps whose record is complete: their node files are not read)."""
     out: dict[str, dict[int, NodeRecord]] = {}
     try:
-        names = sorted(n for n in os.listdir(job_dir) if _STEP_DIR.fullmatch(n))
+        names = sorted(n for n in os.listdir(job_dir) if _STEP_DIR.fullmatch(n) and n not in skip)
     except OSError:
         return out
     for key in names:
