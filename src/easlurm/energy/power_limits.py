@@ -343,9 +343,9 @@ def stale_ledgers(
 def restore_stale(
     nvml: Any, spool: Path, alive: Callable[[int], bool] = pid_alive, host: str | None = None
 ) -> list[Path]:
-    """Restore this host's ledgers that no live step holds any more (the repair after a crash), and drop
-    the references of gone agents from the others; returns the ledgers restored."""
-    restored = []
+    """Restore this host's ledgers that no live step holds any more (the repair after a crash); returns
+    the ledgers restored. A ledger a live step still holds is left to that step."""
+    restored: list[Path] = []
     if not (spool / LEDGER_DIR).is_dir():
         return restored
     with ledger_lock(spool):

@@ -4,7 +4,8 @@ Used by the demo and the integration tests. Everything lives under one state dir
 spool, database, PIDs); nothing is written to /etc. `up` starts only what is not running, `down` stops
 exactly the processes `up` recorded, after cancelling jobs. Slurm's power saving is on: its
 SuspendProgram/ResumeProgram (`easlurm power suspend|resume`) power a node off and on by stopping and
-starting that node's slurmd (`node_off`, `node_on`).
+starting that node's slurmd (`node_off`, `node_on`). GPU power caps that no live step holds are restored
+as a site would: `easlurm power restore-caps` before the slurmds start and every CAP_CHECK_PERIOD_S.
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ DB_PASSWORD = "easbox"
 #: The checkout's fake sensors (box.fake_sensors) and the process that keeps the fake RAPL counters going.
 FAKES = Path(__file__).resolve().parents[3] / "tests" / "fakes"
 FAKE_POWERCAP = "fake-powercap"
+#: The box's stand-in for a site's timer (docs/spank.md "GPU power caps"): a loop process running
+#: `easlurm power restore-caps` every CAP_CHECK_PERIOD_S, as root, with the agents' NVML.
+CAP_CHECK = "cap-check"
+CAP_CHECK_PERIOD_S = 15
 #: gres/shard per GPU (docs/colocation-live.md): the daemon pairs jobs on GPUs with 3 or more (a lone job
 #: takes all but one); 0 offers whole GPUs only.
 DEFAULT_SHARDS_PER_GPU = 3
@@ -164,6 +169,12 @@ class BoxPaths:
     def fake_powercap(self) -> Path:
         """The fake RAPL tree (box.fake_sensors); spank/install-box points the agents at it when it exists."""
         return self.root / "fake-sensors" / "powercap"
+
+    @property
+    def fake_nvml_limits(self) -> Path:
+        """The fake NVML's power limits the box's cap check sees (box.fake_sensors): agents whose caps it
+        should repair keep theirs there (plugstack `env=EASLURM_FAKE_NVML_LIMITS_FILE=<this>`)."""
+        return self.root / "fake-sensors" / "nvml-limits.json"
 
     @property
     def spool(self) -> Path:
@@ -538,12 +549,54 @@ class SlurmBox:
             self._spawn("slurmctld", ["/usr/sbin/slurmctld", "-D", "-f", str(self.paths.slurm_conf)])
         self._wait_daemon_port("slurmctld", self.ports.slurmctld, deadline, "slurmctld.log")
         states = self.node_states()
-        for node in NODES:
-            state = states.get(node.name, "")
-            if self.pid_of(f"slurmd-{node.name}") is None and not powered_down(state):
-                # a node Slurm is powering up gets the slurmd its ResumeProgram would have started
-                self._start_slurmd(node.name, booted="#" in state)
+        starting = [
+            n.name
+            for n in NODES
+            if self.pid_of(f"slurmd-{n.name}") is None and not powered_down(states.get(n.name, ""))
+        ]
+        self._cap_check(before_slurmd=bool(starting))
+        for name in starting:
+            # a node Slurm is powering up gets the slurmd its ResumeProgram would have started
+            self._start_slurmd(name, booted="#" in states.get(name, ""))
         self._wait_nodes_idle(deadline)
+
+    def cap_check_argv(self) -> list[str]:
+        return [sys.executable, "-m", "easlurm.cli", "power", "restore-caps"]
+
+    def cap_check_env(self) -> dict[str, str]:
+        """The agents' NVML, for the cap check: with fake sensors the checkout's fake NVML, its limits in
+        `paths.fake_nvml_limits`."""
+        src = str(Path(__file__).resolve().parents[2])
+        if not self.fake_sensors:
+            return {"PYTHONPATH": src}
+        return {
+            "PYTHONPATH": f"{src}{os.pathsep}{FAKES}",
+            "EASLURM_PROFILER__NVML_MODULE": "easlurm_fakes.fake_nvml",
+            "EASLURM_FAKE_NVML_COUNT": "8",
+            "EASLURM_FAKE_NVML_LIMITS_FILE": str(self.paths.fake_nvml_limits),
+        }
+
+    def _cap_check(self, before_slurmd: bool) -> None:
+        """What a site installs (docs/spank.md "GPU power caps"): `easlurm power restore-caps` once before
+        slurmd starts (its unit's ExecStartPre) and every CAP_CHECK_PERIOD_S (its timer). A failure is
+        logged: the box comes up anyway."""
+        env = self.cap_check_env()
+        if before_slurmd:
+            res = subprocess.run(
+                self.cap_check_argv(),
+                env={**self.client_env(), **env},
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=120,
+            )
+            if res.returncode != 0:
+                log.warning("power restore-caps: %s", res.stderr.strip()[-500:])
+        if self.pid_of(CAP_CHECK) is None:
+            loop = "import subprocess, sys, time\nwhile True:\n    subprocess.run(sys.argv[2:])\n    time.sleep(float(sys.argv[1]))\n"
+            self._spawn(
+                CAP_CHECK, [sys.executable, "-c", loop, str(CAP_CHECK_PERIOD_S), *self.cap_check_argv()], env
+            )
 
     def _start_slurmd(self, node: str, booted: bool = False) -> int:
         """A node's slurmd. `booted` (-b): it reports the host as booted when it starts, as a node that
@@ -828,6 +881,7 @@ class SlurmBox:
                     if not res.stdout.split():
                         break
                     time.sleep(0.5)
+        self._stop(CAP_CHECK)
         for node in NODES:
             self._stop(f"slurmd-{node.name}")
         self._kill_orphan_stepds()
@@ -882,7 +936,7 @@ class SlurmBox:
         return parts[-1] if parts else None
 
     def status(self) -> dict[str, int | None]:
-        return {name: self.pid_of(name) for name in self.daemons()}
+        return {name: self.pid_of(name) for name in [*self.daemons(), CAP_CHECK]}
 
     def powered_down_nodes(self) -> list[str]:
         """Nodes Slurm's power saving has powered down (or is powering down): their slurmd is off."""
@@ -891,7 +945,8 @@ class SlurmBox:
 
     def is_up(self) -> bool:
         """Every daemon runs, but the slurmd of a node that Slurm powered down."""
-        status = self.status()
+        # the cap check is not a daemon Slurm needs: a box started without it is up (and `up` adds it)
+        status = {name: pid for name, pid in self.status().items() if name != CAP_CHECK}
         if all(pid is not None for pid in status.values()):
             return True
         off = {f"slurmd-{n}" for n in self.powered_down_nodes()}
