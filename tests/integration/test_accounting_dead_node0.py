@@ -51,6 +51,11 @@ def test_node0_agent_killed_leaves_a_partial_step_that_republish_publishes(
     node1 = spool / job / "0" / "node-1.json"
     assert node1.exists() and not (spool / job / "step-0.json").exists()
 
+    # a reader without the spool: step 0 has no record, and the job's total says it lacks it
+    bare = rows_of(slurm_box, job)
+    assert bare[f"{job}.0"]["energy_flags"] == "no-record", bare[f"{job}.0"]
+    assert {"partial", "no-record:0"} <= set(bare[job]["energy_flags"].split(",")), bare[job]
+
     # sacct reads the orphaned node file: partial, node 0 named, node 1's energy in the step and the job
     rows = rows_of(slurm_box, job, "--spool", str(spool))
     step0 = rows[f"{job}.0"]
