@@ -180,8 +180,13 @@ class Republisher:
         lacking = set(spool) - set(current)
         if lacking:  # only steps that survive the size cap count (the oldest may be left out for good)
             lacking &= {s.key for s in decode_admin_comment(encode_admin_comment(list(merged.values())))}
-        note = f"left out step(s) {','.join(foreign)} of an earlier job with this id" if foreign else ""
-        return merged, sorted(lacking, key=_step_sort), note
+        notes = [f"left out step(s) {','.join(foreign)} of an earlier job with this id"] if foreign else []
+        notes += [
+            f"step {k} is partial: no record from node(s) {','.join(map(str, merged[k].missing_nodes))}"
+            for k in sorted(lacking, key=_step_sort)
+            if merged[k].missing_nodes
+        ]
+        return merged, sorted(lacking, key=_step_sort), "; ".join(notes)
 
     def job(self, job_id: str, db: SacctJob | None, dry_run: bool = False) -> JobResult:
         """Republish one job (see the module docstring for when it is safe)."""

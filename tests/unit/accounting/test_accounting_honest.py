@@ -129,6 +129,7 @@ def test_republish_adopts_orphaned_node_files_and_publishes_the_partial_step(tmp
     fake = OneJobSlurm(encode_admin_comment([batch]))
     [res] = Republisher(fake, spool).run(["7"])  # type: ignore[arg-type]
     assert res.status is Status.REPUBLISHED and res.missing == ["0"], res
+    assert "step 0 is partial: no record from node(s) 0" in res.detail
     published = {s.step: s for s in decode_admin_comment(fake.admin)}
     assert published["0"].missing_nodes == [0] and published["0"].gpu_energy_j == pytest.approx(240 * 8)
 
