@@ -44,9 +44,11 @@ def _number_problem(what: str, value: Any) -> str | None:
     return None
 
 
-def node_problem(node: NodeRecord, gpu_ceiling_w: float | None = None) -> str | None:
+def node_problem(node: NodeRecord, gpu_ceiling_w: float | None = None, per_device: bool = True) -> str | None:
     """Why a node record is impossible, None when it is plausible. `gpu_ceiling_w`: one GPU's most
-    plausible draw (default: the catalogue's largest TDP, or the step's power limit when higher)."""
+    plausible draw (default: the catalogue's largest TDP, or the step's power limit when higher).
+    `per_device` False: a record reduced to one device per kind (AdminComment's size cap), whose GPU
+    count is unknown: the draw is not checked."""
     for what, value in (("duration_s", node.duration_s), ("start_time", node.start_time)):
         problem = _number_problem(what, value)
         if problem:
@@ -64,7 +66,7 @@ def node_problem(node: NodeRecord, gpu_ceiling_w: float | None = None) -> str | 
         return f"ends before it starts ({end:.0f} < {start:.0f})"
     gpus = [d for d in node.devices if d.kind == "gpu" and d.in_total and d.energy_j is not None]
     windows = [w for w in (node.duration_s, None if start is None or end is None else end - start) if w]
-    if not gpus or not windows:
+    if not per_device or not gpus or not windows:
         return None
     ceiling = max(gpu_ceiling_w or catalogue_max_tdp_w(), node.power_limit_w or 0.0)
     most_j = HEADROOM * ceiling * len(gpus) * max(windows)
@@ -83,7 +85,7 @@ def checked(step: StepRecord, gpu_ceiling_w: float | None = None) -> StepRecord:
     invalid = dict(step.invalid)
     kept = []
     for node in step.nodes:
-        problem = node_problem(node, gpu_ceiling_w)
+        problem = node_problem(node, gpu_ceiling_w, step.detail == "device")
         if problem is None:
             kept.append(node)
         else:

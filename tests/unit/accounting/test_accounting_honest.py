@@ -244,6 +244,10 @@ def test_an_impossible_record_is_flagged_and_never_summed(bad: dict[str, float],
 def test_a_plausible_record_passes_the_checks() -> None:
     step = StepRecord(7, "0", 1, [node(0, "a100-1", 10, gpu("gpu0", 700, 10), gpu("gpu1", 0, 10))])
     assert checked(step) is step
+    # eight busy GPUs reduced to one "gpu" device per node (AdminComment's size cap) are not "too much"
+    busy = StepRecord(7, "0", 1, [node(0, "a100-1", 10, *(gpu(f"gpu{i}", 1000, 10) for i in range(8)))])
+    reduced = decode_admin_comment(encode_admin_comment([busy.reduced("node")]))[0]
+    assert len(reduced.nodes[0].devices) == 1 and checked(reduced) is reduced
 
 
 # ---------------------------------------------------------------------- 7. --plot
