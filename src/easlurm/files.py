@@ -67,8 +67,18 @@ def atomic_writer(
     path: str | Path, option: str | None = None, newline: str | None = None
 ) -> Iterator[IO[str]]:
     """A text handle on a temporary file beside `path`, renamed onto it when the block ends without error
-    and removed when it fails: a reader never sees a half-written file, a failure leaves nothing behind."""
+    and removed when it fails: a reader never sees a half-written file, a failure leaves nothing behind.
+    An existing stream the user chose (/dev/null, /dev/stdout, a FIFO) is written in place: renaming onto it
+    would replace the device node itself (as root, /dev/null became a regular file)."""
     p = Path(path)
+    if p.exists() and not p.is_file() and not p.is_dir():
+        try:
+            with open(p, "w", encoding="utf-8", newline=newline) as stream:
+                yield stream
+        except OSError as exc:
+            where = f"{option} {p}" if option else str(p)
+            raise ConfigError(f"{where}: cannot write ({exc.strerror or exc})") from exc
+        return
     tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
     try:
         with open(tmp, "w", encoding="utf-8", newline=newline) as fh:
