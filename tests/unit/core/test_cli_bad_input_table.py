@@ -363,7 +363,132 @@ CASES: dict[str, Case] = {
     ),
     "starttime-power-report": C("-S/--starttime", "power", "report", "-S", "yesterday"),
     "by-node-jobs-report": C("-u", "report", "--by", "node", "-u", "root"),
+    # --- rule "a mapping where a mapping is expected" (easlurm.inputs.mapping): lists, strings, integers
+    "not-mapping-params-predict": C(
+        "top level must be a mapping", "predict", "--model", "resnet50", "--params", "{list}"
+    ),
+    "not-mapping-params-section-predict": C(
+        "section 'params'", "predict", "--model", "resnet50", "--params", "{paramslist}"
+    ),
+    "not-mapping-plan-campaign": C(
+        "top level must be a mapping", "sim", "campaign", "{int}", "--out", OUT, "--dry-run"
+    ),
+    "not-mapping-cluster-run": C(
+        "top level must be a mapping", "sim", "run", "--policy", "zeus", "--cluster", "{str}"
+    ),
+    # --- rule "YAML nested at most 50 deep" (a RecursionError traceback before)
+    "deep-yaml-workload-predict": C("nested deeper than 50", "predict", "--workload", "{deep}"),
+    # --- rule "no duplicate YAML keys" (the last one silently won)
+    "duplicate-key-config": C("duplicate key 'interval_s'", "-c", "{dupkey}", "config"),
+    "duplicate-key-hardware-predict": C(
+        "duplicate key 'h100'", "predict", "--model", "resnet50", "--hardware", "{duphw}"
+    ),
+    # --- rule "aliases expand to at most 10,000 nodes" (an anchor bomb was accepted)
+    "anchor-bomb-plan-campaign": C("anchor bomb", "sim", "campaign", "{bomb}", "--out", OUT, "--dry-run"),
+    # --- rule "numbers in a CSV cell are bounded" (1e30 was an OverflowError traceback)
+    "overflow-cell-evaluate": C("batch must be at most", "model", "evaluate", "{m30}"),
+    # --- rule "trace fields finite" (NaN in an SWF field was a traceback)
+    "nan-swf-replay": C("submit_time", "sim", "replay", "{nanswf}", "--out", OUT),
+    # --- rule "work sized before it starts" (a 10^9-GPU job, a 10^11-node cluster: MemoryError)
+    "huge-job-swf-replay": C("field gpus", "sim", "replay", "{hugeswf}", "--out", OUT),
+    "huge-count-cluster-run": C(
+        "nodes[0].count", "sim", "run", "--policy", "zeus", "--cluster", "{bigcluster}"
+    ),
+    "inf-load-plan-campaign": C(
+        "loads_jobs_per_h", "sim", "campaign", "{infload}", "--out", OUT, "--dry-run"
+    ),
+    "huge-jobs-plan-campaign": C(
+        "the jobs the plan's runs submit", "sim", "campaign", "{bigplan}", "--out", OUT, "--dry-run"
+    ),
+    # --- rule "outputs are tried, /proc refused up front" (the work ran, then the write failed)
+    "proc-output-profile": C(
+        "/proc", "profile", "--output", "/proc/easlurm-x.txt", "--", "touch", "{tmp}/ran"
+    ),
+    # --- rule "times are >= 0, before 2200, finite; energies finite" (accepted with exit 0)
+    "negative-time-csv-replay": C("field submit", "sim", "replay", "{negsub}", "--out", OUT),
+    "year-9999-csv-replay": C("before the year 2200", "sim", "replay", "{y9999}", "--out", OUT),
+    "nan-energy-csv-replay": C("field energy_j", "sim", "replay", "{nanenergy}", "--out", OUT),
+    # --- rule "parameters and hardware figures have a physical sign" (negative power, NaN step times)
+    "negative-c-p-params-predict": C("params.c_p", "predict", "--model", "resnet50", "--params", "{negcp}"),
+    "zero-figure-hardware-predict": C("bf16_tflops", "predict", "--model", "resnet50", "--hardware", "{hw0}"),
+    "inf-figure-hardware-predict": C("hbm_gbs", "predict", "--model", "resnet50", "--hardware", "{hwinf}"),
+    # --- rule "integers are integral, counts >= 1, names known" (truncated, dropped or only warned)
+    "fractional-gpus-cluster-run": C("nodes[0].gpus", "sim", "run", "--policy", "zeus", "--cluster", "{c25}"),
+    "negative-count-cluster-run": C(
+        "nodes[0].count", "sim", "run", "--policy", "zeus", "--cluster", "{cneg}"
+    ),
+    "unknown-precision-joblist-run": C(
+        "jobs[0].precision", "sim", "run", "--policy", "zeus", "--job-list", "{prec}"
+    ),
+    # --- rule "no duplicate CSV headers, no copied rows" (the last column won; 0.0 % error on copies)
+    "duplicate-header-csv-replay": C("duplicate column 'gpus'", "sim", "replay", "{duphdr}", "--out", OUT),
+    "duplicate-column-evaluate": C("duplicate column 'model'", "model", "evaluate", "{mdup}"),
+    "identical-rows-calibrate": C(
+        "the same row as line 2", "model", "calibrate", "{ident}", "--maxiter", "1", "--out", "{tmp}/p.yaml"
+    ),
+    # --- rule "a plan's policy params are checked with the plan" (it failed mid-run, leaving output)
+    "unknown-policy-param-campaign": C(
+        "no_such_knob", "sim", "campaign", "{badparam}", "--out", OUT, "--no-report"
+    ),
 }
+
+_HEAD = "; ProcsPerGPU: 1\n"
+_SWF_ROW = "1 0 10 100 4 -1 -1 4 200 -1 1 1 1 -1 1 1 -1 -1\n"
+_M_HEADER = "model,batch,precision,n_gpus,gpu,step_time_s\n"
+_M_ROW = "resnet50,64,bf16,1,h100-sxm,0.12\n"
+_PLAN = "name: p\nhours: 1\nseeds: 1\nexperiments:\n  - {name: e, scenarios: [B], policies: [zeus]"
+#: the bad files the classes above need, written only for the cases that name them
+EXTRA: dict[str, str] = {
+    "list": "- a\n- b\n",
+    "str": "'just a string'\n",
+    "int": "42\n",
+    "paramslist": "schema_version: 1\nparams: [1, 2]\n",
+    "negcp": "schema_version: 1\nparams:\n  c_p: -1.0\n",
+    "deep": "layers: " + "[" * 200 + "]" * 200 + "\n",
+    "dupkey": "sched:\n  interval_s: 5\n  interval_s: 50\n",
+    "duphw": "gpus:\n  h100: {tdp_w: 700}\n  h100: {tdp_w: 600}\n",
+    "bomb": "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n"
+    + "".join(f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n" for p, n in zip("abcdef", "bcdefg", strict=True))
+    + _PLAN
+    + "}\n",
+    "m30": _M_HEADER + "resnet50,1e30,bf16,1,h100-sxm,0.12\n",
+    "nanswf": _HEAD + _SWF_ROW + _SWF_ROW.replace("1 0 10", "2 nan 10", 1),
+    "hugeswf": _HEAD + _SWF_ROW.replace(" 100 4 ", " 100 1000000000 ", 1),
+    "bigcluster": "nodes:\n  - {gpu_type: a100-40gb, gpus: 8, count: 100000000000}\n",
+    "infload": _PLAN + ", loads_jobs_per_h: [.inf]}\n",
+    "bigplan": _PLAN.replace("hours: 1", "hours: 87600").replace("seeds: 1", "seeds: 10000") + "}\n",
+    "negsub": "submit,duration,gpus\n-50,3600,4\n",
+    "y9999": "submit,duration,gpus\n9999-01-01T00:00:00,3600,4\n",
+    "nanenergy": "submit,duration,gpus,energy_j\n0,3600,4,nan\n",
+    "hw0": "gpus:\n  h100:\n    bf16_tflops: 0\n",
+    "hwinf": "gpus:\n  h100:\n    hbm_gbs: .inf\n",
+    "c25": "nodes:\n  - {gpu_type: a100-40gb, gpus: 2.5}\n",
+    "cneg": "nodes:\n  - {gpu_type: a100-40gb, gpus: 8, count: -3}\n  - {gpu_type: h100-sxm, gpus: 8}\n",
+    "prec": "jobs:\n  - {model: resnet50, batch: 32, steps: 100, precision: fp7}\n",
+    "duphdr": "submit,duration,gpus,gpus\n0,3600,4,2\n",
+    "mdup": _M_HEADER.replace("model,", "model,model,", 1) + "resnet50," + _M_ROW,
+    "ident": _M_HEADER + _M_ROW * 3000,
+    "badparam": _PLAN.replace("policies: [zeus]", "policies: [{policy: zeus, params: {no_such_knob: 3}}]")
+    + "}\n",
+}
+
+
+def _extra(tmp: Path, argv: tuple[str, ...]) -> dict[str, str]:
+    """The EXTRA files the argv names, written under tmp/extra/ (before the listing is taken)."""
+    named = {k for k in EXTRA if any("{" + k + "}" in a for a in argv)}
+    if named:
+        (tmp / "extra").mkdir()
+    suffix = {"swf": ".swf", "csv": ".csv"}
+    out = {}
+    for key in named:
+        kind = next((v for k, v in suffix.items() if key.endswith(k)), None)
+        kind = kind or (
+            ".csv" if key in ("negsub", "y9999", "nanenergy", "duphdr", "mdup", "ident", "m30") else ".yaml"
+        )
+        path = tmp / "extra" / f"{key}{kind}"
+        path.write_text(EXTRA[key])
+        out[key] = str(path)
+    return out
 
 
 def _files(tmp: Path) -> dict[str, str]:
@@ -405,7 +530,7 @@ def test_bad_input_is_one_line(
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     for name in [n for n in os.environ if n.startswith("EASLURM_")]:
         monkeypatch.delenv(name)
-    files = _files(tmp_path)
+    files = {**_files(tmp_path), **_extra(tmp_path, case.argv)}
     if case.config is not None:
         Path(files["cfg"]).write_text(case.config)
         plan = f"name: p\nhours: 1\nseeds: 1\nexperiments:\n  - {{name: e, scenarios: [B], policies: [zeus], {case.config}}}\n"
