@@ -32,6 +32,7 @@ from easlurm.accounting.sacct_rows import build_rows, selection_argv
 from easlurm.accounting.seff_cli import gpu_limits, node_gpu_types
 from easlurm.cli import load_ctx_config, output_options
 from easlurm.errors import ConfigError
+from easlurm.inputs import MAX_YAML_BYTES, read_text
 from easlurm.slurm.sacct_jobs import FIELDS, job_of_row
 from easlurm.slurm.sched_client import CliSchedClient
 from easlurm.table import render_table
@@ -207,10 +208,8 @@ def _grid_intensity(
     csv_path = co2_csv or (None if co2_g_per_kwh is not None else cfg.get("report.grid_intensity_csv"))
     g_per_kwh = co2_g_per_kwh if co2_g_per_kwh is not None else cfg.get("report.grid_intensity_g_per_kwh")
     if csv_path:
-        try:
-            text = Path(csv_path).read_text()
-        except OSError as exc:
-            raise ConfigError(f"grid intensity CSV {csv_path}: {exc.strerror}") from exc
+        # a regular UTF-8 file of at most 16 MiB: a FIFO hung the report, a binary file was a traceback
+        text = read_text(csv_path, "grid intensity CSV", ConfigError, MAX_YAML_BYTES)
         return parse_intensity_csv(text, str(csv_path)), f"csv:{csv_path}"
     if g_per_kwh is not None:
         try:
