@@ -87,9 +87,19 @@ def read_record(path: Path) -> dict[str, Any] | None:
         doc = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION or "result" not in doc:
+    if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
+        return None
+    spec, result = doc.get("spec"), doc.get("result")
+    if not isinstance(spec, dict) or not isinstance(result, dict) or not _RECORD_KEYS <= doc.keys():
+        return None  # a record without its spec or result (edited, or another tool's) is rerun, not read
+    if not _SPEC_KEYS <= spec.keys():
         return None
     return doc
+
+
+#: what row_of reads of a record and of its spec
+_RECORD_KEYS = frozenset({"index", "run_id", "experiment", "label", "spec", "result"})
+_SPEC_KEYS = frozenset({"scenario", "policy", "seed", "load_jobs_per_h", "power_budget_w", "hours"})
 
 
 #: Run records written before energies were kept in J name them `*energy*_kwh`: read as `*_j`, so a

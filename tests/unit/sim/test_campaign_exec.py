@@ -93,3 +93,20 @@ def test_run_records_from_before_joules_read_in_joules() -> None:
     row = row_of({**record, "result": {"metrics": metrics}})
     assert row["energy_j"] == 7.2e6 and row["energy_per_job_j"] is None
     assert not any(k.endswith("_kwh") for k in row) and row["mean_jct_s"] == 60.0
+
+
+def test_a_run_record_without_its_spec_is_rerun_not_read(tmp_path: Path) -> None:
+    """A record that lost its spec (or a key of it) reads as absent: the resumed campaign reruns that run
+    instead of failing with a KeyError, and the other runs' records are kept."""
+    plan = parse_plan(PLAN)
+    run_campaign(plan, tmp_path, runner=fake_runner)
+    broken, no_seed = record_path(tmp_path, plan.runs()[0]), record_path(tmp_path, plan.runs()[1])
+    rec = json.loads(broken.read_text())
+    del rec["spec"]
+    broken.write_text(json.dumps(rec))
+    rec = json.loads(no_seed.read_text())
+    del rec["spec"]["seed"]
+    no_seed.write_text(json.dumps(rec))
+    again = run_campaign(plan, tmp_path, runner=fake_runner)
+    assert again.executed == 2
+    assert [r["index"] for r in again.rows] == list(range(12))
