@@ -24,6 +24,7 @@ from easlurm.energy.spec import DEVICE_KINDS
 # Re-exported only for the importers not yet moved to easlurm.energy.spec (sim/traces/energy_hook.py,
 # benchmarks/bench_schedd.py, tests/integration): drop these two lines once they import it from there.
 from easlurm.errors import TraceError
+from easlurm.inputs import inflate
 
 log = logging.getLogger(__name__)
 
@@ -458,8 +459,9 @@ def decode_admin_comment(text: str | None) -> list[StepRecord]:
         return []
     hexdigits = m.group(1)
     try:
-        doc = json.loads(zlib.decompress(bytes.fromhex(hexdigits[: len(hexdigits) // 2 * 2])))
-    except (ValueError, zlib.error) as exc:
+        raw = bytes.fromhex(hexdigits[: len(hexdigits) // 2 * 2])
+        doc = json.loads(inflate(raw, "AdminComment: damaged easlurm record", TraceError))
+    except ValueError as exc:
         raise TraceError(f"AdminComment: damaged easlurm record ({exc})") from exc
     if not isinstance(doc, dict) or doc.get("v") != SCHEMA_VERSION:
         raise TraceError("AdminComment: unsupported easlurm record version")

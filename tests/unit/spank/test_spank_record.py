@@ -195,3 +195,21 @@ def test_cap_reduces_detail_then_drops_oldest_steps() -> None:
     kept = decode_admin_comment(tiny)
     assert len(tiny) <= 3000 and 0 < len(kept) < 60
     assert "59" in {s.step for s in kept}  # the newest steps are kept
+
+
+def test_an_admin_comment_that_inflates_past_the_cap_is_refused_not_read() -> None:
+    """A compressed record is inflated under a cap (easlurm.inputs.inflate): a few kB of hex that would
+    inflate to hundreds of MB is a damaged record, not a memory spike."""
+    import zlib
+
+    from easlurm.accounting.step_record import ADMIN_COMMENT_PREFIX, decode_admin_comment
+    from easlurm.errors import TraceError
+
+    bomb = (
+        ADMIN_COMMENT_PREFIX + zlib.compress(b'{"v": 1, "steps": [], "pad": "' + b" " * 300_000_000, 9).hex()
+    )
+    assert len(bomb) < 1_000_000
+    with pytest.raises(
+        TraceError, match="AdminComment: damaged easlurm record: compressed data inflates past"
+    ):
+        decode_admin_comment(bomb)
