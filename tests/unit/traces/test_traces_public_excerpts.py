@@ -207,3 +207,31 @@ def test_report_of_a_trace_without_starts_says_why_the_recorded_row_is_blank(tmp
     assert "The `recorded` row is blank: the trace does not say when any of its jobs started" in md
     # the fake simulation gives both policies the same outcomes: one row, said to be identical, nothing to test
     assert "zeus = pollux: identical outcomes" in md and "| Policy A |" not in md
+
+
+def test_a_gzip_bomb_is_refused_while_streaming(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A .gz inflating over 200x its size (a trace compresses 5-20x) stops with one line, before the
+    replay spends minutes on it; a real compressed trace still streams."""
+    header = (PUB / "swf_unknown_wait.swf").read_bytes()
+    bomb = tmp_path / "log.swf.gz"
+    bomb.write_bytes(gzip.compress(header + b";" * 400_000_000, 9))
+    with pytest.raises(TraceError, match=r"log\.swf\.gz:\d+: gzip archive inflates more than 200x"):
+        list(open_trace(bomb))
+    fine = tmp_path / "fine.swf.gz"
+    fine.write_bytes(gzip.compress(header * 40))
+    assert len(list(open_trace(fine))) > 0
+    rc = main(
+        [
+            "sim",
+            "replay",
+            str(bomb),
+            "-O",
+            str(tmp_path / "out"),
+            "--policies",
+            "zeus",
+            "--procs-per-gpu",
+            "1",
+        ]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "inflates more than 200x" in err[0]

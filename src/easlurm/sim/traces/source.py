@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import TextIO, cast
 
 from easlurm.errors import TraceError
+from easlurm.inputs import MAX_INFLATE_RATIO, MIB
 
 #: What a damaged gzip stream raises while it is read: a truncated file ends with EOFError, which
 #: click would otherwise take for Ctrl-D/Ctrl-C ("aborted", exit 130).
@@ -23,6 +24,10 @@ class _GzipText:
         self.path = path
         self._fh = gzip.open(path, "rt", encoding="utf-8", errors="replace", newline="")  # noqa: SIM115 - closed by close()
         self._lines = 0
+        # a trace is streamed, so only the ratio is capped (no absolute size): text CSV and sacct dumps
+        # compress 5-20x, a gzip bomb thousands of times
+        self._inflated = 0
+        self._most = MIB + path.stat().st_size * MAX_INFLATE_RATIO
 
     def _fail(self, exc: Exception) -> TraceError:
         what = "truncated" if isinstance(exc, EOFError) else f"corrupt ({exc})"
@@ -39,11 +44,12 @@ class _GzipText:
 
     def readline(self, size: int = -1) -> str:
         try:
-            line = self._fh.readline(size)
+            line = self._fh.readline(size if size >= 0 else self._most - self._inflated + 1)
         except _GZIP_ERRORS as exc:
             raise self._fail(exc) from exc
         if line.endswith("\n"):
             self._lines += 1
+        self._count(len(line))
         return line
 
     def read(self, size: int = -1) -> str:
@@ -52,7 +58,16 @@ class _GzipText:
         except _GZIP_ERRORS as exc:
             raise self._fail(exc) from exc
         self._lines += data.count("\n")
+        self._count(len(data))
         return data
+
+    def _count(self, chars: int) -> None:
+        self._inflated += chars
+        if self._inflated > self._most:
+            raise TraceError(
+                f"{self.path}:{self._lines + 1}: gzip archive inflates more than {MAX_INFLATE_RATIO}x its "
+                "size: refused (a trace compresses 5-20x)"
+            )
 
     def close(self) -> None:
         self._fh.close()
