@@ -193,3 +193,33 @@ def test_readers_stream_an_endless_trace() -> None:
     src = Endless()
     items = list(itertools.islice(JsonArrayStream(src, "endless", chunk_chars=256), 5))
     assert [o["job_id"] for _, o in items] == [1, 2, 3, 4, 5] and src.n < 100
+
+
+def test_sacct_dumps_with_impossible_times_are_bad_rows(tmp_path: Path) -> None:
+    """sacct rows and --json jobs go through the same checks as CSV and SWF rows (sim/traces/sane.py): a
+    job that ends before it starts, or in the year 9999, is a bad row (skipped with --skip-bad, else one
+    error naming file:line), never replayed."""
+    lines = (FIX / "captured_2205.psv").read_text().splitlines()
+    header, first = lines[0], lines[1]
+    cols = header.split("|")
+    row = first.split("|")
+    before = list(row)
+    before[cols.index("JobID")] = before[cols.index("JobIDRaw")] = "9101"
+    before[cols.index("End")] = "2026-11-22T06:30:10"
+    late = list(row)
+    late[cols.index("JobID")] = late[cols.index("JobIDRaw")] = "9102"
+    late[cols.index("End")] = "9999-01-01T00:00:00"
+    dump = tmp_path / "bad.psv"
+    dump.write_text("\n".join([header, first, "|".join(before), "|".join(late)]) + "\n")
+    jobs, stats = _jobs(dump, skip_bad=True)
+    assert "9101" not in jobs and "9102" not in jobs and row[0] in jobs
+    assert stats.skipped_bad == 2
+    with pytest.raises(TraceError, match=r"bad\.psv:3: .*before it starts"):
+        _jobs(dump)
+
+    doc = json.loads((FIX / "sacct_2205.json").read_text())
+    doc["jobs"][0]["time"]["end"] = doc["jobs"][0]["time"]["start"] - 100
+    bad_json = tmp_path / "bad.json"
+    bad_json.write_text(json.dumps(doc))
+    with pytest.raises(TraceError, match="before it starts"):
+        _jobs(bad_json)

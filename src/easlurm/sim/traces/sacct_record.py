@@ -8,6 +8,7 @@ from dataclasses import replace
 from easlurm.errors import TraceError
 from easlurm.sim.traces.energy_hook import decode_energy
 from easlurm.sim.traces.record import TraceJob, TraceStats
+from easlurm.sim.traces.sane import problem
 from easlurm.slurm.sacct_jobs import SacctJob, SacctValueError, expand_array
 
 
@@ -43,6 +44,9 @@ def trace_jobs(job: SacctJob, where: str, runtime_s: float | None) -> list[Trace
         allocated=job.allocated,
         source=where,
     )
+    why = problem(base)  # a negative, NaN or year-9999 time, an end before its start, 10^9 GPUs
+    if why:
+        raise TraceError(why)
     arr = job.array_job_id
     if arr is None:
         return [base]
