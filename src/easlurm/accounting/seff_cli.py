@@ -165,8 +165,10 @@ def _device_rows(card: Any, per_device: bool) -> list[dict[str, str]]:
             flags = [
                 f for f in ("modelled" if d.modelled else "", "sub-domain" if not d.in_total else "") if f
             ]
-            if d.apportioned:
-                flags.append(f"shared:{100 * (d.share or 0):.0f}%")
+            if d.apportioned and d.share is None:  # shared, but its share could not be told (shared-unknown)
+                flags.append(d.apportioned)
+            elif d.apportioned:
+                flags.append(f"shared:{100 * d.share:.0f}%")
             means = [x.mean_power_w for x in devs if x.mean_power_w is not None]
             peaks = [x.peak_power_w for x in devs if x.peak_power_w is not None]
             utils = [x.mean_util_pct for x in devs if x.mean_util_pct is not None]

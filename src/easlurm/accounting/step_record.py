@@ -61,10 +61,12 @@ _PLAIN: dict[str, Callable[[Any], Any]] = {
 @dataclass
 class DeviceRecord(DeviceEnergy):
     """Energy of one device on one node over the step: the profiler's DeviceEnergy (`from_energy` copies
-    it as plain JSON values), then how a shared GPU was split."""
+    it as plain JSON values), then how a device shared with other jobs was split."""
 
-    #: A GPU shared with another job: how its energy was split ("utilisation" or "time"), this step's
-    #: share, and the whole GPU's energy over the window (context only: never summed across jobs).
+    #: A device shared with other jobs: how its energy was split ("utilisation" or "time" for a GPU,
+    #: "cpu-time" for a node's CPU package and DRAM; "shared-unknown" with no share when it could not be
+    #: told), this step's share, and the whole device's energy over the window (context only: never
+    #: summed across jobs; the name keeps the records' key).
     apportioned: str | None = None
     share: float | None = None
     whole_gpu_energy_j: float | None = None

@@ -105,3 +105,16 @@ def test_card_shows_utilisation_and_memory_where_measured() -> None:
         (40.0, 12 * GB, 80 * GB),
         (None, None, None),
     ]
+
+
+def test_cpu_energy_shared_with_an_unknown_share_says_so_on_the_card() -> None:
+    """A node's CPU package split by CPU time shows its share; one whose share could not be told keeps the
+    whole energy and says `shared-unknown` (never a made-up `shared:0%`)."""
+    rows, rec = job()
+    pkg = DeviceRecord("package-0", "cpu", 600.0, 60.0, 10, source="rapl", duration_s=10.0)
+    pkg.apportion(0.25, "cpu-time")
+    dram = DeviceRecord("dram-0", "dram", 50.0, 5.0, 10, modelled=True, source="dram-model", duration_s=10.0)
+    dram.apportioned = "shared-unknown"
+    rec.nodes[0].devices.extend([pkg, dram])
+    text = render_card(build_card(rows, [rec], H100), [], None, per_device=True)
+    assert "shared:25%" in text and "shared-unknown" in text and "shared:0%" not in text
