@@ -90,9 +90,9 @@ def read_record(path: Path) -> dict[str, Any] | None:
     if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
         return None
     spec, result = doc.get("spec"), doc.get("result")
-    if not isinstance(spec, dict) or not isinstance(result, dict) or not _RECORD_KEYS <= doc.keys():
+    if not isinstance(spec, dict) or not isinstance(result, dict) or not doc.keys() >= _RECORD_KEYS:
         return None  # a record without its spec or result (edited, or another tool's) is rerun, not read
-    if not _SPEC_KEYS <= spec.keys():
+    if not spec.keys() >= _SPEC_KEYS:
         return None
     return doc
 
