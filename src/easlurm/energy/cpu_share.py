@@ -167,10 +167,28 @@ class CpuTimeReader:
             elif AGENT_MARK in title:
                 agents.append(int(name))
         skip = self._tree.pids(agents) if agents else set()
+        trees = {job: self._tree.pids(roots) - skip for job, roots in stepds.items()}
+        # several slurmd on one host (an emulated cluster): count only the jobs whose tasks run on this
+        # node, as their SLURMD_NODENAME says (a job whose tasks do not say counts as here)
+        here = self._node_of(trees[self.job_id] - set(stepds[self.job_id])) if self.job_id in trees else None
         jobs = {}
-        for job, roots in stepds.items():
-            jobs[job] = sum(self._proc_cpu_s(p) for p in self._tree.pids(roots) - skip)
+        for job, pids in trees.items():
+            node = self._node_of(pids - set(stepds[job])) if here is not None and job != self.job_id else None
+            if node is None or node == here:
+                jobs[job] = sum(self._proc_cpu_s(p) for p in pids)
         return CpuTimes(jobs, "process tree")
+
+    def _node_of(self, tasks: set[int]) -> str | None:
+        """The node a job's tasks run on (their SLURMD_NODENAME); None when no task says."""
+        for pid in sorted(tasks):
+            try:
+                env = (self.proc / str(pid) / "environ").read_bytes()
+            except OSError:
+                continue
+            for item in env.split(b"\0"):
+                if item.startswith(b"SLURMD_NODENAME="):
+                    return item.partition(b"=")[2].decode(errors="replace")
+        return None
 
     def _proc_cpu_s(self, pid: int) -> float:
         """utime+stime+cutime+cstime of one process (0 when it is gone)."""

@@ -202,6 +202,31 @@ def test_without_job_cgroups_the_slurmstepd_process_trees_tell(tmp_path: Path) -
     assert share.fraction == pytest.approx(0.8)
 
 
+def test_process_trees_count_only_the_jobs_whose_tasks_run_on_this_node(tmp_path: Path) -> None:
+    """Several slurmd on one host (an emulated cluster, the box): every node's slurmstepd is visible, so a
+    job counts only when its tasks' SLURMD_NODENAME is this job's node (or when no task says)."""
+    node = FakeNode(tmp_path / "node")
+    node.stepd(100, 5)
+    node.process(101, 100, ["/bin/stress"], cpu_s=1.0)
+    node.stepd(200, 6)
+    node.process(201, 200, ["/bin/stress"], cpu_s=1.0)  # on another virtual node
+    node.stepd(300, 7)
+    node.process(301, 300, ["/bin/stress"], cpu_s=1.0)  # on this node
+    node.stepd(400, 8)
+    node.process(401, 400, ["/bin/sleep"])  # says nothing: counted as here
+    for pid, name in ((101, "a100-1"), (201, "a100-2"), (301, "a100-1")):
+        (node.proc / str(pid) / "environ").write_bytes(f"PATH=/bin\0SLURMD_NODENAME={name}\0".encode())
+    watch = CpuShareWatch(100, node.proc, node.cgroup)
+    watch.start()
+    for pid, stepd in ((101, 100), (201, 200), (301, 300), (401, 400)):
+        node.process(pid, stepd, ["/bin/stress"], cpu_s=3.0)
+    for pid, name in ((101, "a100-1"), (201, "a100-2"), (301, "a100-1")):
+        (node.proc / str(pid) / "environ").write_bytes(f"PATH=/bin\0SLURMD_NODENAME={name}\0".encode())
+    share = watch.stop()
+    assert share.job_cpu_s == pytest.approx(2.0)
+    assert share.others_cpu_s == {7: pytest.approx(2.0), 8: pytest.approx(3.0)}
+
+
 def test_an_unreadable_cgroup_falls_back_to_the_process_trees(tmp_path: Path) -> None:
     """The stepd's cgroup names job 5 but its cpu.stat is missing: the process trees are read instead."""
     node = FakeNode(tmp_path / "node")
