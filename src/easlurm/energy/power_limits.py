@@ -252,16 +252,22 @@ def _restore_changes(nvml: Any, changes: list[LimitChange]) -> list[LimitChange]
     return left
 
 
+def _ledger_or_log(path: Path) -> tuple[bool, Ledger | None]:
+    """(readable, the ledger or None when there is none): an unreadable ledger is logged and kept for the
+    repair, so its caller reports "not restored"."""
+    try:
+        return True, read_ledger(path)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.error("power-limit ledger %s unreadable (%s); kept for the repair", path, exc)
+        return False, None
+
+
 def restore(nvml: Any, path: Path) -> bool:
     """Put back every limit the ledger at `path` records, whoever holds it (the caller holds the lock);
     the ledger goes once all are back, else it keeps what is left (and no references) for the repair."""
-    try:
-        ledger = read_ledger(path)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        log.error("power-limit ledger %s unreadable (%s); kept for the repair", path, exc)
-        return False
+    readable, ledger = _ledger_or_log(path)
     if ledger is None:
-        return True
+        return readable
     left = _restore_changes(nvml, ledger.changes)
     if left:
         ledger.changes, ledger.refs = left, []
@@ -305,13 +311,9 @@ def leave(nvml: Any, spool: Path, job_id: int, node: str, pid: int) -> bool:
     True when nothing is left to restore."""
     path = ledger_path(spool, job_id, node)
     with ledger_lock(spool):
-        try:
-            ledger = read_ledger(path)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            log.error("power-limit ledger %s unreadable (%s); kept for the repair", path, exc)
-            return False
+        readable, ledger = _ledger_or_log(path)
         if ledger is None:
-            return True
+            return readable
         live = [r for r in ledger.refs if r.pid != pid and ref_alive(r)]
         if live:
             ledger.refs = live
