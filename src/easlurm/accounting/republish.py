@@ -7,7 +7,8 @@ on a controller restart while the job is within MinJobAge. So a database write i
 slurmctld holds no AdminComment for the job, or has forgotten the job. This module writes then, under
 the job's publication lock (one writer per job, shared with the agents), and verifies with
 `sacct --json`. It never drops a record: the document is the union of what the database shows and the
-spool's step files (the files win). Running it again changes nothing.
+spool's step files (the files win, but never with fewer of a step's nodes: a step the database shows
+partial while its file is complete is rewritten). Running it again changes nothing.
 """
 
 from __future__ import annotations
@@ -86,6 +87,11 @@ def _step_sort(key: str) -> tuple[int, int, int]:
         1 if not step.isdigit() else 0,
         int(step) if step.isdigit() else 0,
     )
+
+
+def _nodes_known(step: StepRecord) -> int:
+    """How many of its nodes a step record holds (a complete record holds all, a partial one fewer)."""
+    return step.nnodes - len(step.missing_nodes)
 
 
 def belongs_to(step: StepRecord, job: SacctJob, slack_s: float = IDENTITY_SLACK_S) -> bool:
@@ -176,8 +182,15 @@ class Republisher:
         except EaslurmError as exc:  # a damaged value is replaced; nothing readable is lost
             log.warning("job %s: %s; rewriting it from the spool", job_id, exc)
             current = {}
-        merged = {**current, **spool}
-        lacking = set(spool) - set(current)
+        # the files win, but a file that knows fewer of a step's nodes than the database never replaces it;
+        # a step the database shows with fewer nodes than its file (partial there) is lacking too
+        better = {
+            k: r for k, r in spool.items() if k not in current or _nodes_known(r) >= _nodes_known(current[k])
+        }
+        merged = {**current, **better}
+        lacking = {
+            k for k, r in better.items() if k not in current or _nodes_known(r) > _nodes_known(current[k])
+        }
         if lacking:  # only steps that survive the size cap count (the oldest may be left out for good)
             lacking &= {s.key for s in decode_admin_comment(encode_admin_comment(list(merged.values())))}
         notes = [f"left out step(s) {','.join(foreign)} of an earlier job with this id"] if foreign else []
@@ -237,13 +250,13 @@ class Republisher:
                 after = self.db_jobs([job_id]).get(job_id)
             except SlurmError as exc:
                 return JobResult(job_id, Status.FAILED, missing=missing, detail=str(exc))
-        shown = set()
+        shown: dict[str, int] = {}
         if after is not None:
             try:
-                shown = {s.key for s in decode_admin_comment(after.admin_comment or "")}
+                shown = {s.key: _nodes_known(s) for s in decode_admin_comment(after.admin_comment or "")}
             except EaslurmError as exc:
                 log.warning("job %s: %s", job_id, exc)
-        lost = [s for s in missing if s not in shown]
+        lost = [s for s in missing if shown.get(s, -1) < _nodes_known(merged[s])]
         if lost:
             return JobResult(
                 job_id, Status.FAILED, steps, missing, f"sacct does not show step(s) {','.join(lost)}"
