@@ -96,11 +96,21 @@ def test_run_directory_contents(nvml_env: pytest.MonkeyPatch, powercap: FakePowe
 def test_unwritable_out_dir_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
+    import tempfile
+
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)
-    monkeypatch.setattr(os, "access", lambda p, m: False)  # root ignores modes: simulate a user
+
+    def denied(*args: object, **kwargs: object) -> tuple[int, str]:
+        raise PermissionError(13, "Permission denied")
+
+    # writability is tried by creating a file; root ignores modes, so simulate a user's refusal
+    monkeypatch.setattr(tempfile, "mkstemp", denied)
     with pytest.raises(ConfigError, match="permission denied"):
         EnergyProfiler(out_dir=locked / "run")
+    with pytest.raises(ConfigError, match="cannot write under /proc"):
+        EnergyProfiler(out_dir="/proc/easlurm-run")
+    assert os.listdir(locked) == []
 
 
 def test_memory_stays_bounded_with_many_samples(nvml_env: pytest.MonkeyPatch) -> None:

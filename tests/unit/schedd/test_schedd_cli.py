@@ -104,6 +104,7 @@ def test_start_up_checks_are_one_line_errors(
     blocker.write_text("")
     assert main([*base, "--decision-log", str(blocker / "log.jsonl")]) == 2
     err = capsys.readouterr().err.strip()
-    assert "--decision-log: cannot write" in err and len(err.splitlines()) == 1
+    assert "--decision-log" in err and "cannot create it" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "file" / "log.jsonl").exists()
     assert fake.calls == []
     assert main([*base, "--nodes", "h100-[1-2]", "--state-save-dir", str(tmp_path)]) == 0
