@@ -95,7 +95,6 @@ def test_run_directory_contents(nvml_env: pytest.MonkeyPatch, powercap: FakePowe
 
 def test_unwritable_out_dir_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
-
     import tempfile
 
     locked = tmp_path / "locked"
