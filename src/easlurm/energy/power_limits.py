@@ -159,13 +159,20 @@ def proc_start(pid: int) -> str | None:
 
 
 def pid_alive(pid: int) -> bool:
+    """The process runs: it exists and is not a zombie. A SIGKILLed agent stays a zombie until its parent
+    (or init, once slurmstepd is gone) reaps it, which a loaded node may take seconds to do: its cap must
+    count as orphaned from the kill on, or the next job's agent records the orphan cap as "previous"."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
 
 
 def ref_alive(ref: StepRef, alive: Callable[[int], bool] = pid_alive) -> bool:

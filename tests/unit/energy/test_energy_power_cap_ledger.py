@@ -271,3 +271,26 @@ def test_the_agents_start_repairs_a_crash_on_its_node(
     assert limits_w() == [700.0] * 4 and plain.outcome is None
     plain.end()
     assert not list((spool / LEDGER_DIR).glob("*.json"))
+
+
+def test_a_killed_agent_left_a_zombie_counts_as_gone() -> None:
+    """A SIGKILLed agent is a zombie until it is reaped (seconds on a loaded node once slurmstepd is gone):
+    its reference must count as dead from the kill on, else the next job's agent caps on top of the orphan
+    cap and restores it as "previous"."""
+    import signal
+    import subprocess
+    import time
+
+    from easlurm.energy.power_limits import pid_alive
+
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        assert pid_alive(child.pid)
+        os.kill(child.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and Path(f"/proc/{child.pid}/stat").read_text().split()[2] != "Z":
+            time.sleep(0.05)
+        assert not pid_alive(child.pid)  # not reaped yet: still a zombie
+    finally:
+        child.wait()
+    assert not pid_alive(child.pid)
