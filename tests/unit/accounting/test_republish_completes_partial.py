@@ -18,6 +18,7 @@ from easlurm.accounting.step_record import (
     decode_admin_comment,
     encode_admin_comment,
 )
+from easlurm.errors import SlurmError
 from easlurm.slurm.client import SlurmClient
 
 T0 = 1_800_000_000.0
@@ -50,8 +51,6 @@ class ForgottenJob:
         }
 
     def show_job(self, job_id: int) -> dict[str, str]:
-        from easlurm.errors import SlurmError  # here: only this fake raises it
-
         raise SlurmError("slurm_load_jobs error: Invalid job id specified")
 
     def set_admin_comment_db(self, job_id: int, text: str) -> None:
