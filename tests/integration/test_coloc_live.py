@@ -157,7 +157,12 @@ def test_two_shareable_jobs_share_one_gpu_and_split_its_energy(
         (node,) = rec["nodes"]
         (dev,) = [d for d in node["devices"] if d["kind"] == "gpu"]
         assert dev["name"] == f"gpu{gpu}" and dev["apportioned"] == "utilisation"
-        assert rec["apportioned"] == [f"gpu{gpu}:utilisation"]
+        # the GPU split by utilisation; the node's CPU package and DRAM (shared by the two jobs too) by CPU time
+        gpu_flags = [f for f in rec["apportioned"] if f.startswith("gpu")]
+        assert gpu_flags == [f"gpu{gpu}:utilisation"], rec["apportioned"]
+        assert all(
+            f.endswith((":cpu-time", ":shared-unknown")) for f in rec["apportioned"] if f not in gpu_flags
+        )
         devices[job_id] = dev
         windows.append((node["start_time"], node["start_time"] + node["duration_s"]))
     (a_lo, a_hi), (b_lo, b_hi) = windows
