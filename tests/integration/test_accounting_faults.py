@@ -299,6 +299,10 @@ def test_rebooted_node_keeps_each_runs_records_once(slurm_box: Any, tmp_path: Pa
             wait_for(next_run_started, 240, "the job's second run", step_s=1.0)
             assert slurm_box.wait_job(job, timeout_s=120) == "COMPLETED"
         finally:
+            # whatever failed, the node is left as the next tests need it: its slurmd up, the job gone
+            slurm_box.run(["scancel", job], check=False)
+            if slurm_box.box.pid_of(f"slurmd-{NODE}") is None:
+                slurm_box.box.node_on(NODE)
             if node_state(slurm_box).startswith(("down", "drain")):
                 slurm_box.run(["scontrol", "update", f"NodeName={NODE}", "State=RESUME"], check=False)
     # the earlier run's spool files are still there, beside the new run's
