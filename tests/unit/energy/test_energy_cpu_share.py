@@ -227,6 +227,53 @@ def test_process_trees_count_only_the_jobs_whose_tasks_run_on_this_node(tmp_path
     assert share.others_cpu_s == {7: pytest.approx(2.0), 8: pytest.approx(3.0)}
 
 
+@pytest.mark.parametrize("version", [2, 1])
+def test_a_job_that_ends_inside_the_window_still_counts(tmp_path: Path, version: int) -> None:
+    """Job 6 ran beside job 5 and ended (its cgroup removed) before job 5's window closed: its CPU time up
+    to the last reading still counts, so job 5 is not billed the whole node for the time they shared."""
+    node = FakeNode(tmp_path / "node", version)
+    node.cpu(5, 10.0)
+    node.cpu(6, 1.0)
+    node.stepd(100, 5)
+    watch = CpuShareWatch(100, node.proc, node.cgroup, period_s=0.02)
+    watch.start()
+    node.cpu(5, 1.0)
+    node.cpu(6, 3.0)
+    readings = watch.readings
+    wait_for_readings(watch, readings + 2)
+    shutil.rmtree(node.job_dir(6))  # job 6 ended: Slurm removes its cgroup
+    node.cpu(5, 2.0)
+    share = watch.stop()
+    assert share.job_cpu_s == pytest.approx(3.0)
+    assert share.others_cpu_s == {6: pytest.approx(3.0)}
+    assert share.fraction == pytest.approx(0.5)
+
+
+def test_a_job_seen_only_at_the_ends_of_the_window_is_lost_without_the_readings_between(
+    tmp_path: Path,
+) -> None:
+    """The same node read only at start and stop (no reading between): job 6 is gone and job 5 would keep
+    the whole energy; this is what the periodic readings are for."""
+    node = FakeNode(tmp_path / "node")
+    node.cpu(5, 10.0)
+    node.cpu(6, 1.0)
+    node.stepd(100, 5)
+    watch = CpuShareWatch(100, node.proc, node.cgroup, period_s=3600.0)
+    watch.start()
+    node.cpu(6, 3.0)
+    shutil.rmtree(node.job_dir(6))
+    node.cpu(5, 3.0)
+    share = watch.stop()
+    assert share.others_cpu_s == {} and share.fraction == 1.0
+
+
+def wait_for_readings(watch: CpuShareWatch, n: int) -> None:
+    deadline = time.monotonic() + 10.0
+    while watch.readings < n:
+        assert time.monotonic() < deadline, "the watch took no periodic reading"
+        time.sleep(0.005)
+
+
 def test_an_unreadable_cgroup_falls_back_to_the_process_trees(tmp_path: Path) -> None:
     """The stepd's cgroup names job 5 but its cpu.stat is missing: the process trees are read instead."""
     node = FakeNode(tmp_path / "node")
