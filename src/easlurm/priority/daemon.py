@@ -47,7 +47,9 @@ from easlurm.slurm.sched_client import SchedClient, SlurmJob
 log = logging.getLogger(__name__)
 
 LOG_SCHEMA_VERSION = 1
-MAX_BACKOFF_S = 300.0
+#: While Slurm fails the daemon waits longer between cycles, up to this: a failed try costs one squeue, and
+#: after a long slurmctld outage (an upgrade) the daemon is back within a minute of Slurm.
+MAX_BACKOFF_S = 60.0
 
 
 @dataclass
