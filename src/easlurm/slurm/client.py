@@ -19,6 +19,7 @@ from typing import Any
 
 from easlurm.errors import SlurmError
 from easlurm.slurm.json_values import integer, job_state, load_document
+from easlurm.slurm.squeue_text import SHOW_FIELDS, Frame, SqueueTextError, show_job_argv, show_job_fields
 
 #: The first Slurm release with `scontrol --json` (per-node and per-job documents).
 SCONTROL_JSON_SINCE = (23, 2)
@@ -129,9 +130,13 @@ class CliSlurmClient(SlurmClient):
             self._version = parse_version(self.run(["scontrol", "--version"])) or ()
         return self._version or None
 
-    def run(self, argv: Sequence[str], retry: bool = False) -> str:
-        """Run one Slurm command; SlurmError (with its stderr) if it fails, retried for transient errors."""
+    def run(
+        self, argv: Sequence[str], retry: bool = False, extra_env: Mapping[str, str] | None = None
+    ) -> str:
+        """Run one Slurm command; SlurmError (with its stderr) if it fails, retried for transient errors.
+        `extra_env` is added to the environment (e.g. an output format other users must not read in argv)."""
         attempts = 1 + (self.retries if retry else 0)
+        env = {**self.env, **extra_env} if extra_env else self.env
         for attempt in range(attempts):
             if self.debug:
                 self.echo(f"$ {shlex.join(argv)}")
@@ -140,7 +145,7 @@ class CliSlurmClient(SlurmClient):
                     list(argv),
                     capture_output=True,
                     text=True,
-                    env=self.env,
+                    env=env,
                     timeout=self.timeout_s,
                     stdin=subprocess.DEVNULL,
                     check=False,
@@ -237,18 +242,32 @@ class CliSlurmClient(SlurmClient):
     def show_job(self, job_id: int) -> dict[str, str]:
         # From JSON, never from `scontrol -o show job` text: a job name, comment or (26.05) submit line is
         # user text that can hold "Key=value" look-alikes. 22.05 has no `scontrol --json` and ignores
-        # `squeue --json -j`: its whole queue is read and filtered.
+        # `squeue --json -j` (it prints the whole queue): there this one job's fields are read as framed
+        # `squeue -O` text (squeue_text), the whole queue as JSON only if that read does not add up.
         job_id = int(job_id)
         version = self.slurm_version()
         if version is not None and version >= SCONTROL_JSON_SINCE:
             argv = ["scontrol", "--json", "show", "job", str(job_id)]
         else:
+            try:
+                return self._show_job_text(job_id)
+            except SqueueTextError as exc:
+                log.warning("job %d: squeue text read refused, reading the queue as JSON: %s", job_id, exc)
             argv = ["squeue", "--json"]
         jobs = load_document(self.run(argv, retry=True), " ".join(argv[:3])).get("jobs") or ()
         for job in jobs:
             if integer(job.get("job_id")) == job_id:
                 return job_view(job)
         raise SlurmError(f"scontrol show job {job_id}: Invalid job id specified")
+
+    def _show_job_text(self, job_id: int) -> dict[str, str]:
+        """One job's `job_view` from `squeue -h -t all -j ID` framed text (SHOW_FIELDS)."""
+        frame = Frame.draw()
+        out = self.run(show_job_argv(job_id), retry=True, extra_env=frame.env(SHOW_FIELDS))
+        job = show_job_fields(out, frame, job_id)
+        if job is None:
+            raise SlurmError(f"scontrol show job {job_id}: Invalid job id specified")
+        return job_view(job)
 
     def set_admin_comment(self, job_id: int, text: str) -> None:
         _check_value(text)

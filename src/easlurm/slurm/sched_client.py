@@ -21,6 +21,7 @@ from easlurm.slurm.json_values import (
     num,
     split_state,
 )
+from easlurm.slurm.queue_read import TEXT_REFRESH_S, QueueCapabilities, TextQueueReader
 from easlurm.slurm.times import format_timestamp
 
 log = logging.getLogger(__name__)
@@ -256,7 +257,7 @@ class SchedClient(SlurmClient):
 
     @abstractmethod
     def jobs(self) -> list[SlurmJob]:
-        """All pending and running jobs (`squeue --json`)."""
+        """All jobs slurmctld knows (framed `squeue -O` text, or `squeue --json`): callers keep the live ones."""
 
     @abstractmethod
     def nodes(self) -> list[SlurmNode]:
@@ -306,10 +307,47 @@ class SchedClient(SlurmClient):
         """slurmctld's StateSaveLocation (`scontrol show config`), None when unknown."""
 
 
+#: How the daemon reads the queue: framed `squeue -O` text (queue_read), or `squeue --json` every cycle.
+QUEUE_READS = ("text", "json")
+
+
 class CliSchedClient(CliSlurmClient, SchedClient):
-    """The CLI implementation; inherits argv handling, retries, `--debug` echo and errors from CliSlurmClient."""
+    """The CLI implementation; inherits argv handling, retries, `--debug` echo and errors from CliSlurmClient.
+    `queue_read="text"` (the default) reads the queue incrementally from framed text and falls back to
+    `squeue --json` for any cycle whose text does not add up (one warning naming why)."""
+
+    def __init__(
+        self, *args: Any, queue_read: str = "text", text_refresh_s: float = TEXT_REFRESH_S, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        if queue_read not in QUEUE_READS:
+            raise SlurmError(f"queue_read: {queue_read!r} is not one of {', '.join(QUEUE_READS)}")
+        self.queue_read = queue_read
+        self.text_refresh_s = text_refresh_s
+        self.text_fallbacks = 0
+        self._reader: TextQueueReader | None = None
+
+    def queue_reader(self) -> TextQueueReader:
+        """The text reader, made on first use with this Slurm's capabilities."""
+        if self._reader is None:
+            version = self.slurm_version()
+            caps = QueueCapabilities(scontrol_json=version is not None and version >= SCONTROL_JSON_SINCE)
+            self._reader = TextQueueReader(
+                lambda argv, env: self.run(argv, retry=True, extra_env=env), caps, self.text_refresh_s
+            )
+        return self._reader
 
     def jobs(self) -> list[SlurmJob]:
+        if self.queue_read == "text":
+            try:
+                return [_job(j) for j in self.queue_reader().read()]
+            except (SlurmError, ValueError) as exc:
+                self.text_fallbacks += 1
+                log.warning("queue text read refused, reading squeue --json this cycle: %s", exc)
+        return self.jobs_json()
+
+    def jobs_json(self) -> list[SlurmJob]:
+        """The whole queue from `squeue --json` (the fallback, and the reference of the text read)."""
         return parse_squeue_json(self.run(["squeue", "--json"], retry=True))
 
     def nodes(self) -> list[SlurmNode]:
@@ -337,6 +375,8 @@ class CliSchedClient(CliSlurmClient, SchedClient):
         for key, value in fields.items():
             if any(c in value for c in "\n\r|") or not value.isascii():
                 raise SlurmError(f"update of job {job_id}: bad value for {key}")
+        if self._reader is not None:
+            self._reader.invalidate(str(int(job_id)))
         self.run(["scontrol", "update", f"JobId={int(job_id)}", *(f"{k}={v}" for k, v in fields.items())])
 
     def requeue(self, job_id: str) -> None:
@@ -353,6 +393,7 @@ class CliSchedClient(CliSlurmClient, SchedClient):
 
 __all__ = [
     "GPU_HISTORY_FIELDS",
+    "QUEUE_READS",
     "UPDATABLE_FIELDS",
     "CliSchedClient",
     "SchedClient",

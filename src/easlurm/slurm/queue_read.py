@@ -1,0 +1,172 @@
+"""The daemon's incremental queue read: every job's scheduling fields each cycle, user text only where needed.
+
+Slurm has no per-job "last updated" field: an `scontrol update Comment=...` changes nothing else that
+squeue prints (checked on 22.05 with `squeue -o %all` before and after). So each cycle reads the fields
+without user text for every job (a framed `squeue -O`, see squeue_text), and the user text (name,
+comment, admin comment) only of jobs that are new, running (their AdminComment grows with each
+published step), or updated by this client since the last read; the whole queue's user text is read
+again every `text_refresh_s` (a user's own Comment edit is seen within that time). The running jobs'
+GPU indices (`gres_detail`, which `squeue -O` cannot print) are read once per job start: with
+`scontrol --json show job` where it exists (23.02+), else from `scontrol -d show job` text, checked.
+Anything that does not add up raises SqueueTextError: the caller reads that cycle as JSON.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from easlurm.slurm.json_values import load_document
+from easlurm.slurm.squeue_text import (
+    QUEUE_FIELDS,
+    SHORT_SEP_HEX,
+    TEXT_FIELDS,
+    Frame,
+    SqueueTextError,
+    gres_detail_from_show_job,
+    json_job,
+)
+
+log = logging.getLogger(__name__)
+
+#: Runs one Slurm command with extra environment variables and returns its standard output.
+Runner = Callable[[Sequence[str], Mapping[str, str]], str]
+#: Job ids per `squeue -j` (one argument stays far under Linux's 128 KiB limit).
+IDS_PER_READ = 2000
+#: The user text of the whole queue is read again after this long (seconds).
+TEXT_REFRESH_S = 60.0
+
+
+@dataclass(frozen=True)
+class QueueCapabilities:
+    """What this Slurm offers the text read (found by asking it, handed in by the client)."""
+
+    #: `scontrol --json show job ID` exists (else `scontrol -d show job ID` text is read, checked)
+    scontrol_json: bool
+
+
+@dataclass
+class QueueReadStats:
+    """What the last read cost: commands run and bytes of their output."""
+
+    commands: int = 0
+    bytes: int = 0
+    text_jobs: int = 0
+    detail_jobs: int = 0
+
+
+@dataclass
+class TextQueueReader:
+    """Reads the queue as `squeue --json` job objects (the keys SlurmJob needs) from framed text."""
+
+    run: Runner
+    caps: QueueCapabilities
+    text_refresh_s: float = TEXT_REFRESH_S
+    clock: Callable[[], float] = time.monotonic
+    #: where each read's delimiters come from (fresh random tokens; recorded ones to replay a capture)
+    draw: Callable[..., Frame] = Frame.draw
+    stats: QueueReadStats = field(default_factory=QueueReadStats)
+    _text: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _detail: dict[tuple[str, Any, str], list[str]] = field(default_factory=dict)
+    _dirty: set[str] = field(default_factory=set)
+    _full_at: float | None = None
+
+    def invalidate(self, job_id: str) -> None:
+        """This job was updated through this client: read its user text again next time."""
+        self._dirty.add(str(job_id))
+
+    def read(self) -> list[dict[str, Any]]:
+        """Every job slurmctld knows (all states, as `squeue --json` on 22.05 lists them)."""
+        self.stats = QueueReadStats()
+        jobs = [json_job(r) for r in self._squeue(QUEUE_FIELDS, (), short=True)]
+        ids = [str(j["job_id"]) for j in jobs]
+        self._read_text(ids, {str(j["job_id"]) for j in jobs if j.get("job_state") == "RUNNING"})
+        for job in jobs:
+            job.update(self._text[str(job["job_id"])])
+            if job.get("job_state") == "RUNNING" and "gres/" in str(job.get("tres_alloc_str") or ""):
+                job["gres_detail"] = self._gres_detail(job)
+        live = set(ids)
+        self._detail = {k: v for k, v in self._detail.items() if k[0] in live}
+        return jobs
+
+    def _read_text(self, ids: Sequence[str], running: set[str]) -> None:
+        now = self.clock()
+        full = self._full_at is None or now - self._full_at >= self.text_refresh_s
+        wanted = set(ids) if full else {i for i in ids if i not in self._text} | running | self._dirty
+        wanted &= set(ids)
+        if full or len(wanted) > len(ids) // 2:
+            rows = self._squeue(TEXT_FIELDS, ())
+            self._full_at = now
+        else:
+            rows = [r for chunk in _chunks(sorted(wanted, key=int)) for r in self._squeue(TEXT_FIELDS, chunk)]
+        got = {r["job_id"]: json_job(r) for r in rows}
+        _check_strays(got, ids)
+        missing = [i for i in wanted if i not in got]
+        if missing:
+            raise SqueueTextError(f"squeue text: no user text for {len(missing)} job(s) (e.g. {missing[0]})")
+        self._text = {i: self._text[i] for i in ids if i in self._text}
+        for job_id in wanted:
+            self._text[job_id] = {k: v for k, v in got[job_id].items() if k != "job_id"}
+        self._dirty.clear()
+        self.stats.text_jobs = len(wanted)
+
+    def _squeue(
+        self, fields: Sequence[tuple[str, str]], ids: Sequence[str], short: bool = False
+    ) -> list[dict[str, str]]:
+        frame = self.draw(SHORT_SEP_HEX) if short else self.draw()
+        argv = ["squeue", "-h", "-t", "all"] + (["-j", ",".join(ids)] if ids else [])
+        out = self._run(argv, frame.env(fields))
+        return frame.records(out, fields, "squeue -O " + ",".join(name for _, name in fields[:3]) + ",...")
+
+    def _run(self, argv: Sequence[str], env: Mapping[str, str]) -> str:
+        out = self.run(argv, env)
+        self.stats.commands += 1
+        self.stats.bytes += len(out.encode())
+        return out
+
+    def _gres_detail(self, job: Mapping[str, Any]) -> list[str]:
+        job_id = str(job["job_id"])
+        key = (job_id, job.get("start_time"), str(job.get("nodes") or ""))
+        if key not in self._detail:
+            self.stats.detail_jobs += 1
+            if self.caps.scontrol_json:
+                doc = load_document(
+                    self._run(["scontrol", "--json", "show", "job", job_id], {}), "scontrol --json"
+                )
+                found = [j for j in doc.get("jobs") or () if str(j.get("job_id")) == job_id]
+                if len(found) != 1:
+                    raise SqueueTextError(f"scontrol --json show job {job_id}: {len(found)} records")
+                self._detail[key] = [str(d) for d in found[0].get("gres_detail") or ()]
+            else:
+                text = self._run(["scontrol", "-d", "show", "job", job_id], {})
+                self._detail[key] = gres_detail_from_show_job(text, job_id)
+        return self._detail[key]
+
+
+def _check_strays(got: Mapping[str, Any], ids: Sequence[str]) -> None:
+    """A user-text record of a job the first read did not list must be a job submitted since (a higher id):
+    any other is a record too many."""
+    known, top = set(ids), max((int(i) for i in ids), default=0)
+    stray = [i for i in got if i not in known and int(i) <= top]
+    if stray:
+        raise SqueueTextError(
+            f"squeue text: user text of {len(stray)} job(s) not in the queue (e.g. {stray[0]})"
+        )
+
+
+def _chunks(ids: Sequence[str]) -> Iterable[list[str]]:
+    for k in range(0, len(ids), IDS_PER_READ):
+        yield list(ids[k : k + IDS_PER_READ])
+
+
+__all__ = [
+    "IDS_PER_READ",
+    "TEXT_REFRESH_S",
+    "QueueCapabilities",
+    "QueueReadStats",
+    "Runner",
+    "TextQueueReader",
+]
