@@ -8,7 +8,9 @@ Policy part: Slurm records -> snapshot, decide, queue order, plan (cold = first 
 predictions, warm = the next cycles). Slurm part: the daemon's whole cycle (Daemon.cycle with zeus, not
 dry-run: squeue, nodes, sprio, sacct, snapshot + policy, the scontrol updates it applies) with N pending
 declared jobs, per phase: the first cycle (cold: every job ordered, placements) and the median of the
-steady cycles after it. See docs/schedd-scale.md.
+steady cycles after it, for each queue read (`--queue-reads text,json`: framed text, the default, and
+`squeue --json`; JSON's figures are prefixed `json_`), with the bytes each read took from Slurm and
+ratios to a bare `squeue -h -o %i` timed after each steady cycle. See docs/schedd-scale.md.
 """
 
 from __future__ import annotations
@@ -128,10 +130,11 @@ def bench_policy(n: int, policies: list[str], cycles: int) -> None:
 
 
 class TimedClient(CliSchedClient):
-    """The daemon's CLI client, timing each Slurm call (seconds per phase, summed over one cycle)."""
+    """The daemon's CLI client, timing each Slurm call (seconds per phase, summed over one cycle) and
+    counting the bytes each phase's commands printed (`<phase>_bytes`)."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, queue_read: str = "text") -> None:
+        super().__init__(queue_read=queue_read)
         self.phases: dict[str, float] = {}
         self.n_updates = 0
         self.n_squeue_jobs = 0
@@ -143,14 +146,23 @@ class TimedClient(CliSchedClient):
         finally:
             self.phases[phase] = self.phases.get(phase, 0.0) + time.perf_counter() - t0
 
-    def run(self, argv: Sequence[str], retry: bool = False) -> str:
-        """Slurm's own command (wall time, parsing excluded) under `<phase>_cmd`."""
+    def run(
+        self, argv: Sequence[str], retry: bool = False, extra_env: Mapping[str, str] | None = None
+    ) -> str:
+        """Slurm's own command (wall time, parsing excluded) under `<phase>_cmd`, its output's bytes under
+        `<phase>_bytes`; the text read's per-job GPU detail (`scontrol ... show job`) counts as squeue."""
         name = {"squeue": "squeue", "sprio": "sprio", "sinfo": "nodes"}.get(argv[0])
         if argv[:4] == ["scontrol", "--json", "show", "nodes"]:
             name = "nodes"
+        if argv[0] == "scontrol" and "job" in argv[1:4] and "show" in argv[1:3]:
+            name = "squeue"
         if name is None:
-            return super().run(argv, retry)
-        return cast(str, self._timed(f"{name}_cmd", lambda: super(TimedClient, self).run(argv, retry)))
+            return super().run(argv, retry, extra_env)
+        out = cast(
+            str, self._timed(f"{name}_cmd", lambda: super(TimedClient, self).run(argv, retry, extra_env))
+        )
+        self.phases[f"{name}_bytes"] = self.phases.get(f"{name}_bytes", 0.0) + len(out.encode())
+        return out
 
     def jobs(self) -> list[SlurmJob]:
         jobs = cast(list[SlurmJob], self._timed("squeue", super().jobs))
@@ -205,6 +217,117 @@ def scontrol(*args: str) -> None:
     subprocess.run(["scontrol", *args], check=True, capture_output=True, text=True)
 
 
+#: The queue reads the Slurm part compares: the daemon's default (framed text, JSON fallback) and JSON.
+QUEUE_READS = ("text", "json")
+
+
+def cycle_row(client: TimedClient, report: Any, total: float) -> dict[str, float]:
+    """One cycle's figures: per phase seconds, bytes read from Slurm, counts."""
+    ph = dict(client.phases)
+    slurm_read = report.timings_s.get("slurm", 0.0)
+    reads = sum(ph.get(x, 0.0) for x in ("squeue", "nodes", "sprio", "sacct"))
+    snap = report.snapshot
+    return {
+        "squeue": ph.get("squeue", 0.0),
+        "squeue_cmd": ph.get("squeue_cmd", 0.0),
+        "nodes": ph.get("nodes", 0.0),
+        "nodes_cmd": ph.get("nodes_cmd", 0.0),
+        "sprio": ph.get("sprio", 0.0),
+        "sprio_cmd": ph.get("sprio_cmd", 0.0),
+        "sacct": ph.get("sacct", 0.0),
+        "parse_specs": max(slurm_read - reads, 0.0),
+        "snapshot_policy": report.timings_s.get("policy", 0.0),
+        "updates": ph.get("updates", 0.0),
+        "cycle": total,
+        "squeue_bytes": ph.get("squeue_bytes", 0.0),
+        "slurm_bytes": sum(v for k, v in ph.items() if k.endswith("_bytes")),
+        "n_updates": float(client.n_updates),
+        "n_squeue_jobs": float(client.n_squeue_jobs),
+        "n_pending": float(len(snap.pending) if snap else 0),
+        "n_running": float(len(snap.running) if snap else 0),
+        "n_nodes": float(len(snap.nodes) if snap else 0),
+        "n_failed": float(len(report.outcome.failed) if report.outcome else 0),
+        "n_fallbacks": float(client.text_fallbacks),
+    }
+
+
+def run_cycle(
+    daemon: Any, client: TimedClient, label: str, prof: cProfile.Profile | None
+) -> tuple[dict[str, float], Any]:
+    """One daemon cycle, timed per phase; prints one line."""
+    client.phases, client.n_updates, client.text_fallbacks = {}, 0, 0
+    if prof is not None:
+        prof.enable()
+    t0 = time.perf_counter()
+    report = daemon.cycle()
+    total = time.perf_counter() - t0
+    if prof is not None:
+        prof.disable()
+    if report.error is not None:
+        print(f"  {label}: ERROR {report.error}")
+    row = cycle_row(client, report, total)
+    print(
+        f"  {label}: {total:6.2f} s  "
+        + "  ".join(f"{x} {row[x] * 1000:.0f} ms" for x in PHASES)
+        + f"  squeue bytes {row['squeue_bytes']:.0f}  updates {client.n_updates}  pending {row['n_pending']:.0f}"
+        + f"  running {row['n_running']:.0f}  failed {row['n_failed']:.0f}  fallbacks {row['n_fallbacks']:.0f}"
+        + f"  (load {os.getloadavg()[0]:.2f})"
+    )
+    for act, err in report.outcome.failed if report.outcome else []:
+        print(f"    failed {act.kind.value} {act.job_id}: {err}")
+    return row, report
+
+
+def bare_squeue() -> tuple[float, float]:
+    """Seconds and bytes of a bare `squeue -h -o %i` (job ids only) on the queue as it is."""
+    t0 = time.perf_counter()
+    out = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, check=True).stdout
+    return time.perf_counter() - t0, float(len(out))
+
+
+def placement_check(placed: Mapping[str, str]) -> dict[str, Any]:
+    """Did Slurm start the jobs the cold cycle decided to start, on the nodes it chose? And jobs Slurm
+    will never start after the daemon's updates (22.05 keeps the old GPU type of a retyped job)."""
+    now = {j.job_id: j for j in CliSchedClient(queue_read="json").jobs()}
+    running = [j for j in placed if j in now and now[j].running]
+    return {
+        "cold_starts": len(placed),
+        "cold_starts_running": len(running),
+        "cold_starts_on_chosen_node": sum(1 for j in running if now[j].nodes == placed[j]),
+        "jobs_bad_constraints": sum(1 for j in now.values() if j.pending and j.reason == "BadConstraints"),
+    }
+
+
+def summarise(
+    fig: dict[str, Any], cycles: Mapping[str, list[dict[str, float]]], bare: list[tuple[float, float]]
+) -> None:
+    """Cold (first) and steady (median of the rest) figures per queue read (JSON's keys prefixed `json_`),
+    the bare squeue, and the ratios: each read's squeue phase to the bare squeue, text bytes to JSON bytes."""
+    for read, rows in cycles.items():
+        prefix = "" if read == "text" else f"{read}_"
+        cold, warm = rows[0], rows[1:] or rows
+        for key in cold:
+            fig[f"{prefix}cold_{key}"] = cold[key]
+            fig[f"{prefix}steady_{key}"] = statistics.median(c[key] for c in warm)
+    if bare:
+        fig["bare_squeue"] = statistics.median(t for t, _ in bare)
+        fig["bare_squeue_bytes"] = statistics.median(b for _, b in bare)
+        for read in cycles:
+            prefix = "" if read == "text" else f"{read}_"
+            fig[f"{prefix}steady_squeue_to_bare"] = fig[f"{prefix}steady_squeue"] / max(
+                fig["bare_squeue"], 1e-9
+            )
+            fig[f"{prefix}steady_squeue_bytes_to_bare"] = fig[f"{prefix}steady_squeue_bytes"] / max(
+                fig["bare_squeue_bytes"], 1.0
+            )
+    if {"text", "json"} <= set(cycles):
+        for when in ("cold", "steady"):
+            fig[f"{when}_squeue_bytes_text_to_json"] = fig[f"{when}_squeue_bytes"] / max(
+                fig[f"json_{when}_squeue_bytes"], 1.0
+            )
+            fig[f"{when}_squeue_text_to_json"] = fig[f"{when}_squeue"] / max(fig[f"json_{when}_squeue"], 1e-9)
+
+
 def bench_slurm(
     n: int,
     steady: int,
@@ -212,17 +335,19 @@ def bench_slurm(
     profile: str | None,
     decision_log: str | None = None,
     keep: bool = False,
+    reads: Sequence[str] = QUEUE_READS,
 ) -> dict[str, Any]:
     """The daemon's whole cycle (Daemon.cycle: squeue, nodes, sprio, sacct on the first, snapshot +
-    zeus + queue order + plan, the scontrol updates it applies) with n pending declared jobs.
+    zeus + queue order + plan, the scontrol updates it applies) with n pending declared jobs, once per
+    queue read in `reads` (a daemon each, their cycles alternating on the same queue).
 
-    The jobs' partition is DOWN while they are submitted and during the first (cold) cycle, so that
-    Slurm starts none before the daemon has ordered and placed them; it is then set UP, Slurm starts
-    the jobs the daemon put first, and the steady cycles follow."""
-    from easlurm.priority.daemon import Daemon, DaemonConfig
+    The jobs' partition is DOWN while they are submitted and during the first (cold) cycles, so that
+    Slurm starts none before the daemons have ordered and placed them; it is then set UP, Slurm starts
+    the jobs the daemon put first, and the steady cycles follow, each followed by a bare squeue."""
+    from easlurm.priority.daemon import Daemon, DaemonConfig  # here: the policy part runs without it
 
-    client = TimedClient()
-    v = client.slurm_version() or (0, 0)
+    clients = {read: TimedClient(read) for read in reads}
+    v = clients[reads[0]].slurm_version() or (0, 0)
     version = f"{v[0]}.{v[1]:02d}" + "".join(f".{x}" for x in v[2:])
     fig: dict[str, Any] = {"slurm": version, "jobs": n, "load_before": os.getloadavg()[0]}
     scontrol("update", f"PartitionName={BENCH_PARTITION}", "State=DOWN")
@@ -232,81 +357,33 @@ def bench_slurm(
         print(
             f"Slurm {version}: {n} declared jobs submitted in {fig['submit_s']:.1f} s ({workers} sbatch at a time)"
         )
-        daemon = Daemon(
-            client,
-            DaemonConfig(
-                policy="zeus",
-                name_prefix="schedd-bench",
-                decision_log=Path(decision_log) if decision_log else None,
-            ),
-        )
+        log = Path(decision_log) if decision_log else None
+        daemons = {
+            read: Daemon(
+                clients[read], DaemonConfig(policy="zeus", name_prefix="schedd-bench", decision_log=log)
+            )
+            for read in reads
+        }
         prof = cProfile.Profile() if profile else None
-        cycles: list[dict[str, float]] = []
+        cycles: dict[str, list[dict[str, float]]] = {read: [] for read in reads}
+        bare: list[tuple[float, float]] = []
         placed: dict[str, str] = {}
         for k in range(1 + steady):
             if k == 1:
                 scontrol("update", f"PartitionName={BENCH_PARTITION}", "State=UP")
                 time.sleep(7)  # sched_interval=5: Slurm starts the jobs the daemon put first
-            client.phases, client.n_updates = {}, 0
-            if prof is not None:
-                prof.enable()
-            t0 = time.perf_counter()
-            report = daemon.cycle()
-            total = time.perf_counter() - t0
-            if prof is not None:
-                prof.disable()
-            if report.error is not None:
-                print(f"  cycle {k}: ERROR {report.error}")
-            ph = dict(client.phases)
-            slurm_read = report.timings_s.get("slurm", 0.0)
-            reads = sum(ph.get(x, 0.0) for x in ("squeue", "nodes", "sprio", "sacct"))
-            row = {
-                "squeue": ph.get("squeue", 0.0),
-                "squeue_cmd": ph.get("squeue_cmd", 0.0),
-                "nodes": ph.get("nodes", 0.0),
-                "nodes_cmd": ph.get("nodes_cmd", 0.0),
-                "sprio": ph.get("sprio", 0.0),
-                "sprio_cmd": ph.get("sprio_cmd", 0.0),
-                "sacct": ph.get("sacct", 0.0),
-                "parse_specs": max(slurm_read - reads, 0.0),
-                "snapshot_policy": report.timings_s.get("policy", 0.0),
-                "updates": ph.get("updates", 0.0),
-                "cycle": total,
-                "n_updates": float(client.n_updates),
-                "n_squeue_jobs": float(client.n_squeue_jobs),
-                "n_pending": float(len(report.snapshot.pending) if report.snapshot else 0),
-                "n_running": float(len(report.snapshot.running) if report.snapshot else 0),
-                "n_nodes": float(len(report.snapshot.nodes) if report.snapshot else 0),
-                "n_failed": float(len(report.outcome.failed) if report.outcome else 0),
-            }
-            cycles.append(row)
-            if report.decision is not None and k == 0:
-                placed = {s.job_id: s.node for s in report.decision.starts}
-            print(
-                f"  cycle {k} ({'cold' if k == 0 else 'steady'}): {total:6.2f} s  "
-                + "  ".join(f"{x} {row[x] * 1000:.0f} ms" for x in PHASES)
-                + f"  updates {client.n_updates}  pending {row['n_pending']:.0f}  running {row['n_running']:.0f}"
-                + f"  nodes {row['n_nodes']:.0f}  failed {row['n_failed']:.0f}  (load {os.getloadavg()[0]:.2f})"
-            )
-            for act, err in report.outcome.failed if report.outcome else []:
-                print(f"    failed {act.kind.value} {act.job_id}: {err}")
-        # did Slurm start the jobs the cold cycle decided to start, on the nodes it chose?
-        now = {j.job_id: j for j in CliSchedClient().jobs()}
-        fig["cold_starts"] = len(placed)
-        fig["cold_starts_running"] = sum(1 for j in placed if j in now and now[j].running)
-        fig["cold_starts_on_chosen_node"] = sum(
-            1 for j, node in placed.items() if j in now and now[j].running and now[j].nodes == node
-        )
-        # jobs Slurm will never start after the daemon's updates (22.05 keeps the old GPU type of a
-        # job moved to another GPU type: BadConstraints, priority 0)
-        fig["jobs_bad_constraints"] = sum(
-            1 for j in now.values() if j.pending and j.reason == "BadConstraints"
-        )
+            for read in reads:
+                label = f"cycle {k} ({'cold' if k == 0 else 'steady'}, {read})"
+                row, report = run_cycle(daemons[read], clients[read], label, prof)
+                cycles[read].append(row)
+                if k == 0 and read == reads[0] and report.decision is not None:
+                    placed = {s.job_id: s.node for s in report.decision.starts}
+            if k >= 1:
+                bare.append(bare_squeue())
+                print(f"  bare squeue -h -o %i: {bare[-1][0] * 1000:.0f} ms, {bare[-1][1]:.0f} bytes")
+        fig.update(placement_check(placed))
         fig["load_after"] = os.getloadavg()[0]
-        cold, warm = cycles[0], cycles[1:] or cycles
-        for key in cold:
-            fig[f"cold_{key}"] = cold[key]
-            fig[f"steady_{key}"] = statistics.median(c[key] for c in warm)
+        summarise(fig, cycles, bare)
         if prof is not None and profile:
             prof.dump_stats(profile)
             pstats.Stats(prof).sort_stats("cumulative").print_stats(30)
@@ -320,23 +397,40 @@ def bench_slurm(
 PHASES = ("squeue", "squeue_cmd", "nodes", "sprio", "sacct", "parse_specs", "snapshot_policy", "updates")
 
 
+def kind(key: str) -> str:
+    """What a figure is: "count", "bytes", "ratio", "load" or "s"."""
+    if key.startswith("load"):
+        return "load"
+    if "_n_" in f"_{key}" or key.endswith("_bytes") or key == "jobs":
+        return "bytes" if key.endswith("_bytes") else "count"
+    return "ratio" if "_to_" in key else "s"
+
+
 def print_figures(fig: Mapping[str, Any]) -> None:
     """One line per figure."""
     for key, value in fig.items():
-        if isinstance(value, float) and not key.startswith(("cold_n_", "steady_n_", "load")):
-            print(f"{key:<32} {value:10.3f} s")
+        k = kind(key)
+        if not isinstance(value, float) or k in ("count", "load"):
+            print(f"{key:<40} {value!s:>12}")
+        elif k == "bytes":
+            print(f"{key:<40} {value:12.0f} bytes")
+        elif k == "ratio":
+            print(f"{key:<40} {value:12.4f}")
         else:
-            print(f"{key:<32} {value!s:>10}")
+            print(f"{key:<40} {value:12.3f} s")
 
 
 def cell(key: str, value: Any) -> str:
-    """One figure as text: ms for times, s for the submission, counts as integers."""
+    """One figure as text: ms for times, s for the submission, counts and bytes as integers."""
     if not isinstance(value, float):
         return str(value)
-    if key.startswith("load"):
+    k = kind(key)
+    if k == "load":
         return f"{value:.2f}"
-    if key.startswith(("cold_n_", "steady_n_")):
+    if k in ("count", "bytes"):
         return f"{value:.0f}"
+    if k == "ratio":
+        return f"{value:.4f}"
     if key == "submit_s":
         return f"{value:.1f} s"
     return f"{value * 1000:.0f} ms"
@@ -368,6 +462,11 @@ def main() -> None:
     ap.add_argument("--keep-jobs", action="store_true", help="leave the jobs queued (to time other commands)")
     ap.add_argument("--decision-log", help="the daemon's decision log (one JSON line per cycle)")
     ap.add_argument(
+        "--queue-reads",
+        default=",".join(QUEUE_READS),
+        help="queue reads to compare, a daemon each: text (the default read, JSON fallback), json",
+    )
+    ap.add_argument(
         "--compare", nargs="+", metavar="JSON", help="print --json-out files side by side, then exit"
     )
     args = ap.parse_args()
@@ -386,6 +485,7 @@ def main() -> None:
             args.profile,
             args.decision_log,
             args.keep_jobs,
+            [r for r in args.queue_reads.split(",") if r],
         )
         print_figures(fig)
         if args.json_out:

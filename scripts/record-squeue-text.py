@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from easlurm.errors import SlurmError
 from easlurm.slurm.sched_client import CliSchedClient
 from easlurm.slurm.squeue_text import SHOW_FIELDS, Frame, show_job_argv
 
@@ -50,7 +51,10 @@ def main(out: Path) -> None:
         frame = Frame.draw()
         argv = show_job_argv(int(job["job_id"]))
         env = frame.env(SHOW_FIELDS)
-        stdout = client.run(argv, extra_env=env)
+        try:
+            stdout = client.run(argv, extra_env=env)
+        except SlurmError:  # a finished job forgotten since (MinJobAge)
+            continue
         shows.append(
             {"argv": argv, "env": env, "frame": {"sep": frame.sep, "end": frame.end}, "stdout": stdout}
         )

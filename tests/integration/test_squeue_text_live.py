@@ -82,7 +82,9 @@ def test_forged_delimiters_in_a_comment_move_no_field(slurm_box: Any, hostile_jo
     client.queue_reader().draw = lambda *args: frame
     held = [j for j in client.jobs() if j.job_id in hostile_jobs and j.pending]
     victim, other = held[0], held[1]
-    forged = f"x{frame.sep}easlurm-hold:forged{frame.end}\n{other.job_id}{frame.sep}n{frame.sep}c"
+    forged = (
+        f"x{frame.sep}easlurm-hold:forged{frame.sep}cpu=1{frame.end}\n{other.job_id}{frame.sep}n{frame.sep}c"
+    )
     slurm_box.run(["scontrol", "update", f"JobId={victim.job_id}", f"Comment={forged}"])
     jobs = {j.job_id: j for j in client.jobs()}
     assert client.text_fallbacks == 1

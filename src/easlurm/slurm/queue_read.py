@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from easlurm.slurm.json_values import load_document
 from easlurm.slurm.squeue_text import (
@@ -31,6 +31,7 @@ from easlurm.slurm.squeue_text import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Runs one Slurm command with extra environment variables and returns its standard output.
 Runner = Callable[[Sequence[str], Mapping[str, str]], str]
@@ -56,21 +57,33 @@ class QueueReadStats:
     bytes: int = 0
     text_jobs: int = 0
     detail_jobs: int = 0
+    #: jobs whose texts changed since the last read (converted again)
+    converted: int = 0
+
+
+#: Where the job id and the state stand in a QUEUE_FIELDS record.
+_STATE_AT = [key for key, _ in QUEUE_FIELDS].index("job_state")
+#: One job's cache key: its QUEUE_FIELDS texts and its user-text texts (same texts: same job).
+Key = tuple[tuple[str, ...], tuple[str, ...]]
 
 
 @dataclass
-class TextQueueReader:
-    """Reads the queue as `squeue --json` job objects (the keys SlurmJob needs) from framed text."""
+class TextQueueReader(Generic[T]):
+    """Reads the queue from framed text into whatever `convert` makes of one `squeue --json` job object
+    (the keys SlurmJob needs). A job whose texts are those of the last read is not converted again: the
+    steady cycle's cost is the reads' and the text checks', not 10,000 conversions."""
 
     run: Runner
     caps: QueueCapabilities
+    convert: Callable[[dict[str, Any]], T]
     text_refresh_s: float = TEXT_REFRESH_S
     clock: Callable[[], float] = time.monotonic
     #: where each read's delimiters come from (fresh random tokens; recorded ones to replay a capture)
     draw: Callable[..., Frame] = Frame.draw
     stats: QueueReadStats = field(default_factory=QueueReadStats)
-    _text: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _text: dict[str, tuple[str, ...]] = field(default_factory=dict)
     _detail: dict[tuple[str, Any, str], list[str]] = field(default_factory=dict)
+    _made: dict[str, tuple[Key, T]] = field(default_factory=dict)
     _dirty: set[str] = field(default_factory=set)
     _full_at: float | None = None
 
@@ -78,44 +91,52 @@ class TextQueueReader:
         """This job was updated through this client: read its user text again next time."""
         self._dirty.add(str(job_id))
 
-    def read(self) -> list[dict[str, Any]]:
+    def read(self) -> list[T]:
         """Every job slurmctld knows (all states, as `squeue --json` on 22.05 lists them)."""
         self.stats = QueueReadStats()
-        jobs = [json_job(r) for r in self._squeue(QUEUE_FIELDS, (), short=True)]
-        ids = [str(j["job_id"]) for j in jobs]
-        self._read_text(ids, {str(j["job_id"]) for j in jobs if j.get("job_state") == "RUNNING"})
-        for job in jobs:
-            job.update(self._text[str(job["job_id"])])
-            if job.get("job_state") == "RUNNING" and "gres/" in str(job.get("tres_alloc_str") or ""):
-                job["gres_detail"] = self._gres_detail(job)
-        live = set(ids)
-        self._detail = {k: v for k, v in self._detail.items() if k[0] in live}
-        return jobs
+        rows = self._squeue(QUEUE_FIELDS, (), short=True)
+        ids = [values[0] for values in rows]
+        self._read_text(ids, {values[0] for values in rows if values[_STATE_AT] == "RUNNING"})
+        made: dict[str, tuple[Key, T]] = {}
+        for values in rows:
+            key: Key = (tuple(values), self._text[values[0]])
+            last = self._made.get(values[0])
+            made[values[0]] = last if last is not None and last[0] == key else (key, self._make(key))
+        self._made = made
+        self._detail = {k: v for k, v in self._detail.items() if k[0] in made}
+        return [job for _, job in made.values()]
+
+    def _make(self, key: Key) -> T:
+        job = json_job(QUEUE_FIELDS, key[0])
+        job.update(json_job(TEXT_FIELDS[1:], key[1]))
+        if job.get("job_state") == "RUNNING" and "gres/" in str(job.get("tres_alloc_str") or ""):
+            job["gres_detail"] = self._gres_detail(job)
+        self.stats.converted += 1
+        return self.convert(job)
 
     def _read_text(self, ids: Sequence[str], running: set[str]) -> None:
         now = self.clock()
         full = self._full_at is None or now - self._full_at >= self.text_refresh_s
         wanted = set(ids) if full else {i for i in ids if i not in self._text} | running | self._dirty
         wanted &= set(ids)
-        if full or len(wanted) > len(ids) // 2:
+        if full or len(wanted) > IDS_PER_READ:  # one read of all costs slurmctld what one -j read does
             rows = self._squeue(TEXT_FIELDS, ())
             self._full_at = now
         else:
             rows = [r for chunk in _chunks(sorted(wanted, key=int)) for r in self._squeue(TEXT_FIELDS, chunk)]
-        got = {r["job_id"]: json_job(r) for r in rows}
+        got = {values[0]: tuple(values[1:]) for values in rows}
         _check_strays(got, ids)
         missing = [i for i in wanted if i not in got]
         if missing:
             raise SqueueTextError(f"squeue text: no user text for {len(missing)} job(s) (e.g. {missing[0]})")
         self._text = {i: self._text[i] for i in ids if i in self._text}
-        for job_id in wanted:
-            self._text[job_id] = {k: v for k, v in got[job_id].items() if k != "job_id"}
+        self._text.update((job_id, got[job_id]) for job_id in wanted)
         self._dirty.clear()
         self.stats.text_jobs = len(wanted)
 
     def _squeue(
         self, fields: Sequence[tuple[str, str]], ids: Sequence[str], short: bool = False
-    ) -> list[dict[str, str]]:
+    ) -> list[list[str]]:
         frame = self.draw(SHORT_SEP_HEX) if short else self.draw()
         argv = ["squeue", "-h", "-t", "all"] + (["-j", ",".join(ids)] if ids else [])
         out = self._run(argv, frame.env(fields))
@@ -133,9 +154,8 @@ class TextQueueReader:
         if key not in self._detail:
             self.stats.detail_jobs += 1
             if self.caps.scontrol_json:
-                doc = load_document(
-                    self._run(["scontrol", "--json", "show", "job", job_id], {}), "scontrol --json"
-                )
+                argv = ["scontrol", "--json", "show", "job", job_id]
+                doc = load_document(self._run(argv, {}), "scontrol --json")
                 found = [j for j in doc.get("jobs") or () if str(j.get("job_id")) == job_id]
                 if len(found) != 1:
                     raise SqueueTextError(f"scontrol --json show job {job_id}: {len(found)} records")
@@ -146,7 +166,7 @@ class TextQueueReader:
         return self._detail[key]
 
 
-def _check_strays(got: Mapping[str, Any], ids: Sequence[str]) -> None:
+def _check_strays(got: Mapping[str, tuple[str, ...]], ids: Sequence[str]) -> None:
     """A user-text record of a job the first read did not list must be a job submitted since (a higher id):
     any other is a record too many."""
     known, top = set(ids), max((int(i) for i in ids), default=0)

@@ -325,22 +325,22 @@ class CliSchedClient(CliSlurmClient, SchedClient):
         self.queue_read = queue_read
         self.text_refresh_s = text_refresh_s
         self.text_fallbacks = 0
-        self._reader: TextQueueReader | None = None
+        self._reader: TextQueueReader[SlurmJob] | None = None
 
-    def queue_reader(self) -> TextQueueReader:
+    def queue_reader(self) -> TextQueueReader[SlurmJob]:
         """The text reader, made on first use with this Slurm's capabilities."""
         if self._reader is None:
             version = self.slurm_version()
             caps = QueueCapabilities(scontrol_json=version is not None and version >= SCONTROL_JSON_SINCE)
             self._reader = TextQueueReader(
-                lambda argv, env: self.run(argv, retry=True, extra_env=env), caps, self.text_refresh_s
+                lambda argv, env: self.run(argv, retry=True, extra_env=env), caps, _job, self.text_refresh_s
             )
         return self._reader
 
     def jobs(self) -> list[SlurmJob]:
         if self.queue_read == "text":
             try:
-                return [_job(j) for j in self.queue_reader().read()]
+                return self.queue_reader().read()
             except (SlurmError, ValueError) as exc:
                 self.text_fallbacks += 1
                 log.warning("queue text read refused, reading squeue --json this cycle: %s", exc)

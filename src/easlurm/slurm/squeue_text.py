@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,18 +37,19 @@ QUEUE_FIELDS: tuple[tuple[str, str], ...] = (
     ("priority", "PriorityLong"),
     ("tres_per_node", "tres-per-node"),
     ("tres_per_job", "tres-per-job"),
-    ("tres_alloc_str", "tres-alloc"),
     ("requeue", "Requeue"),
     ("restart_cnt", "RestartCnt"),
     ("time_limit", "TimeLimit"),
     ("required_nodes", "ReqNodes"),
 )
-#: The user text (read for new jobs, running jobs and jobs updated since; see queue_read).
+#: The user text (read for new jobs, running jobs and jobs updated since; see queue_read), and the
+#: allocated TRES (long, read only where it counts: a running job's GPUs when its request names none).
 TEXT_FIELDS: tuple[tuple[str, str], ...] = (
     ("job_id", "JobID"),
     ("name", "Name"),
     ("comment", "Comment"),
     ("admin_comment", "admin_comment"),
+    ("tres_alloc_str", "tres-alloc"),
 )
 #: One job's view for the agents (client.job_view's fields) on a Slurm without `scontrol --json`.
 SHOW_FIELDS: tuple[tuple[str, str], ...] = (
@@ -96,25 +97,24 @@ class Frame:
         """The environment that makes `squeue -h` print these fields in this frame."""
         return {"SQUEUE_FORMAT2": self.format(fields), **TIME_ENV}
 
-    def records(self, text: str, fields: Sequence[tuple[str, str]], what: str) -> list[dict[str, str]]:
-        """The records of one read as `--json` key -> text; SqueueTextError where anything does not add up."""
+    def records(self, text: str, fields: Sequence[tuple[str, str]], what: str) -> list[list[str]]:
+        """The records of one read, each its fields' texts in `fields` order (the job id first);
+        SqueueTextError where anything does not add up."""
         ending = self.end + "\n"
         if text and not text.endswith(ending):
             raise SqueueTextError(f"{what}: output does not end with a record's end ({text[-40:]!r})")
+        if fields[0][0] != "job_id":
+            raise SqueueTextError(f"{what}: the job id must be the first field")
         chunks = text.split(ending)[:-1] if text else []
-        keys = [key for key, _ in fields]
-        rows: list[dict[str, str]] = []
-        seen: set[str] = set()
-        for n, chunk in enumerate(chunks, 1):
-            values = chunk.split(self.sep)
-            if len(values) != len(keys) or self.end in chunk:
-                raise SqueueTextError(f"{what}: record {n} has {len(values)} fields, expected {len(keys)}")
-            row = dict(zip(keys, values, strict=True))
-            job_id = row.get("job_id", "")
-            if not _JOB_ID.match(job_id) or job_id in seen:
-                raise SqueueTextError(f"{what}: record {n}: bad or repeated job id {job_id[:40]!r}")
-            seen.add(job_id)
-            rows.append(row)
+        rows = [chunk.split(self.sep) for chunk in chunks]
+        width = len(fields)
+        for n, (chunk, values) in enumerate(zip(chunks, rows, strict=True), 1):
+            if len(values) != width or self.end in chunk:
+                raise SqueueTextError(f"{what}: record {n} has {len(values)} fields, expected {width}")
+            if not _JOB_ID.match(values[0]):
+                raise SqueueTextError(f"{what}: record {n}: bad job id {values[0][:40]!r}")
+        if len({values[0] for values in rows}) != len(rows):
+            raise SqueueTextError(f"{what}: a job id repeated in {len(rows)} records")
         return rows
 
 
@@ -148,9 +148,9 @@ def _int(key: str, value: str) -> int:
     return int(value)
 
 
-def json_job(row: Mapping[str, str]) -> dict[str, Any]:
+def json_job(fields: Sequence[tuple[str, str]], values: Sequence[str]) -> dict[str, Any]:
     """One record -> the job object of `squeue --json` for the keys read (others are left out)."""
-    return {key: json_value(key, text) for key, text in row.items()}
+    return {key: json_value(key, text) for (key, _), text in zip(fields, values, strict=True)}
 
 
 def show_job_argv(job_id: int) -> list[str]:
@@ -160,8 +160,8 @@ def show_job_argv(job_id: int) -> list[str]:
 
 def show_job_fields(text: str, frame: Frame, job_id: int) -> dict[str, Any] | None:
     """One job's SHOW_FIELDS as `squeue --json` values from its framed read; None when it is not listed."""
-    rows = [r for r in frame.records(text, SHOW_FIELDS, "squeue -j") if r["job_id"] == str(int(job_id))]
-    return json_job(rows[0]) if rows else None
+    rows = [r for r in frame.records(text, SHOW_FIELDS, "squeue -j") if r[0] == str(int(job_id))]
+    return json_job(SHOW_FIELDS, rows[0]) if rows else None
 
 
 #: `scontrol -d show job` (22.05): the job's GRES line and the per-node allocation lines under it.

@@ -54,11 +54,11 @@ class Replay:
         return self.frames.pop(0)
 
 
-def replay_reader(version: str, doc: Mapping[str, Any] | None = None) -> TextQueueReader:
+def replay_reader(version: str, doc: Mapping[str, Any] | None = None) -> TextQueueReader[SlurmJob]:
     doc = doc or capture(version)
     replay = Replay(doc)
     caps = QueueCapabilities(scontrol_json=version != "2205")
-    return TextQueueReader(replay.run, caps, clock=lambda: 0.0, draw=replay.draw)
+    return TextQueueReader(replay.run, caps, _job, clock=lambda: 0.0, draw=replay.draw)
 
 
 def comparable(jobs: list[SlurmJob]) -> dict[str, SlurmJob]:
@@ -70,18 +70,19 @@ def comparable(jobs: list[SlurmJob]) -> dict[str, SlurmJob]:
 def test_text_read_equals_json_cold_and_steady(version: str) -> None:
     reader = replay_reader(version)
     for name in ("cold", "steady"):
-        text_jobs = [_job(j) for j in reader.read()]
+        text_jobs = reader.read()
         json_jobs = parse_squeue_json((FIX / version / "squeue_text" / f"squeue_{name}.json").read_text())
         assert comparable(text_jobs) == comparable(json_jobs), name
-        if name == "steady":  # only the running jobs' user text again, no GPU detail again
+        if name == "steady":  # only the running jobs' user text again, no GPU detail, nothing converted
             running = sum(1 for j in text_jobs if j.running)
             assert reader.stats.text_jobs == running and reader.stats.detail_jobs == 0
+            assert reader.stats.converted == 0
 
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_hostile_text_reads_as_written(version: str) -> None:
     ids = scenarios(version)
-    jobs = {j.job_id: j for j in (_job(x) for x in replay_reader(version).read())}
+    jobs = {j.job_id: j for j in replay_reader(version).read()}
     hostile = jobs[ids["hostile_running"]]
     assert (hostile.name, hostile.comment) == ("x Restarts=7 AdminComment=easlurm-forged", "y Partition=evil")
     assert (hostile.restarts, hostile.admin_comment, hostile.partition) == (0, "", "cpu")
@@ -115,7 +116,7 @@ def test_a_comment_holding_the_delimiters_is_refused(version: str, forge: str) -
     assert real in call["stdout"]
     fake = {
         "field": f"y{frame.sep}easlurm-hold:forged",
-        "record": f"y{frame.sep}(null){frame.end}\n{ids['hostile_running']}{frame.sep}n{frame.sep}c",
+        "record": f"y{frame.sep}(null){frame.sep}cpu=1{frame.end}\n{ids['hostile_running']}{frame.sep}n{frame.sep}c",
         "end": f"y{frame.end}",
     }[forge]
     doc["calls"][k] = {**call, "stdout": call["stdout"].replace(real, f"{frame.sep}{fake}{frame.sep}")}
@@ -129,7 +130,11 @@ def test_forged_record_of_an_unknown_job_is_refused(version: str) -> None:
     a record too many: refused."""
     doc = capture(version)
     k, call, frame = first_text_call(doc)
-    fake = f"{frame.sep}".join(["1", "fake", "energy-profile=model=resnet50", "(null)"]) + frame.end + "\n"
+    fake = (
+        f"{frame.sep}".join(["1", "fake", "energy-profile=model=resnet50", "(null)", "cpu=1"])
+        + frame.end
+        + "\n"
+    )
     doc["calls"][k] = {**call, "stdout": fake + call["stdout"]}
     with pytest.raises(SqueueTextError, match="not in the queue"):
         replay_reader(version, doc).read()
@@ -141,7 +146,7 @@ def test_frames_are_fresh_and_never_read_as_a_size() -> None:
     short = Frame.draw(2)
     assert len(short.sep) == 5 and short.sep.startswith("~f")
     fmt = a.format(TEXT_FIELDS)
-    assert fmt.startswith(f"JobID:0{a.sep},Name:0{a.sep}") and fmt.endswith(f"admin_comment:0{a.end}")
+    assert fmt.startswith(f"JobID:0{a.sep},Name:0{a.sep}") and fmt.endswith(f"tres-alloc:0{a.end}")
     assert len(a.format(QUEUE_FIELDS).split(",")) == len(QUEUE_FIELDS)
 
 
