@@ -112,7 +112,8 @@ def test_seff_and_report_on_real_jobs(slurm_box: Any, tmp_path: Path) -> None:
     assert card["total_energy_j"] == pytest.approx(run_total_j(spool, requeued, 1), rel=1e-9)
     assert card["requeue_energy_j"] == pytest.approx(run_total_j(spool, requeued, 0), rel=1e-9)
     assert card["energy_per_work_step_j"] == pytest.approx(card["total_energy_j"] / 50)
-    first = seff(box, requeued, "--run", "0")
+    first = seff(box, requeued, "--run", "1")
+    assert (first["run"], first["run_number"]) == (0, 1)
     assert first["total_energy_j"] == pytest.approx(card["requeue_energy_j"], rel=1e-9)
 
     # multi-node: step 0 ran on both nodes; its devices add up to the step, the job to job_total
@@ -167,6 +168,12 @@ def test_seff_and_report_on_real_jobs(slurm_box: Any, tmp_path: Path) -> None:
         assert {w["label"] for w in c["whatif"]} >= {"alone on 1 x a100-40gb"}
     res = run_easlurm(box, "seff", share_a)
     assert res.returncode == 0 and "alone on a whole GPU: " in res.stdout, res.stderr
+    # the card leads with its advice: right after the header, in the words of the chosen what-if
+    advice = cards[0]["advice"]
+    assert advice is not None and advice["max_slowdown"] == 0.05
+    (line,) = [ln for ln in res.stdout.splitlines() if ln.startswith("Advice: ")]
+    assert line == f"Advice: {advice['text']}"
+    assert res.stdout.index("Advice: ") < res.stdout.index("\nEnergy ")
     print(f"\n$ easlurm seff {share_a}\n{res.stdout}")
 
     # unprofiled: a clear line, exit 0

@@ -12,7 +12,7 @@ import click
 
 from easlurm.accounting.sacct_rows import build_rows
 from easlurm.accounting.seff import GpuLimits, build_card, card_document, parse_spec_quiet
-from easlurm.accounting.whatif import Placement, what_ifs
+from easlurm.accounting.whatif import Advice, Placement, advise, what_ifs
 from easlurm.cli import load_ctx_config, output_options
 from easlurm.energy.result import sum_known
 from easlurm.errors import ConfigError, EaslurmError
@@ -73,11 +73,20 @@ def _memory(d: Any) -> str:
     return f"{format_si(d.peak_memory_bytes, 'B')}{total}"
 
 
-def render_card(card: Any, whatifs: Sequence[Any], whatif_note: str | None, per_device: bool = False) -> str:
-    """The card as text: a header, totals, one row per step, node and device kind (per device with
-    `per_device`; power columns are per device: mean of means, highest peak; Util is the mean GPU
-    utilisation, PeakMem the fullest GPU's peak memory of its total), then the what-ifs."""
+def render_card(
+    card: Any,
+    whatifs: Sequence[Any],
+    whatif_note: str | None,
+    per_device: bool = False,
+    advice: Advice | None = None,
+) -> str:
+    """The card as text: a header, the advice (the best what-if within the site's slowdown bound), totals,
+    one row per step, node and device kind (per device with `per_device`; power columns are per device:
+    mean of means, highest peak; Util is the mean GPU utilisation, PeakMem the fullest GPU's peak memory of
+    its total), then every what-if."""
     lines = _header_lines(card)
+    if advice is not None:
+        lines.append(f"Advice: {advice.text}")
     if not card.has_records:
         lines.append(
             "no energy records (the job was not submitted with --energy-profile, or its agents wrote none)"
@@ -110,7 +119,7 @@ def _header_lines(card: Any) -> list[str]:
     lines = [
         f"Job {card.job_id} ({card.name})  user {card.user}  account {card.account}  partition {card.partition}",
         f"State {card.state}  Elapsed {elapsed}  Nodes {card.nnodes} ({card.nodelist})  GPUs {gpus}"
-        + (f"  Run {card.run} of {card.runs - 1}" if card.runs > 1 else ""),
+        + (f"  Run {card.run + 1} of {card.runs} (restart {card.run})" if card.runs > 1 else ""),
     ]
     if card.spec:
         lines.append(f"SPEC {card.spec}")
@@ -135,7 +144,7 @@ def _totals_lines(card: Any) -> list[str]:
             f"(GPU {_e(card.gpu_energy_per_work_step_j)})"
         )
     if card.earlier_runs_j:
-        per = ", ".join(f"run {i}: {_e(v)}" for i, v in enumerate(card.earlier_runs_j))
+        per = ", ".join(f"run {i}: {_e(v)}" for i, v in enumerate(card.earlier_runs_j, start=1))
         lines.append(f"Earlier runs (requeue): {_e(card.requeue_energy_j)} ({per})")
     if card.limits is None and card.n_gpus:
         lines.append("Idle allocated GPUs: unknown (GPU type not in the catalogue)")
@@ -241,7 +250,11 @@ def compute_whatifs(
 )
 @click.argument("job_id")
 @click.option(
-    "--run", "run", type=int, default=None, help="Show this run of a requeued job (default: the last)."
+    "--run",
+    "run",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Show this run of a requeued job, 1 for the first (default: the last).",
 )
 @output_options(table=False, json_help="One JSON document (SI units in key names).")
 @click.option("--no-whatif", is_flag=True, help="Leave the oracle's what-if out.")
@@ -284,12 +297,26 @@ def seff_cmd(
     by_node = node_gpu_types(client) if any(j.shards and not j.alloc_gpus[1] for j in jobs) else {}
     types |= {t for t in by_node.values() if t}
     limits = gpu_limits(apply_oracle_config(cfg), sorted(types))
-    card = build_card(rows, records.get(job_id, []), limits, run, node_gpu_types=by_node)
+    card = build_card(
+        rows, records.get(job_id, []), limits, None if run is None else run - 1, node_gpu_types=by_node
+    )
     whatifs: list[Any] = []
     note = None
     if card.has_records and not no_whatif:
         whatifs, note = compute_whatifs(ctx, card, cluster_gpu_types(client))
+    advice = advise(whatifs, float(cfg.get("sched.max_slowdown")))
     if as_json:
-        click.echo(json.dumps(card_document(card, whatifs, note), indent=1))
+        doc = card_document(card, whatifs, note)
+        doc["advice"] = None if advice is None else advice_document(advice)
+        click.echo(json.dumps(doc, indent=1))
         return
-    click.echo(render_card(card, whatifs, note, per_device))
+    click.echo(render_card(card, whatifs, note, per_device, advice))
+
+
+def advice_document(advice: Advice) -> dict[str, Any]:
+    """The `--json` advice: the chosen what-if's label (None: keep the placement), the bound, the words."""
+    return {
+        "label": None if advice.best is None else advice.best.label,
+        "max_slowdown": advice.max_slowdown,
+        "text": advice.text,
+    }

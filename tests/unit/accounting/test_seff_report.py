@@ -18,8 +18,9 @@ from easlurm.accounting.report import (
 )
 from easlurm.accounting.sacct_rows import job_total
 from easlurm.accounting.seff import GpuLimits, build_card, card_document
+from easlurm.accounting.seff_cli import render_card
 from easlurm.accounting.step_record import DeviceRecord, NodeRecord, StepRecord
-from easlurm.accounting.whatif import Placement, confidence, what_ifs
+from easlurm.accounting.whatif import Placement, WhatIf, advise, confidence, what_ifs
 from easlurm.energy.spec import parse_spec
 from easlurm.errors import ConfigError
 from easlurm.model.oracle import Oracle, Placements
@@ -102,8 +103,11 @@ def test_requeued_job_card_shows_the_last_run_and_earlier_runs_energy() -> None:
     assert card.total_energy_j == pytest.approx(2000) and card.requeue_energy_j == pytest.approx(1000)
     first = build_card(rows, [rec0, rec1], A100, run=0)
     assert first.total_energy_j == pytest.approx(1000) and first.earlier_runs_j == []
-    with pytest.raises(ConfigError, match="no run 2"):
+    with pytest.raises(ConfigError, match=r"no run 3 \(--run 1\.\.2"):
         build_card(rows, [rec0, rec1], A100, run=2)
+    text = render_card(card, [], None)
+    assert "Run 2 of 2 (restart 1)" in text and "run 1: 1.00kJ" in text, text
+    assert card_document(card)["run_number"] == 2
 
 
 def test_unprofiled_and_shared_gpu_cards() -> None:
@@ -161,6 +165,50 @@ def test_whatif_of_a_spread_job_keeps_its_nodes_and_offers_packing(oracle: Oracl
     assert other.placement.n_nodes == 2 and other.to_dict()["n_nodes"] == 2
     alone = what_ifs(oracle, spec, Placement("a100-40gb", 4, 64))
     assert not any(w.label.startswith("packed") for w in alone)
+
+
+def whatif(label: str, energy: float, time: float, unc: float | None = 0.05) -> WhatIf:
+    p = Placement("a100-40gb", 4, 256)
+    return WhatIf(label, p, 1.0, 1.0, time, energy, 100.0 * (1 + time), 5e4 * (1 + energy), "calibrated", unc)
+
+
+def test_advice_is_the_largest_saving_within_the_sites_slowdown_bound() -> None:
+    """The headline: the biggest energy saving whose time cost is within sched.max_slowdown and beyond the
+    line's own uncertainty; a bigger saving that is too slow, or one inside the noise, is not advised."""
+    lines = [
+        whatif("at a 300 W limit", 0.0, 0.0),
+        whatif("on 1 GPU", -0.60, 0.80),  # saves most, far too slow
+        whatif("on 4 GPUs", -0.47, -0.16),
+        whatif("at a 250 W limit", -0.20, 0.04),
+        whatif("on 2 x h100-sxm", -0.50, 0.03, unc=0.55),  # inside its own uncertainty
+    ]
+    advice = advise(lines, 0.05)
+    assert advice is not None and advice.best is not None and advice.best.label == "on 4 GPUs"
+    assert advice.text.startswith("on 4 GPUs: -47 % energy, -16 % time")
+    assert "instead of 50.00kJ" in advice.text and "5 % slowdown bound (sched.max_slowdown)" in advice.text
+    wider = advise(lines, 1.0)
+    assert wider is not None and wider.best is not None and wider.best.label == "on 1 GPU"
+    keep = advise([lines[0], lines[1]], 0.05)
+    assert keep is not None and keep.best is None and keep.text.startswith("keep this placement")
+    assert advise([], 0.05) is None
+
+
+def test_the_card_leads_with_its_advice(oracle: Oracle) -> None:
+    """The advice line comes right after the header, before the totals, and names the same what-if that
+    the what-if list shows."""
+    rows, recs = two_node_job()
+    card = build_card(rows, recs, A100)
+    lines = what_ifs(
+        oracle, parse_spec(SPEC), Placement("a100-40gb", 2, 256), elapsed_s=10.0, gpu_energy_j=6e3
+    )
+    advice = advise(lines, 0.05)
+    assert advice is not None
+    text = render_card(card, lines, None, advice=advice).splitlines()
+    first_total = next(i for i, line in enumerate(text) if line.startswith("Energy "))
+    (at,) = [i for i, line in enumerate(text) if line.startswith("Advice: ")]
+    assert at < first_total
+    if advice.best is not None:
+        assert f"  {advice.best.line()}" in text
 
 
 def test_sharing_whatif_for_one_gpu_jobs_and_confidence(oracle: Oracle) -> None:
