@@ -213,7 +213,10 @@ def build_card(
     last = max(r for _, r in jobs)
     shown = last if run is None else run
     if not 0 <= shown <= last:
-        raise ConfigError(f"job {split_job_id(jobs[0][0]['JobIDRaw'])[0]}: no run {shown} (runs 0..{last})")
+        job_id = split_job_id(jobs[0][0]["JobIDRaw"])[0]
+        raise ConfigError(
+            f"job {job_id}: no run {shown + 1} (--run 1..{last + 1}: it ran {last + 1} time(s))"
+        )
     row = next(row for row, r in jobs if r == shown)
     job = job_of_row(row, strict=False)
     (n_gpus, gtype), shards = job.alloc_gpus, job.shards
@@ -398,7 +401,8 @@ def card_document(
         "n_gpus": card.n_gpus,
         "shards": card.shards,
         "gpu_limit_w": None if card.limits is None else card.limits.limit_w,
-        "run": card.run,
+        "run": card.run,  # Slurm's restart count of the run shown (0: the first run)
+        "run_number": card.run + 1,  # as the text and --run number it: 1..runs
         "runs": card.runs,
         "spec": card.spec,
         "has_records": card.has_records,
