@@ -1,25 +1,41 @@
 """Publication of a step's records: node 0 gathers the nodes' records and sets the job's AdminComment.
 
-Every publication carries every step of the job (AdminComment holds one document per job), rebuilt from
-the spool's step files under the job lock; without a spool, from what slurmctld already holds.
+Every publication carries every step of the job (AdminComment holds one document per job: the newest
+steps in detail, each run's total over all), rebuilt from the spool's step files under the job lock;
+without a spool, from what slurmctld already holds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from easlurm.accounting.spool import read_json, read_step_files, write_record
-from easlurm.accounting.step_record import NodeRecord, StepRecord, decode_admin_comment, encode_admin_comment
+from easlurm.accounting.admin_codec import compact_step, full_step
+from easlurm.accounting.spool import Spool, read_json, write_record
+from easlurm.accounting.step_record import (
+    ADMIN_COMMENT_MAX_STEPS,
+    SCHEMA_VERSION,
+    NodeRecord,
+    StepRecord,
+    decode_admin_comment,
+    encode_admin_comment,
+    run_totals,
+)
 from easlurm.errors import EaslurmError, SlurmError
 
 log = logging.getLogger(__name__)
 
 #: How often node 0 looks for the other nodes' records while it waits (s).
 POLL_S = 0.02
+#: A publication reads the files of the newest steps only (device detail, where the size cap allows); the
+#: others of the newest ADMIN_COMMENT_MAX_STEPS are carried at node detail from the manifest.
+DEVICE_DETAIL_STEPS = 16
 
 
 class StepPlace(Protocol):
@@ -127,26 +143,152 @@ def set_admin_comment(job_id: int, text: str, client: Any) -> bool:
 
 
 def publish_from_spool(ctx: StepPlace, client: Any, own: StepRecord | None = None) -> bool:
-    """Call with the job lock held. Rebuild the job's AdminComment from every step file and set it,
+    """Call with the job lock held. Rebuild the job's AdminComment from the spool's step files and set it,
     unless the last publication already carried this step's file as it is now (a burst of steps ending
     together then costs one publication, not one each). `own` stands in for this step's file when that
-    could not be written. Records which file contents the publication carried."""
-    files = read_step_files(ctx.job_dir)
+    could not be written. A publication's work does not grow with the job's steps (PublishManifest):
+    it reads the files that changed and the newest DEVICE_DETAIL_STEPS (carried with device detail),
+    carries the rest of the newest ADMIN_COMMENT_MAX_STEPS at node detail from the manifest, and sums a
+    step leaving those into its run's total once."""
+    current = step_file_stats(ctx.job_dir)
+    manifest = PublishManifest.load(ctx.manifest_file)
+    mine = ctx.step_file.name
     if own is not None:
-        files.pop(ctx.step_file.name, None)  # stale or absent: `own` stands in for it
-    else:
-        mine = files.get(ctx.step_file.name)
-        manifest = read_json(ctx.manifest_file) or {}
-        if mine is not None and manifest.get(ctx.step_file.name) == mine[0]:
-            return True
-    steps = [rec for _, rec in files.values()]
+        current.pop(mine, None)  # stale or absent: `own` stands in for it
+    elif mine in current and manifest.stats.get(mine) == current[mine]:
+        return True
+    fresh = manifest.refresh(ctx.job_dir, current)
+    names = sorted(manifest.stats, key=_name_order)
     if own is not None:
-        steps.append(own)
-    if not set_admin_comment(ctx.job_id, encode_admin_comment(steps), client):
+        names = [n for n in names if _name_key(n) != own.key]
+    newest = names[max(0, len(names) - ADMIN_COMMENT_MAX_STEPS + (own is not None)) :]
+    manifest.fold(set(newest))
+    held = [n for n in newest if n in manifest.recent]
+    cut = max(0, len(held) - DEVICE_DETAIL_STEPS)
+    full = [fresh.get(n) or _read_step(ctx.job_dir / n) or manifest.recent[n] for n in held[cut:]]
+    full[:0] = [manifest.recent[n] for n in held[:cut]]  # node detail, from the manifest
+    text = encode_admin_comment(
+        [*full, *([own] if own is not None else [])],
+        folded=manifest.folded,
+        folded_keys=[_name_key(n) for n in manifest.folded_names],
+    )
+    if not set_admin_comment(ctx.job_id, text, client):
         return False
-    carried = {name: digest for name, (digest, _) in files.items()}
     try:
-        write_record(ctx.manifest_file, carried, ctx.gid)
-    except OSError as exc:  # only costs a redundant publication later
+        manifest.save(ctx.manifest_file, ctx.gid)
+    except OSError as exc:  # only costs a redundant publication (and rereading the files) later
         log.warning("%s: %s", ctx.manifest_file, exc)
     return True
+
+
+def _name_key(name: str) -> str:
+    """The step key of a step file's name (`step-<key>.json`)."""
+    return name[len("step-") : -len(".json")]
+
+
+def _name_order(name: str) -> tuple[int, bool, int]:
+    """A step file's place among the job's steps: by run, the batch step last, then by step number."""
+    step, _, run = _name_key(name).partition("+r")
+    return (int(run) if run.isdigit() else 0, step == "batch", int(step) if step.isdigit() else -1)
+
+
+def _read_step(path: Path) -> StepRecord | None:
+    doc = read_json(path)
+    try:
+        return None if doc is None else StepRecord.from_dict(doc)
+    except EaslurmError as exc:
+        log.warning("%s: unreadable step record (%s)", path, exc)
+        return None
+
+
+def step_file_stats(job_dir: Path) -> dict[str, str]:
+    """{name: `inode:size:mtime_ns`} of the step files in a job directory (a rewrite is a rename: a new
+    inode), read from the directory alone."""
+    out: dict[str, str] = {}
+    try:
+        with os.scandir(job_dir) as entries:
+            for e in entries:
+                if Spool.is_step_file(e.name):
+                    with contextlib.suppress(FileNotFoundError):
+                        st = e.stat(follow_symlinks=False)
+                        out[e.name] = f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+    except OSError as exc:
+        log.warning("%s: %s", job_dir, exc)
+    return out
+
+
+@dataclass
+class PublishManifest:
+    """What the job's last publication carried (SPOOL/<job>/.published.json, version 2): the stat of every
+    step file it carried; the node-detail summaries (StepRecord.reduced("node")) of the steps it held
+    apart; and each run's total (run_totals) of the older steps already summed, with their file names.
+    A step is summed once, when it leaves the newest ADMIN_COMMENT_MAX_STEPS; a summed step's file that
+    changes (a late node) has every file read again. Version 1 (file digests) or an unreadable manifest
+    is empty: every file is read once again."""
+
+    stats: dict[str, str] = field(default_factory=dict)
+    recent: dict[str, StepRecord] = field(default_factory=dict)
+    folded: list[StepRecord] = field(default_factory=list)
+    folded_names: list[str] = field(default_factory=list)
+    #: The compact dicts of `recent` as loaded (saved again as they are).
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> PublishManifest:
+        doc = read_json(path) or {}
+        if doc.get("v") != 2:
+            return cls()
+        try:
+            out = cls(
+                stats={str(k): str(v) for k, v in doc["stats"].items()},
+                folded=[StepRecord.from_dict(full_step(t, SCHEMA_VERSION)) for t in doc["folded"]],
+                folded_names=[str(n) for n in doc["folded_names"]],
+            )
+            for name, summary in doc["recent"].items():
+                out.recent[name] = StepRecord.from_dict(full_step(summary, SCHEMA_VERSION))
+                out.raw[name] = summary
+        except (EaslurmError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("%s: unreadable manifest (%s); every step file is read again", path, exc)
+            return cls()
+        if set(out.stats) != set(out.recent) | set(out.folded_names):
+            log.warning("%s: inconsistent manifest; every step file is read again", path)
+            return cls()
+        return out
+
+    def refresh(self, job_dir: Path, current: dict[str, str]) -> dict[str, StepRecord]:
+        """Forget files gone, read those new or changed since (returned in full, by name)."""
+        touched = {n for n in set(self.stats) | set(current) if self.stats.get(n) != current.get(n)}
+        if touched & set(self.folded_names):  # an older step changed: sum them all again
+            for name in self.folded_names:
+                del self.stats[name]
+            self.folded, self.folded_names = [], []
+            touched = {n for n in current if self.stats.get(n) != current[n]}
+        fresh: dict[str, StepRecord] = {}
+        for name in touched:
+            self.stats.pop(name, None)
+            self.recent.pop(name, None)
+            self.raw.pop(name, None)
+            rec = _read_step(job_dir / name) if name in current else None
+            if rec is not None:
+                fresh[name], self.recent[name], self.stats[name] = rec, rec.reduced("node"), current[name]
+        return fresh
+
+    def fold(self, keep: set[str]) -> None:
+        """Sum the held-apart steps not in `keep` into their runs' totals."""
+        leaving = [n for n in self.recent if n not in keep]
+        if leaving:
+            self.folded = run_totals([*self.folded, *(self.recent.pop(n) for n in leaving)])
+            self.folded_names.extend(leaving)
+            for name in leaving:
+                self.raw.pop(name, None)
+
+    def save(self, path: Path, gid: int) -> None:
+        recent = {n: self.raw.get(n) or compact_step(rec.stored_dict()) for n, rec in self.recent.items()}
+        doc = {
+            "v": 2,
+            "stats": self.stats,
+            "recent": recent,
+            "folded": [compact_step(t.stored_dict()) for t in self.folded],
+            "folded_names": self.folded_names,
+        }
+        write_record(path, doc, gid, indent=None)

@@ -13,10 +13,13 @@ from typing import Any
 from easlurm.accounting.record_checks import checked
 from easlurm.accounting.spool import spool_records
 from easlurm.accounting.step_record import (
+    ADMIN_COMMENT_MAX_STEPS,
+    CarriedTotal,
     DeviceRecord,
     NodeRecord,
     StepRecord,
-    decode_admin_comment,
+    decode_admin_document,
+    job_total,
     run_step_key,
 )
 from easlurm.energy.result import sum_known
@@ -190,57 +193,6 @@ INTERRUPTED_STATES = frozenset(
 )
 
 
-def job_total(steps: Sequence[StepRecord]) -> StepRecord | None:
-    """The whole job of one run as one record (None without steps), built from the same step records the
-    rows show. Rule: the batch step measures its node (node 0 of the allocation: all its devices) for the
-    job's whole time, so srun steps' records from that node are already in it; srun steps' other nodes
-    are added. Without a batch record (srun-only jobs, salloc) every step's nodes are summed. So that
-    the parts add up (a step never exceeds its job, whatever the two samplers' timing), each of the batch
-    node's devices counts at least the sum of the srun steps' readings of that device."""
-    if not steps:
-        return None
-    batch = next((s for s in steps if s.step == "batch"), None)
-    others = [s for s in steps if s is not batch]
-    covered = {n.host for n in batch.nodes} if batch is not None else set()
-    nodes = []
-    if batch is not None:
-        nodes = [_at_least(n, [m for s in others for m in s.nodes if m.host == n.host]) for n in batch.nodes]
-    for s in others:
-        nodes.extend(n for n in s.nodes if n.host not in covered)
-    first = steps[0]
-    return StepRecord(
-        first.job_id,
-        "job",
-        len({n.host for n in nodes}),
-        nodes,
-        missing_nodes=sorted({m for s in steps for m in s.missing_nodes}),
-        run=first.run,
-        spool_error=next((s.spool_error for s in steps if s.spool_error), None),
-        invalid={k: v for s in steps for k, v in s.invalid.items()},
-    )
-
-
-def _at_least(node: NodeRecord, parts: Sequence[NodeRecord]) -> NodeRecord:
-    """The batch step's record of a node, each device raised to the steps' summed reading of it where
-    that is higher (devices only the steps saw are added)."""
-    summed: dict[str, DeviceRecord] = {}
-    for part in parts:
-        for dev in part.devices:
-            have = summed.get(dev.name)
-            energy = dev.energy_j if have is None else sum_known((have.energy_j, dev.energy_j))
-            summed[dev.name] = dataclasses.replace(dev if have is None else have, energy_j=energy)
-    if not summed:
-        return node
-    devices = []
-    for dev in node.devices:
-        steps_j = summed.pop(dev.name).energy_j if dev.name in summed else None
-        if steps_j is not None and (dev.energy_j is None or steps_j > dev.energy_j):
-            dev = dataclasses.replace(dev, energy_j=steps_j)
-        devices.append(dev)
-    devices.extend(summed.values())
-    return dataclasses.replace(node, devices=devices)
-
-
 def split_job_id(raw: str) -> tuple[str, str | None]:
     """'123' -> ('123', None); '123.batch' -> ('123', 'batch'); '123.0' -> ('123', '0')."""
     job, dot, step = raw.partition(".")
@@ -298,6 +250,8 @@ def build_rows(
                 if lacking:  # a step of the run has no record at all: its energy is not in the total
                     flags[1:1] = [] if rec.partial else ["partial"]
                     flags.append("no-record:" + "+".join(lacking))
+                if isinstance(rec, CarriedTotal):
+                    flags.append(f"detail-omitted:{len(rec.omitted)}")
             elif (job, rec.key) in from_spool:
                 flags.insert(0, "spool")
             state = (row.get("State") or "").split(" ")[0]
@@ -312,6 +266,8 @@ def build_rows(
             values["EnergyFlags"] = "damaged"
         elif step is not None and step in unrecorded.get((job, run), ()):
             values["EnergyFlags"] = "no-record"
+        elif step is not None and run_step_key(step, run) in omitted_keys(job_steps, run):
+            values["EnergyFlags"] = "omitted"
         values["_record"] = rec if step is not None else None
         out.append(values)
         if rec is not None and detail is not None and step is not None:
@@ -332,11 +288,18 @@ def unrecorded_steps(
             continue
         have = records.get(job, {})
         state = (row.get("State") or "").split(" ")[0]
-        if state in ("RUNNING", "PENDING") or run_step_key(step, run) in have:
+        key = run_step_key(step, run)
+        if state in ("RUNNING", "PENDING") or key in have or key in omitted_keys(have, run):
             continue
         if any(s.run == run for s in have.values()):
             out.setdefault((job, run), []).append(step)
     return out
+
+
+def omitted_keys(job_steps: dict[str, StepRecord], run: int) -> list[str]:
+    """The keys of a run's steps whose records its AdminComment left out and no spool file gave back."""
+    carried = job_steps.get(run_step_key("job", run))
+    return carried.omitted if isinstance(carried, CarriedTotal) else []
 
 
 def _job_records(
@@ -344,7 +307,8 @@ def _job_records(
 ) -> tuple[dict[str, dict[str, StepRecord]], set[str], set[tuple[str, str]]]:
     """Every job's step records by step key, from its AdminComment and then, for steps it lacks, from the
     spool; also the jobs whose AdminComment is damaged and the (job, step key) read from the spool, so
-    their rows can say so."""
+    their rows can say so. A run whose AdminComment left steps out that the spool does not give back
+    keeps the total carried there (a CarriedTotal under the key `job`), naming the steps still missing."""
     records: dict[str, dict[str, StepRecord]] = {}
     damaged: set[str] = set()
     from_spool: set[tuple[str, str]] = set()
@@ -354,7 +318,8 @@ def _job_records(
             continue
         if row.get("AdminComment"):
             try:
-                published = {s.key: checked(s) for s in decode_admin_comment(row["AdminComment"])}
+                doc = decode_admin_document(row["AdminComment"])
+                published = {s.key: checked(s) for s in [*doc.steps, *doc.totals]}
             except EaslurmError as exc:
                 log.warning("job %s: %s", job, exc)
                 damaged.add(job)
@@ -362,12 +327,44 @@ def _job_records(
                 records.setdefault(job, {}).update(published)
                 # a requeued job's earlier row may have read these from the spool: AdminComment has them
                 from_spool.difference_update((job, key) for key in published)
+                if doc.dropped:
+                    log.warning(
+                        "job %s: its AdminComment (easlurm1) left out its %d oldest steps; their records "
+                        "are only in the spool files (--spool DIR)",
+                        job,
+                        doc.dropped,
+                    )
         if spool is not None:
-            for name, found in spool_records(spool, job).items():
+            for name, found in spool_records(spool, job, have=records.get(job, {}).keys()).items():
                 if name not in records.setdefault(job, {}):
                     records[job][name] = checked(found)
                     from_spool.add((job, name))
+    for job, steps in records.items():
+        _settle_carried(job, steps, spool)
     return records, damaged, from_spool
+
+
+def _settle_carried(job: str, steps: dict[str, StepRecord], spool: Path | None) -> None:
+    """Drop a run's carried total once every step it left out has a record (the rows' own total is then
+    exact); otherwise keep it, naming the steps still without one, and say where their records are."""
+    for key, rec in list(steps.items()):
+        if not isinstance(rec, CarriedTotal):
+            continue
+        lacking = [k for k in rec.omitted if k not in steps]
+        if not lacking:
+            del steps[key]
+            continue
+        steps[key] = dataclasses.replace(rec, omitted=lacking)
+        where = f"not readable in {spool} here" if spool else "read them with --spool DIR"
+        log.warning(
+            "job %s: AdminComment carries at most %d steps in detail; %d step record(s) of run %d are only in "
+            "the spool files (%s); the job row shows the total it carries (detail-omitted)",
+            job,
+            ADMIN_COMMENT_MAX_STEPS,
+            len(lacking),
+            rec.run,
+            where,
+        )
 
 
 def _detail_rows(row: dict[str, str], rec: StepRecord, detail: str) -> list[dict[str, Any]]:

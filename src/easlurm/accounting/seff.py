@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from easlurm.accounting.sacct_rows import job_total, run_numbers, split_job_id, unrecorded_steps
-from easlurm.accounting.step_record import StepRecord
+from easlurm.accounting.step_record import ADMIN_COMMENT_MAX_STEPS, CarriedTotal, StepRecord
 from easlurm.energy.result import sum_known
 from easlurm.energy.spec import ProfileSpec, parse_spec
 from easlurm.errors import ConfigError
@@ -242,7 +242,7 @@ def build_card(
         run=shown,
         runs=last + 1,
         spec=next((s.spec for s in steps if s.spec), ""),
-        steps=[_step_line(s, limits) for s in steps],
+        steps=[_step_line(s, limits) for s in steps if not isinstance(s, CarriedTotal)],
         limits=limits,
     )
     if type_note:
@@ -278,6 +278,12 @@ def record_notes(steps: Sequence[StepRecord]) -> list[str]:
     impossible (never summed), a spool too full to keep the files."""
     notes = []
     for s in steps:
+        if isinstance(s, CarriedTotal):
+            notes.append(
+                f"detail-omitted: {len(s.omitted)} step(s) of this run are not in AdminComment (it carries "
+                f"at most {ADMIN_COMMENT_MAX_STEPS} in detail); the totals are the run's total published "
+                "there, the steps' records are in the spool files (--spool DIR)"
+            )
         if s.missing_nodes:
             notes.append(
                 f"partial: step {s.step} has no record from node(s) {','.join(map(str, s.missing_nodes))} "

@@ -8,7 +8,7 @@ reads it, and no other user can write it; nothing in it is named after user inpu
     SPOOL/<job>/<step>/node-<id>.log       the agent's warnings and errors (also on its stderr)
     SPOOL/<job>/step-<step>.json           the step record (what AdminComment carries)
     SPOOL/<job>/.publish.lock              serialises the job's AdminComment writers
-    SPOOL/<job>/.published.json            digest of each step file the last publication carried
+    SPOOL/<job>/.published.json            what the last publication carried (easlurm.accounting.publish)
     SPOOL/<job>.stale-<unix time>[.<n>]/   a job directory left from an earlier job with the same ID
     .<name>.<pid>.tmp                      a record being written, renamed to <name> once complete
 Node records meet in SPOOL: it must be shared between nodes for multi-node steps. The same root also
@@ -31,7 +31,7 @@ import re
 import stat
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,10 +133,11 @@ def make_private_dir(path: Path, gid: int) -> None:
     os.chmod(path, 0o750)
 
 
-def write_record(path: Path, doc: dict[str, Any], gid: int) -> None:
-    """Atomic write (temp name, then rename) that never follows a symlink; mode 0640, group = job's."""
+def write_record(path: Path, doc: dict[str, Any], gid: int, indent: int | None = 1) -> None:
+    """Atomic write (temp name, then rename) that never follows a symlink; mode 0640, group = job's.
+    `indent=None` writes one line (json's C encoder: for large documents such as the manifest)."""
     tmp = Spool.tmp_file(path)
-    data = (json.dumps(doc, indent=1, allow_nan=False) + "\n").encode()
+    data = (json.dumps(doc, indent=indent, allow_nan=False) + "\n").encode()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -212,9 +213,11 @@ def job_lock(job_dir: Path, timeout_s: float) -> Iterator[bool]:
         os.close(fd)
 
 
-def read_step_files(job_dir: Path, log_level: int = logging.WARNING) -> dict[str, tuple[str, StepRecord]]:
+def read_step_files(
+    job_dir: Path, log_level: int = logging.WARNING, skip: Collection[str] = ()
+) -> dict[str, tuple[str, StepRecord]]:
     """{file name: (sha256 of its bytes, record)} for every readable `step-*.json` in a job's spool
-    directory; unreadable ones are logged at `log_level` and left out."""
+    directory but the names in `skip`; unreadable ones are logged at `log_level` and left out."""
     out: dict[str, tuple[str, StepRecord]] = {}
     try:
         names = sorted(os.listdir(job_dir))
@@ -222,7 +225,7 @@ def read_step_files(job_dir: Path, log_level: int = logging.WARNING) -> dict[str
         log.log(log_level, "%s: %s", job_dir, exc)
         return out
     for name in names:
-        if not Spool.is_step_file(name):
+        if not Spool.is_step_file(name) or name in skip:
             continue
         try:
             data = (job_dir / name).read_bytes()
@@ -234,17 +237,20 @@ def read_step_files(job_dir: Path, log_level: int = logging.WARNING) -> dict[str
     return out
 
 
-def spool_records(spool: Path, job: str) -> dict[str, StepRecord]:
+def spool_records(spool: Path, job: str, have: Collection[str] = ()) -> dict[str, StepRecord]:
     """Step records kept in the spool files: the fallback for jobs whose AdminComment could not be set
     (cancelled or timed-out jobs end COMPLETING, when slurmctld refuses updates). A step whose node 0
     never wrote the step record (its agent died) is rebuilt from whichever node files exist, and a step
     record still missing nodes takes their files when they came later: both stay `partial` naming the
-    nodes that are still missing."""
+    nodes that are still missing. Steps whose key is in `have` (the caller holds them already) are not
+    read: a job of many steps costs only the files of the steps its AdminComment left out."""
     if not job.isdigit():
         return {}
-    job_dir = Spool(spool).job_dir(job)
-    out = {rec.key: rec for _, rec in read_step_files(job_dir, logging.DEBUG).values()}
-    complete = {key for key, rec in out.items() if not rec.missing_nodes}
+    paths = Spool(spool)
+    job_dir = paths.job_dir(job)
+    skip = {paths.step_file(job, key).name for key in have}
+    out = {rec.key: rec for _, rec in read_step_files(job_dir, logging.DEBUG, skip).values()}
+    complete = {key for key, rec in out.items() if not rec.missing_nodes} | set(have)
     for key, nodes in node_files(job_dir, skip=complete).items():
         if key in out:
             out[key] = _fill_missing(out[key], nodes)

@@ -1,37 +1,44 @@
 """Per-step energy records (node and step) and the AdminComment encoding (the SPEC is easlurm.energy.spec).
 
 Pure data: no I/O. The node agent builds NodeRecords, node 0 assembles a StepRecord, and every step
-of a job is published in the job's AdminComment as `easlurm1:<lowercase hex of zlib(JSON)>`, an
-encoding that survives `scontrol update` and `sacctmgr` (which lowercases and turns quotes into
-backticks): only [0-9a-f:] and the prefix, ASCII, no `|`, no newline, capped well under 64 KB.
+of a job is published in the job's AdminComment (framing and versions: easlurm.accounting.admin_codec),
+at most ADMIN_COMMENT_MAX_STEPS steps in detail and ADMIN_COMMENT_MAX_CHARS characters; past either, the
+document keeps each run's job total and names the steps it left out (their files keep them).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
-import re
-import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
+from easlurm.accounting.admin_codec import (
+    PREFIXES,
+    compact_step,
+    expand_ranges,
+    full_step,
+    key_ranges,
+    pack,
+    unpack,
+)
 from easlurm.energy.result import DeviceEnergy, ProfileResult, sum_known
 from easlurm.energy.spec import DEVICE_KINDS
-
-# Re-exported only for the importers not yet moved to easlurm.energy.spec (sim/traces/energy_hook.py,
-# benchmarks/bench_schedd.py, tests/integration): drop these two lines once they import it from there.
 from easlurm.errors import TraceError
-from easlurm.inputs import inflate
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
-ADMIN_COMMENT_PREFIX = "easlurm1:"
+#: What every version's document starts with (`easlurm1:`, `easlurm2:`: ADMIN_COMMENT_PREFIXES); a value
+#: starting so may hold one (decode_admin_comment tells).
+ADMIN_COMMENT_PREFIX = "easlurm"
+ADMIN_COMMENT_PREFIXES = PREFIXES
 #: The accounting column keeps 65,535 bytes and truncates silently: stay well below.
 ADMIN_COMMENT_MAX_CHARS = 60_000
+#: Steps an AdminComment document carries in detail (the newest); older ones count in the run's total.
+ADMIN_COMMENT_MAX_STEPS = 100
 #: Detail levels of the AdminComment document, most detailed first (files keep full detail).
 DETAIL_LEVELS = ("device", "node", "step")
 
@@ -159,7 +166,11 @@ class NodeRecord:
         return min(1.0, self.duration_s / wall) if wall > 0 else None
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        """asdict's result, built field by field: every value is a plain JSON value or a list of them or
+        of devices (asdict deep-copies each value, the bulk of a publication's time)."""
+        d = {f.name: getattr(self, f.name) for f in _NODE_FIELDS}
+        d["devices"] = [{f.name: getattr(dev, f.name) for f in _DEVICE_FIELDS} for dev in self.devices]
+        d["no_sensor"] = list(self.no_sensor)
         d["schema_version"] = SCHEMA_VERSION
         d["total_energy_j"] = self.total_energy_j
         return d
@@ -185,6 +196,10 @@ class NodeRecord:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise TraceError(f"node record: malformed ({exc})") from exc
+
+
+_NODE_FIELDS = dataclasses.fields(NodeRecord)
+_DEVICE_FIELDS = dataclasses.fields(DeviceRecord)
 
 
 def _opt_float(v: Any) -> float | None:
@@ -301,6 +316,28 @@ class StepRecord:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe: snake_case keys, units in names, derived totals included for readers."""
+        d = self.stored_dict()
+        d.update(
+            {
+                "partial": self.partial,
+                "duration_s": self.duration_s,
+                "total_energy_j": self.total_energy_j,
+                "gpu_energy_j": self.gpu_energy_j,
+                "cpu_energy_j": self.cpu_energy_j,
+                "dram_energy_j": self.dram_energy_j,
+                "mean_power_w": self.mean_power_w,
+                "edp_j_s": self.edp,
+                "modelled": self.modelled_kinds,
+                "no_sensor": self.no_sensor_kinds,
+                "apportioned": self.apportioned_devices,
+                "power_limit_w": self.power_limit_w,
+            }
+        )
+        d["nodes"] = d.pop("nodes")  # after the totals, as files have always had it
+        return d
+
+    def stored_dict(self) -> dict[str, Any]:
+        """to_dict without the derived totals: what from_dict reads (the AdminComment document's form)."""
         return {
             "schema_version": SCHEMA_VERSION,
             "job_id": self.job_id,
@@ -309,21 +346,9 @@ class StepRecord:
             "spec": self.spec,
             "detail": self.detail,
             "run": self.run,
-            "partial": self.partial,
             "missing_nodes": list(self.missing_nodes),
             "spool_error": self.spool_error,
             "invalid_nodes": {str(k): v for k, v in sorted(self.invalid.items())},
-            "duration_s": self.duration_s,
-            "total_energy_j": self.total_energy_j,
-            "gpu_energy_j": self.gpu_energy_j,
-            "cpu_energy_j": self.cpu_energy_j,
-            "dram_energy_j": self.dram_energy_j,
-            "mean_power_w": self.mean_power_w,
-            "edp_j_s": self.edp,
-            "modelled": self.modelled_kinds,
-            "no_sensor": self.no_sensor_kinds,
-            "apportioned": self.apportioned_devices,
-            "power_limit_w": self.power_limit_w,
             "nodes": [n.to_dict() for n in self.nodes],
         }
 
@@ -354,7 +379,7 @@ class StepRecord:
             raise ValueError(detail)
         if DETAIL_LEVELS.index(detail) <= DETAIL_LEVELS.index(self.detail):
             return self
-        nodes = [_per_kind(n) for n in self.nodes]
+        nodes = self.nodes if self.detail == "node" else [_per_kind(n) for n in self.nodes]
         if detail == "step" and nodes:
             merged = _per_kind(
                 NodeRecord(
@@ -416,55 +441,214 @@ def _per_kind(node: NodeRecord) -> NodeRecord:
     return dataclasses.replace(node, devices=devices, no_sensor=list(node.no_sensor))
 
 
+# ------------------------------------------------------------------------------------- job totals
+
+
+def job_total(steps: Sequence[StepRecord]) -> StepRecord | None:
+    """The whole job of one run as one record (None without steps), built from the same step records the
+    rows show. Rule: the batch step measures its node (node 0 of the allocation: all its devices) for the
+    job's whole time, so srun steps' records from that node are already in it; srun steps' other nodes
+    are added. Without a batch record (srun-only jobs, salloc) every step's nodes are summed. So that
+    the parts add up (a step never exceeds its job, whatever the two samplers' timing), each of the batch
+    node's devices counts at least the sum of the srun steps' readings of that device (of that kind where
+    some records are summed per kind: all are then, so that `gpu0` and `gpu` are never counted apart).
+    A run whose AdminComment left steps out has its total carried there (CarriedTotal): that is the
+    run's total."""
+    if not steps:
+        return None
+    carried = next((s for s in steps if isinstance(s, CarriedTotal)), None)
+    if carried is not None:
+        return carried
+    coarsest = max(DETAIL_LEVELS.index(s.detail) for s in steps)
+    if any(DETAIL_LEVELS.index(s.detail) != coarsest for s in steps):  # devices are named alike only then
+        steps = [s.reduced(DETAIL_LEVELS[coarsest]) for s in steps]
+    batch = next((s for s in steps if s.step == "batch"), None)
+    others = [s for s in steps if s is not batch]
+    covered = {n.host for n in batch.nodes} if batch is not None else set()
+    nodes = []
+    if batch is not None:
+        nodes = [_at_least(n, [m for s in others for m in s.nodes if m.host == n.host]) for n in batch.nodes]
+    for s in others:
+        nodes.extend(n for n in s.nodes if n.host not in covered)
+    first = steps[0]
+    return StepRecord(
+        first.job_id,
+        "job",
+        len({n.host for n in nodes}),
+        nodes,
+        missing_nodes=sorted({m for s in steps for m in s.missing_nodes}),
+        run=first.run,
+        spool_error=next((s.spool_error for s in steps if s.spool_error), None),
+        invalid={k: v for s in steps for k, v in s.invalid.items()},
+    )
+
+
+def _at_least(node: NodeRecord, parts: Sequence[NodeRecord]) -> NodeRecord:
+    """The batch step's record of a node, each device raised to the steps' summed reading of it where
+    that is higher (devices only the steps saw are added). Sums plain numbers (a job of 1,000 steps
+    adds 1,000 readings per device), and copies a device once."""
+    first: dict[str, DeviceRecord] = {}
+    summed: dict[str, float | None] = {}
+    for part in parts:
+        for dev in part.devices:
+            if dev.name not in first:
+                first[dev.name], summed[dev.name] = dev, dev.energy_j
+            elif dev.energy_j is not None:
+                have = summed[dev.name]
+                summed[dev.name] = dev.energy_j if have is None else have + dev.energy_j
+    if not first:
+        return node
+    devices = []
+    for dev in node.devices:
+        if dev.name in first:
+            del first[dev.name]
+            steps_j = summed.pop(dev.name)
+            if steps_j is not None and (dev.energy_j is None or steps_j > dev.energy_j):
+                dev = dataclasses.replace(dev, energy_j=steps_j)
+        devices.append(dev)
+    devices.extend(dataclasses.replace(dev, energy_j=summed[name]) for name, dev in first.items())
+    return dataclasses.replace(node, devices=devices)
+
+
+@dataclass
+class CarriedTotal(StepRecord):
+    """A run's job total as an AdminComment document carries it when it leaves steps out (step "job",
+    one node per host, devices summed per kind), with the keys of the steps it left out: their records
+    are in the spool files only."""
+
+    omitted: list[str] = field(default_factory=list)
+
+
+def run_totals(steps: Sequence[StepRecord]) -> list[StepRecord]:
+    """Each run's job_total over `steps` (full or node-detail records), one node per host with devices
+    summed per kind: a size that grows with the job's hosts, not its steps."""
+    by_run: dict[int, list[StepRecord]] = {}
+    for s in steps:
+        by_run.setdefault(s.run, []).append(s.reduced("node"))
+    out = []
+    for run in sorted(by_run):
+        total = job_total(by_run[run])
+        assert total is not None
+        hosts: dict[str, list[NodeRecord]] = {}
+        for n in total.nodes:
+            hosts.setdefault(n.host, []).append(n)
+        merged = [
+            dataclasses.replace(
+                dataclasses.replace(total, nodes=group, detail="node").reduced("step").nodes[0],
+                node_id=i,
+                host=host,
+            )
+            for i, (host, group) in enumerate(hosts.items())
+        ]
+        out.append(dataclasses.replace(total, nodes=merged, nnodes=len(merged), detail="node"))
+    return out
+
+
 # ------------------------------------------------------------------------------------- AdminComment
 
 
-def _encode(steps: Sequence[StepRecord], truncated: int) -> str:
-    doc = {"v": SCHEMA_VERSION, "steps": [s.to_dict() for s in steps], "dropped_steps": truncated}
-    raw = json.dumps(doc, separators=(",", ":"), sort_keys=True, allow_nan=False).encode("ascii")
-    return ADMIN_COMMENT_PREFIX + zlib.compress(raw, 9).hex()
+def _document(carried: Sequence[StepRecord], totals: Sequence[StepRecord], omitted: Sequence[str]) -> str:
+    doc: dict[str, Any] = {"v": 2, "steps": [compact_step(s.stored_dict()) for s in carried]}
+    if omitted:
+        doc["omitted"] = key_ranges(list(omitted))
+        doc["totals"] = [compact_step(t.stored_dict()) for t in totals]
+        doc["limit_steps"] = ADMIN_COMMENT_MAX_STEPS
+    return pack(doc)
 
 
-def encode_admin_comment(steps: Sequence[StepRecord], max_chars: int = ADMIN_COMMENT_MAX_CHARS) -> str:
-    """Every step of a job as one AdminComment value, reducing detail (then dropping the oldest steps,
-    counted in `dropped_steps`) until it fits `max_chars`. Full detail stays in the per-step files."""
+def encode_admin_comment(
+    steps: Sequence[StepRecord],
+    max_chars: int = ADMIN_COMMENT_MAX_CHARS,
+    max_steps: int = ADMIN_COMMENT_MAX_STEPS,
+    folded: Sequence[StepRecord] = (),
+    folded_keys: Sequence[str] = (),
+) -> str:
+    """A job's steps as one AdminComment value (version 2): the newest `max_steps` of `steps` in detail,
+    reduced (device detail summed per kind, then per step) and then fewer until the text fits
+    `max_chars`. The steps it leaves out, and those of `folded_keys` (which the caller holds only as
+    `folded`: node-detail summaries or run totals already summed), are named in `omitted`, and each
+    run's job total over all of them is carried beside (run_totals): never a silent truncation. Full
+    detail stays in the per-step files."""
     ordered = sorted(steps, key=lambda s: (s.run, s.step == "batch", _step_order(s.step)))
-    for detail in DETAIL_LEVELS:
-        text = _encode([s.reduced(detail) for s in ordered], 0)
-        if len(text) <= max_chars:
-            if detail != "device":
-                log.warning("AdminComment: detail reduced to %r to fit %d chars", detail, max_chars)
-            return text
-    reduced = [s.reduced("step") for s in ordered]
-    for dropped in range(1, len(reduced) + 1):
-        text = _encode(reduced[dropped:], dropped)
-        if len(text) <= max_chars:
-            log.warning("AdminComment: %d oldest step records left out to fit %d chars", dropped, max_chars)
-            return text
-    return _encode([], len(reduced))
+    carried = ordered[max(0, len(ordered) - max_steps) :]
+    out = [*folded, *ordered[: len(ordered) - len(carried)]]
+    out_keys = [*folded_keys, *(s.key for s in ordered[: len(ordered) - len(carried)])]
+    totals: list[StepRecord] = []
+    while True:
+        if out_keys and not totals:
+            totals = run_totals([*out, *carried])
+        for detail in DETAIL_LEVELS:
+            text = _document([s.reduced(detail) for s in carried], totals, out_keys)
+            if len(text) <= max_chars:
+                if detail != "device" or out_keys:
+                    log.info(
+                        "AdminComment: %d steps at %r detail, %d left out",
+                        len(carried),
+                        detail,
+                        len(out_keys),
+                    )
+                return text
+        if not carried:
+            break
+        keep = len(carried) // 2
+        out.extend(carried[: len(carried) - keep])
+        out_keys.extend(s.key for s in carried[: len(carried) - keep])
+        carried = carried[len(carried) - keep :]
+    log.warning("AdminComment: the job totals alone exceed %d chars; totals at step detail", max_chars)
+    return _document([], [t.reduced("step") for t in totals], out_keys)
 
 
 def _step_order(step: str) -> int:
     return int(step) if step.isdigit() else -1
 
 
-_TOKEN = re.compile(re.escape(ADMIN_COMMENT_PREFIX) + r"([0-9a-f]+)")
+@dataclass
+class AdminDocument:
+    """What an AdminComment value holds: the step records it carries in detail, and for runs whose
+    steps it left out (ADMIN_COMMENT_MAX_STEPS or the size cap) each run's total naming those steps.
+    `dropped` counts steps a version-1 document left out without naming them."""
+
+    steps: list[StepRecord] = field(default_factory=list)
+    totals: list[CarriedTotal] = field(default_factory=list)
+    dropped: int = 0
+
+    @property
+    def omitted(self) -> list[str]:
+        return [key for t in self.totals for key in t.omitted]
+
+
+def decode_admin_document(text: str | None) -> AdminDocument:
+    """The document in an AdminComment value (empty when it holds none), version 1 or 2; raises
+    TraceError when an easlurm document is present but damaged (e.g. truncated by the database)."""
+    doc = unpack(text)
+    if doc is None:
+        return AdminDocument()
+    raw_steps = doc.get("steps", [])
+    if not isinstance(raw_steps, list):
+        raise TraceError("AdminComment: damaged easlurm record (steps)")
+    if doc["v"] == 1:
+        dropped = doc.get("dropped_steps") or 0
+        return AdminDocument([StepRecord.from_dict(s) for s in raw_steps], [], int(dropped))
+    steps = [StepRecord.from_dict(full_step(s, SCHEMA_VERSION)) for s in raw_steps]
+    omitted = expand_ranges(doc.get("omitted", []))
+    by_run: dict[int, list[str]] = {}
+    for key in omitted:
+        run = key.partition("+r")[2] or "0"
+        if not run.isdigit():
+            raise TraceError(f"AdminComment: damaged easlurm record (omitted step {key!r})")
+        by_run.setdefault(int(run), []).append(key)
+    raw_totals = doc.get("totals", []) if omitted else []
+    if not isinstance(raw_totals, list):
+        raise TraceError("AdminComment: damaged easlurm record (totals)")
+    totals = []
+    for t in raw_totals:
+        rec = StepRecord.from_dict(full_step(t, SCHEMA_VERSION))
+        fields = {f.name: getattr(rec, f.name) for f in dataclasses.fields(StepRecord)}
+        totals.append(CarriedTotal(**fields, omitted=by_run.get(rec.run, [])))
+    return AdminDocument(steps, totals)
 
 
 def decode_admin_comment(text: str | None) -> list[StepRecord]:
-    """The step records in an AdminComment value ([] when it holds none); raises TraceError when an
-    easlurm document is present but damaged (e.g. truncated by the database)."""
-    if not text:
-        return []
-    m = _TOKEN.search(text.lower())
-    if m is None:
-        return []
-    hexdigits = m.group(1)
-    try:
-        raw = bytes.fromhex(hexdigits[: len(hexdigits) // 2 * 2])
-        doc = json.loads(inflate(raw, "AdminComment: damaged easlurm record", TraceError))
-    except ValueError as exc:
-        raise TraceError(f"AdminComment: damaged easlurm record ({exc})") from exc
-    if not isinstance(doc, dict) or doc.get("v") != SCHEMA_VERSION:
-        raise TraceError("AdminComment: unsupported easlurm record version")
-    return [StepRecord.from_dict(s) for s in doc.get("steps", [])]
+    """The step records an AdminComment value carries in detail ([] when it holds none); raises
+    TraceError when an easlurm document is present but damaged (e.g. truncated by the database)."""
+    return decode_admin_document(text).steps

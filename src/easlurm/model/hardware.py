@@ -217,7 +217,9 @@ def parse_catalogue(doc: Any, source: str = "catalogue") -> Catalogue:
 def load_catalogue() -> Catalogue:
     """The catalogue shipped with the package."""
     text = resources.files("easlurm.model").joinpath("catalogue.yaml").read_text()
-    return parse_catalogue(yaml.safe_load(text), "catalogue.yaml")
+    # the packaged file is ours: libyaml's safe loader where built (7x faster: `easlurm sacct` reads it)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return parse_catalogue(yaml.load(text, Loader=loader), "catalogue.yaml")
 
 
 _TEXT_FIELDS = (

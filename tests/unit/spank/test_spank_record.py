@@ -10,11 +10,12 @@ import random
 import pytest
 
 from easlurm.accounting.step_record import (
-    ADMIN_COMMENT_PREFIX,
+    ADMIN_COMMENT_PREFIXES,
     DeviceRecord,
     NodeRecord,
     StepRecord,
     decode_admin_comment,
+    decode_admin_document,
     encode_admin_comment,
 )
 from easlurm.energy.result import DeviceEnergy, DeviceKind
@@ -125,11 +126,12 @@ def test_reduced_detail_keeps_totals() -> None:
     assert {d.name for d in s.reduced("node").nodes[0].devices} == {"gpu", "cpu", "dram"}
 
 
-def test_admin_comment_is_lowercase_hex_ascii() -> None:
+def test_admin_comment_is_lowercase_base32_ascii() -> None:
+    """Version 2 is written: lowercase letters and digits after the prefix, nothing sacctmgr or sacct -P
+    would change or split."""
     text = encode_admin_comment([step(), step(name="batch", nodes=1)])
-    assert text.startswith(ADMIN_COMMENT_PREFIX)
-    assert text == text.lower() and text.isascii()
-    assert not set(text) & set("|\n\"'` ")
+    assert text.startswith("easlurm2:") and text.startswith(ADMIN_COMMENT_PREFIXES)
+    assert set(text) <= set("abcdefghijklmnopqrstuvwxyz234567:") | set("easlurm2")
 
 
 def test_admin_comment_survives_sacctmgr_and_surrounding_text() -> None:
@@ -151,13 +153,19 @@ def test_no_record_and_damaged_record() -> None:
         decode_admin_comment(text[: len(text) // 2])  # e.g. truncated by the database column
 
 
-def test_burst_of_steps_fits_with_full_detail() -> None:
-    """200 profiled steps with 8 GPUs each stay under the cap without losing detail."""
+def test_burst_of_steps_keeps_the_newest_in_full_detail_and_the_total_of_all() -> None:
+    """200 profiled steps with 8 GPUs each: the newest ADMIN_COMMENT_MAX_STEPS keep full detail, the
+    others are named as left out, and the run's total covers all 200."""
     steps = [step(name=str(i), nodes=1, gpus=8, gpu_w=200 + i) for i in range(200)]
     text = encode_admin_comment(steps)
     assert len(text) < 60_000
-    back = decode_admin_comment(text)
-    assert len(back) == 200 and {s.detail for s in back} == {"device"}
+    doc = decode_admin_document(text)
+    assert [s.step for s in doc.steps] == [str(i) for i in range(100, 200)]
+    assert {s.detail for s in doc.steps} == {"device"}
+    assert doc.omitted == [str(i) for i in range(100)]
+    (total,) = doc.totals
+    assert total.omitted == doc.omitted
+    assert total.total_energy_j == pytest.approx(sum(s.total_energy_j or 0 for s in steps))
 
 
 def test_cap_reduces_detail_then_drops_oldest_steps() -> None:
@@ -202,12 +210,11 @@ def test_an_admin_comment_that_inflates_past_the_cap_is_refused_not_read() -> No
     inflate to hundreds of MB is a damaged record, not a memory spike."""
     import zlib
 
-    from easlurm.accounting.step_record import ADMIN_COMMENT_PREFIX, decode_admin_comment
+    from easlurm.accounting.admin_codec import PREFIX_V1
+    from easlurm.accounting.step_record import decode_admin_comment
     from easlurm.errors import TraceError
 
-    bomb = (
-        ADMIN_COMMENT_PREFIX + zlib.compress(b'{"v": 1, "steps": [], "pad": "' + b" " * 300_000_000, 9).hex()
-    )
+    bomb = PREFIX_V1 + zlib.compress(b'{"v": 1, "steps": [], "pad": "' + b" " * 300_000_000, 9).hex()
     assert len(bomb) < 1_000_000
     with pytest.raises(
         TraceError, match="AdminComment: damaged easlurm record: compressed data inflates past"

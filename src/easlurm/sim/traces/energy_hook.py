@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from easlurm.accounting.step_record import decode_admin_comment
+from easlurm.accounting.step_record import decode_admin_document
 from easlurm.energy.spec import parse_spec
 from easlurm.errors import ConfigError, TraceError
 
@@ -45,13 +45,16 @@ def decode_energy(admin_comment: str | None) -> EnergyInfo | None:
         return None
 
     try:
-        records = decode_admin_comment(admin_comment)
+        doc = decode_admin_document(admin_comment)
     except TraceError as exc:
         raise TraceError(f"field AdminComment: {exc}") from None
-    if not records:
+    records = doc.steps
+    if not records and not doc.totals:
         return None
     total = _job_energy({r.step: r.total_energy_j for r in records})
     gpu = _job_energy({r.step: r.gpu_energy_j for r in records})
+    if doc.totals:  # steps left out of the record: its last run's carried total covers them all
+        total, gpu = doc.totals[-1].total_energy_j, doc.totals[-1].gpu_energy_j
     model = steps = None
     for r in records:
         try:
