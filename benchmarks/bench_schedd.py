@@ -285,6 +285,21 @@ def bare_squeue() -> tuple[float, float]:
     return time.perf_counter() - t0, float(len(out))
 
 
+def show_job_figures(job_id: str) -> dict[str, float]:
+    """The agents' read of one job (state, AdminComment, restart count: client.show_job), and what it cost
+    before on 22.05 (the whole queue as JSON, filtered), on the queue as it is: seconds and bytes."""
+    timed = TimedClient("text")
+    t0 = time.perf_counter()
+    view = timed.show_job(int(job_id))
+    fig = {"show_job": time.perf_counter() - t0, "show_job_bytes": timed.phases.get("squeue_bytes", 0.0)}
+    t0 = time.perf_counter()
+    out = subprocess.run(["squeue", "--json"], capture_output=True, check=True).stdout
+    fig["show_job_json_queue"] = time.perf_counter() - t0
+    fig["show_job_json_queue_bytes"] = float(len(out))
+    print(f"  show_job {job_id}: {fig['show_job'] * 1000:.0f} ms, Restarts={view.get('Restarts')}")
+    return fig
+
+
 def placement_check(placed: Mapping[str, str]) -> dict[str, Any]:
     """Did Slurm start the jobs the cold cycle decided to start, on the nodes it chose? And jobs Slurm
     will never start after the daemon's updates (22.05 keeps the old GPU type of a retyped job)."""
@@ -382,6 +397,7 @@ def bench_slurm(
                 bare.append(bare_squeue())
                 print(f"  bare squeue -h -o %i: {bare[-1][0] * 1000:.0f} ms, {bare[-1][1]:.0f} bytes")
         fig.update(placement_check(placed))
+        fig.update(show_job_figures(ids[-1]))
         fig["load_after"] = os.getloadavg()[0]
         summarise(fig, cycles, bare)
         if prof is not None and profile:
@@ -410,8 +426,10 @@ def print_figures(fig: Mapping[str, Any]) -> None:
     """One line per figure."""
     for key, value in fig.items():
         k = kind(key)
-        if not isinstance(value, float) or k in ("count", "load"):
+        if not isinstance(value, float):
             print(f"{key:<40} {value!s:>12}")
+        elif k in ("count", "load"):
+            print(f"{key:<40} {value:12.{2 if k == 'load' else 0}f}")
         elif k == "bytes":
             print(f"{key:<40} {value:12.0f} bytes")
         elif k == "ratio":
