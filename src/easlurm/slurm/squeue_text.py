@@ -134,6 +134,8 @@ def json_value(key: str, text: str) -> Any:
             raise SqueueTextError(f"squeue text: Requeue {value[:40]!r} is not 0 or 1")
         return value == "1"
     if key == "time_limit":
+        if value.upper() == "NOT_SET":  # squeue's word for a limit not yet established
+            return None
         try:
             seconds = parse_timelimit_s(value)
         except ValueError as exc:

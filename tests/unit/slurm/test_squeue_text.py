@@ -161,7 +161,7 @@ def test_frames_are_fresh_and_never_read_as_a_size() -> None:
 
 def test_values_as_json_gives_them() -> None:
     assert json_value("time_limit", "30:00") == 30 and json_value("time_limit", "365-00:00:00") == 525600
-    assert json_value("time_limit", "UNLIMITED") is None
+    assert json_value("time_limit", "UNLIMITED") is None and json_value("time_limit", "NOT_SET") is None
     assert json_value("start_time", "N/A") == 0 and json_value("submit_time", "1795729863") == 1795729863
     assert json_value("comment", "(null)") == "" and json_value("name", " a ") == " a "
     assert json_value("requeue", "1") is True and json_value("tres_per_job", "N/A") == ""
