@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from easlurm.slurm.json_values import load_document
+from easlurm.slurm.json_values import JOB_BASE_STATES, load_document
 from easlurm.slurm.squeue_text import (
     QUEUE_FIELDS,
     SHORT_SEP_HEX,
@@ -101,15 +101,23 @@ class TextQueueReader(Generic[T]):
         for values in rows:
             key: Key = (tuple(values), self._text[values[0]])
             last = self._made.get(values[0])
-            made[values[0]] = last if last is not None and last[0] == key else (key, self._make(key))
+            same = last is not None and last[0] == key and not self._flagged(values[_STATE_AT])
+            made[values[0]] = last if same and last is not None else (key, self._make(key))
         self._made = made
         self._detail = {k: v for k, v in self._detail.items() if k[0] in made}
         return [job for _, job in made.values()]
 
+    def _flagged(self, state: str) -> bool:
+        """squeue prints a flag (COMPLETING, CONFIGURING, REQUEUED, ...) instead of the base state, as
+        22.05's JSON does; 23.02+'s JSON lists both: such a job (few, for seconds) is read as JSON there."""
+        return self.caps.scontrol_json and state not in JOB_BASE_STATES
+
     def _make(self, key: Key) -> T:
         job = json_job(QUEUE_FIELDS, key[0])
         job.update(json_job(TEXT_FIELDS[1:], key[1]))
-        if job.get("job_state") == "RUNNING" and "gres/" in str(job.get("tres_alloc_str") or ""):
+        if self._flagged(str(job.get("job_state"))):
+            job = self._scontrol_job(str(job["job_id"]))
+        elif job.get("job_state") == "RUNNING" and "gres/" in str(job.get("tres_alloc_str") or ""):
             job["gres_detail"] = self._gres_detail(job)
         self.stats.converted += 1
         return self.convert(job)
@@ -154,16 +162,19 @@ class TextQueueReader(Generic[T]):
         if key not in self._detail:
             self.stats.detail_jobs += 1
             if self.caps.scontrol_json:
-                argv = ["scontrol", "--json", "show", "job", job_id]
-                doc = load_document(self._run(argv, {}), "scontrol --json")
-                found = [j for j in doc.get("jobs") or () if str(j.get("job_id")) == job_id]
-                if len(found) != 1:
-                    raise SqueueTextError(f"scontrol --json show job {job_id}: {len(found)} records")
-                self._detail[key] = [str(d) for d in found[0].get("gres_detail") or ()]
+                self._detail[key] = [str(d) for d in self._scontrol_job(job_id).get("gres_detail") or ()]
             else:
                 text = self._run(["scontrol", "-d", "show", "job", job_id], {})
                 self._detail[key] = gres_detail_from_show_job(text, job_id)
         return self._detail[key]
+
+    def _scontrol_job(self, job_id: str) -> dict[str, Any]:
+        """One job's object of `scontrol --json show job ID` (23.02+)."""
+        doc = load_document(self._run(["scontrol", "--json", "show", "job", job_id], {}), "scontrol --json")
+        found = [j for j in doc.get("jobs") or () if str(j.get("job_id")) == job_id]
+        if len(found) != 1:
+            raise SqueueTextError(f"scontrol --json show job {job_id}: {len(found)} records")
+        return dict(found[0])
 
 
 def _check_strays(got: Mapping[str, tuple[str, ...]], ids: Sequence[str]) -> None:
