@@ -68,6 +68,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "max_wake_wait_s": 600.0,
         "aging_weight": 1.0,
         "preempt_cooldown_s": 300.0,
+        # no job is preempted before it has run this long since its (re)start (docs/schedd.md)
+        "min_run_s": 300.0,
         "hold_ttl_s": 600.0,
         "metrics_port": None,
         "metrics_address": None,
@@ -211,6 +213,7 @@ RANGES: dict[str, tuple[Any, str]] = {
     "sched.max_slowdown": (lambda v: 0 <= v <= 10, "between 0 and 10 (a fraction: 0.05 is 5 %)"),
     "sched.spread_slack": (lambda v: 0 <= v <= 10, "between 0 and 10 (a fraction: 0.05 is 5 %)"),
     "sched.preempt_cooldown_s": (_non_negative, ">= 0"),
+    "sched.min_run_s": (_non_negative, ">= 0 s"),
     "sched.consolidation_slack": (lambda v: 0 <= v <= 10, "between 0 and 10 (a fraction: 0.3 is 30 %)"),
     "sched.min_off_s": (_non_negative, ">= 0"),
     "sched.max_wake_wait_s": (_non_negative, ">= 0"),

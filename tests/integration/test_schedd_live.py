@@ -363,6 +363,7 @@ def test_schedd_aurachronos_preempts_for_an_urgent_deadline(slurm_box: Any, tmp_
             policy="aurachronos",
             interval_s=1.0,
             preempt_cooldown_s=0.0,
+            min_run_s=0.0,  # the long job ran only seconds: the site allows preempting it at once
             decision_log=tmp_path / "log.jsonl",
             env_dir=tmp_path / "env",
             name_prefix="schedd-it-pre",
@@ -426,6 +427,50 @@ def test_schedd_budget_gates_jobs_deferred_at_submission(slurm_box: Any, tmp_pat
         now = time.time()
         for j in mine(slurm_box, ids).values():
             assert holds.mark_of(j) is None and (j.running or (j.eligible_s or 0) <= now + 1)
+    finally:
+        stop_daemon(stop, t)
+        cancel(slurm_box, ids)
+
+
+def test_schedd_begin_time_holds_do_not_flap_and_say_why(slurm_box: Any, tmp_path: Path) -> None:
+    """Jobs submitted with `--begin` 20 s ahead under a budget with room: each is held once, with its own
+    begin time kept, and not touched again (the old daemon released and held them on alternate cycles)
+    until the begin time passes; then they are released, start and complete. The cycle's report says why
+    in words and shows the power against the budget."""
+    spec = "model=resnet50,steps=500,batch=64,gpus=1"
+    common = ["-p", "h100", f"--nodelist={NODE}", "--gres=gpu:h100:1", "--wrap", "sleep 1"]
+    ids = [
+        slurm_box.sbatch("-J", f"schedd-it-begin-{i}", comment(spec), "--begin=now+20", *common)
+        for i in range(2)
+    ]
+    cfg = DaemonConfig(
+        policy="charon",
+        interval_s=1.0,
+        power_budget_w=100_000.0,
+        hold_ttl_s=120.0,
+        decision_log=tmp_path / "log.jsonl",
+        log_snapshots=True,
+        env_dir=tmp_path / "env",
+        name_prefix="schedd-it-begin",
+        nodes=(NODE,),
+    )
+    begin = max(j.eligible_s or 0.0 for j in mine(slurm_box, ids).values())
+    _, stop, t = start_daemon(slurm_box, cfg)
+    try:
+        wait_for(lambda: time.time() > begin - 2, 30, "the begin time to come near")
+        entries = [json.loads(x) for x in (tmp_path / "log.jsonl").read_text().splitlines()]
+        cycles = [e for e in entries if e["event"] == "cycle" and e["time_s"] < begin - 1]
+        acts = [(a["kind"], a["job_id"]) for e in cycles for a in e["actions"] if a["job_id"] in ids]
+        assert len(cycles) >= 3 and sorted(acts) == sorted(("hold", j) for j in ids), (len(cycles), acts)
+        held = next(e for e in cycles if e["actions"])
+        for j in ids:
+            assert "waits for its own begin time" in held["jobs"][j]["why"]["hold"]
+        assert held["power"]["budget_w"] == 100_000.0 and held["warnings"] == []
+        wait_for(
+            lambda: not any(j.pending or j.running for j in mine(slurm_box, ids).values()),
+            90,
+            "the jobs to start after their begin time and complete",
+        )
     finally:
         stop_daemon(stop, t)
         cancel(slurm_box, ids)

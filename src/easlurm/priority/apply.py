@@ -27,6 +27,9 @@ SITE_BASE = 10_000_000
 SITE_STEP = 100_000
 #: Jobs ordered per cycle (SITE_BASE - TOP_K * SITE_STEP stays > 0).
 TOP_K = 64
+#: No job is preempted before it has run this long (s) since its (re)start (`sched.min_run_s`): a job
+#: requeued seconds after it started has spent its start-up (loading, warm-up) for nothing.
+DEFAULT_MIN_RUN_S = 300.0
 #: Hold updates (new or refreshed) per cycle: a bound on scontrol commands when a budget gates a long queue.
 MAX_HOLDS = 256
 
@@ -75,6 +78,8 @@ class PlanContext:
     recently_requeued: frozenset[str] = frozenset()
     #: jobs released after a full TTL on an idle cluster: never held again, nor shed once they run
     ttl_spent: frozenset[str] = frozenset()
+    #: no job is preempted before it has run this long since its (re)start (`sched.min_run_s`)
+    min_run_s: float = 0.0
 
 
 #: Release reason of a job held a full TTL while nothing ran on the daemon's nodes: nothing will free
@@ -199,19 +204,28 @@ def plan(
     return actions
 
 
+def spared(job_id: str, ctx: PlanContext) -> str | None:
+    """Why the daemon does not preempt this victim of the policy now (None: it may), in words."""
+    job = ctx.jobs.get(job_id)
+    if job is None or not job.running or job_id not in ctx.declared or not job.requeue:
+        return "not a running, declared, requeueable job"
+    if job_id in ctx.recently_requeued:
+        return "requeued by the daemon within the preemption cooldown"
+    if job_id in ctx.ttl_spent:
+        return f"it was {IDLE_TTL_RELEASE}"
+    ran_s = ctx.now_s - job.start_s if job.start_s is not None else None
+    if ran_s is not None and ran_s < ctx.min_run_s:
+        return f"ran {ran_s:.0f} s, under the minimum run time of {ctx.min_run_s:g} s (sched.min_run_s)"
+    return None
+
+
 def _requeues(preempt: Sequence[str], ctx: PlanContext) -> list[Action]:
     """Requeue the decision's victims that Slurm may requeue and the daemon may preempt now (logged when not)."""
     actions = []
     for job_id in preempt:
-        job = ctx.jobs.get(job_id)
-        if job is None or not job.running or job_id not in ctx.declared or not job.requeue:
-            log.info("not preempting job %s: not a running, declared, requeueable job", job_id)
-            continue
-        if job_id in ctx.recently_requeued:
-            log.info("not preempting job %s again within the cooldown", job_id)
-            continue
-        if job_id in ctx.ttl_spent:
-            log.info("not preempting job %s: it was %s", job_id, IDLE_TTL_RELEASE)
+        why_not = spared(job_id, ctx)
+        if why_not is not None:
+            log.info("not preempting job %s: %s", job_id, why_not)
             continue
         actions.append(Action(Kind.REQUEUE, job_id, reason="preempted"))
     return actions
@@ -253,7 +267,7 @@ def _to_hold(
         to_hold |= {
             j
             for j in ctx.declared
-            if j in ctx.jobs and holds.user_deferred(ctx.jobs[j], ctx.now_s, ctx.hold_ttl_s)
+            if j in ctx.jobs and holds.waits_for_own_begin(ctx.jobs[j], ctx.now_s, ctx.hold_ttl_s)
         }
     to_hold -= started
     to_hold -= ctx.ttl_spent
@@ -317,7 +331,7 @@ def _holds(
                 break
             if job_id in policy:
                 why = holds.WHY_POLICY
-            elif holds.user_deferred(job, ctx.now_s, ctx.hold_ttl_s):
+            elif holds.waits_for_own_begin(job, ctx.now_s, ctx.hold_ttl_s):
                 why = holds.WHY_BEGIN
             else:
                 why = holds.WHY_GATE

@@ -11,12 +11,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from easlurm.errors import SlurmError
 from easlurm.model.build import build_oracle
 from easlurm.priority import holds
 from easlurm.priority.apply import (
+    DEFAULT_MIN_RUN_S,
     IDLE_TTL_RELEASE,
     Action,
     Kind,
@@ -27,10 +26,19 @@ from easlurm.priority.apply import (
     prune_env_files,
     release_all,
 )
+from easlurm.priority.explain import (
+    PowerView,
+    budget_warning,
+    cycle_line,
+    explain_actions,
+    power_view,
+    with_starts,
+)
 from easlurm.priority.metrics import Metrics
 from easlurm.priority.packing import DEFAULT_MAX_SLOWDOWN
 from easlurm.priority.policies import get_policy, policy_params
 from easlurm.priority.policy_call import call_policy
+from easlurm.priority.rank_words import JobView, Ranked, rank_view
 from easlurm.priority.report import StartPrediction, predict_starts
 from easlurm.priority.slurm_snapshot import (
     SnapshotInputs,
@@ -45,6 +53,8 @@ from easlurm.priority.snapshot import ClusterSnapshot, Decision
 from easlurm.slurm.sched_client import SchedClient, SlurmJob
 
 log = logging.getLogger(__name__)
+#: the one INFO line per cycle of loop mode (`schedd` shows it by default)
+cycle_log = logging.getLogger(__name__ + ".cycle")
 
 LOG_SCHEMA_VERSION = 1
 #: While Slurm fails the daemon waits longer between cycles, up to this: a failed try costs one squeue, and
@@ -62,6 +72,8 @@ class DaemonConfig:
     dry_run: bool = False
     hold_ttl_s: float = 600.0
     preempt_cooldown_s: float = 300.0
+    #: no job is preempted before it has run this long since its (re)start (`sched.min_run_s`)
+    min_run_s: float = DEFAULT_MIN_RUN_S
     aging_weight: float = 1.0
     #: the slowdown an energy policy's power limit may cost a job (`sched.max_slowdown`)
     max_slowdown: float = DEFAULT_MAX_SLOWDOWN
@@ -99,8 +111,16 @@ class CycleReport:
     error: str | None = None
     #: the oracle's prediction of each start (remaining steps): what `schedd --once` shows
     predictions: dict[str, StartPrediction] = field(default_factory=dict)
+    #: the cluster's power against the budget, warnings, and each job's view with the reasons in words
+    power: PowerView | None = None
+    warnings: list[str] = field(default_factory=list)
+    jobs: dict[str, JobView] = field(default_factory=dict)
+    #: pending and running jobs read from Slurm (all of them, declared or not)
+    jobs_seen: int = 0
 
-    def to_dict(self, with_snapshot: bool) -> dict[str, Any]:
+    def to_dict(self, with_snapshot: bool, with_jobs: bool = True) -> dict[str, Any]:
+        """The JSON form; `with_jobs` adds each job's view with the reasons in words (what --once shows; the
+        decision log carries it with the snapshot only, it is the longest part)."""
         out: dict[str, Any] = {
             "schema_version": LOG_SCHEMA_VERSION,
             "time_s": self.time_s,
@@ -112,6 +132,11 @@ class CycleReport:
         if self.predictions:
             out["predictions"] = {j: asdict(p) for j, p in self.predictions.items()}
         out["actions"] = [a.to_dict() for a in self.actions]
+        if self.power is not None:
+            out["power"] = self.power.to_dict()
+        out["warnings"] = list(self.warnings)
+        if self.jobs and with_jobs:
+            out["jobs"] = {j: v.to_dict() for j, v in self.jobs.items()}
         if self.outcome is not None:
             out["failed"] = [{"action": a.to_dict(), "error": e} for a, e in self.outcome.failed]
         if with_snapshot and self.snapshot is not None:
@@ -123,16 +148,7 @@ def queue_order(policy: Any, snapshot: ClusterSnapshot, oracle: Any) -> list[str
     """The policy's ranking of every declared pending job as if GPUs were free (its placement and score
     hooks), so that Slurm starts the jobs that cannot start now in the policy's order later. [] for
     policies without a per-job score (AuraChronos ranks inside its own packing)."""
-    if not snapshot.pending or not all(hasattr(policy, a) for a in ("cycle", "placements", "score", "order")):
-        return []
-    try:
-        cyc = policy.cycle(snapshot, oracle)
-        cyc.feasible = np.ones_like(cyc.feasible) if cyc.spread is None else ~cyc.spread
-        best = policy.placements(cyc)
-        tier, score = policy.score(cyc, best)
-        return [snapshot.pending[j].job_id for j in policy.order(best, tier, score)]
-    except NotImplementedError:
-        return []
+    return rank_view(policy, snapshot, oracle).order
 
 
 class Daemon:
@@ -166,6 +182,7 @@ class Daemon:
         self._failures = 0
         self._known_ids: frozenset[str] = frozenset()
         self._ttl_spent: set[str] = set()
+        self._warned: str | None = None
 
     # -- phases ------------------------------------------------------------------------------
     def _user_history(self, now_s: float) -> dict[str, float]:
@@ -233,7 +250,8 @@ class Daemon:
         decision = call_policy(self.policy, snap, self.oracle)
         # Slurm's own scheduling (`slurm`, `static-cap`): its decision is logged, Slurm is left alone
         alone = bool(getattr(self.policy, "leaves_slurm_alone", False))
-        ranking = [] if alone else queue_order(self.policy, snap, self.oracle)
+        ranked = rank_view(self.policy, snap, self.oracle) if not alone else Ranked()
+        ranking = ranked.order
         t2 = time.perf_counter()
         ctx = PlanContext(
             now_s=now,
@@ -247,6 +265,7 @@ class Daemon:
                 j for j, t in self._requeued_at.items() if now - t < self.cfg.preempt_cooldown_s
             ),
             ttl_spent=frozenset(self._ttl_spent),
+            min_run_s=self.cfg.min_run_s,
         )
         actions = plan(Decision() if alone else decision, snap, ctx, ranking)
         outcome = execute(actions, self.client, self.cfg.env_dir, self.cfg.dry_run)
@@ -263,6 +282,7 @@ class Daemon:
                 self._ttl_spent.add(act.job_id)
         report.snapshot, report.decision, report.actions, report.outcome = snap, decision, actions, outcome
         report.predictions = predict_starts(decision, snap, self.oracle)
+        self._explain(report, ctx, ranked)
         report.timings_s = {"slurm": t1 - t0, "policy": t2 - t1, "apply": t3 - t2}
         self._observe(report, inputs)
         self._log(report)
@@ -289,6 +309,7 @@ class Daemon:
         try:
             while not stop.is_set() and (max_cycles is None or cycles < max_cycles):
                 report = self.cycle()
+                self._log_line(report)
                 cycles += 1
                 wait = self.cfg.interval_s
                 if report.error is not None:
@@ -301,10 +322,34 @@ class Daemon:
         return cycles
 
     # -- output ------------------------------------------------------------------------------
+    def _explain(self, report: CycleReport, ctx: PlanContext, ranked: Ranked) -> None:
+        """The cycle in words (the --once table, --json, the decision log); a budget that leaves less than
+        one job's worth above the idle floor is warned about (logged once, again when it changes)."""
+        snap, decision = report.snapshot, report.decision
+        if snap is None or decision is None:
+            return
+        report.power = power_view(snap, decision, self.cfg.power_budget_w)
+        report.jobs = explain_actions(report.actions, decision, ctx, ranked, report.power, snap)
+        with_starts(report.jobs, decision, report.predictions)
+        warning = budget_warning(report.power, ranked, snap)
+        report.warnings = [warning] if warning else []
+        if warning is not None and warning != self._warned:
+            log.warning("%s", warning)
+        self._warned = warning
+
+    def _log_line(self, report: CycleReport) -> None:
+        """Loop mode's one INFO line per cycle."""
+        if report.error is not None:
+            return  # the failure was logged as a warning
+        pending = len(report.snapshot.pending) if report.snapshot is not None else 0
+        took = sum(report.timings_s.values())
+        cycle_log.info("%s", cycle_line(report.jobs_seen, pending, report.actions, report.power, took))
+
     def _observe(self, report: CycleReport, inputs: SnapshotInputs) -> None:
         snap = report.snapshot
         if snap is None:
             return
+        report.jobs_seen = len(inputs.jobs)
         idle = sum(n.free_gpus * n.idle_power_w for n in snap.nodes)
         measured = sum(inputs.measured_power_w.values()) + idle if inputs.measured_power_w else None
         held = sum(1 for j in inputs.jobs if holds.held_by_us(j, report.time_s))
@@ -320,7 +365,7 @@ class Daemon:
         if self.cfg.decision_log is None:
             return
         doc = {"event": event, "policy": self.policy.name, "dry_run": self.cfg.dry_run}
-        doc.update(report.to_dict(self.cfg.log_snapshots))
+        doc.update(report.to_dict(self.cfg.log_snapshots, with_jobs=self.cfg.log_snapshots))
         self.cfg.decision_log.parent.mkdir(parents=True, exist_ok=True)
         with self.cfg.decision_log.open("a") as fh:
             fh.write(json.dumps(doc, separators=(",", ":")) + "\n")

@@ -86,6 +86,19 @@ def user_deferred(job: SlurmJob, now_s: float, within_s: float) -> bool:
     )
 
 
+def held_for_own_begin(job: SlurmJob, now_s: float) -> bool:
+    """Pending, held by the daemon, and its user's own begin time (kept in the mark) still ahead: the job
+    cannot start before it whatever the daemon does, so it stays held and no policy is asked to start it
+    (releasing it to start would only restore the begin time, and the next cycle would hold it again)."""
+    mark = mark_of(job)
+    return job.pending and mark is not None and mark.begin_s is not None and mark.begin_s > now_s
+
+
+def waits_for_own_begin(job: SlurmJob, now_s: float, within_s: float) -> bool:
+    """Deferred by its user's own begin time: coming within `within_s` and not yet held, or already held."""
+    return user_deferred(job, now_s, within_s) or held_for_own_begin(job, now_s)
+
+
 def can_hold(job: SlurmJob, now_s: float | None = None, ttl_s: float = 0.0) -> bool:
     """The daemon may hold only pending jobs whose AdminComment is empty or already its own mark, and
     (given `now_s`) jobs deferred by their user's begin time that comes within the TTL."""

@@ -16,11 +16,11 @@ from easlurm.model.zoo import get_workload
 from easlurm.priority.options import oracle_nodes
 from easlurm.priority.snapshot import ClusterSnapshot, Decision, PendingJob, StartJob
 from easlurm.table import render_table
-from easlurm.units import format_energy
+from easlurm.units import format_energy, format_power
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ("JobID", "Placement", "PredEnergy", "PredTime", "Action", "Reason")
+COLUMNS = ("JobID", "Placement", "PredPower", "PredEnergy", "PredTime", "Action", "Reason")
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,8 @@ class StartPrediction:
 
 
 def predict_starts(decision: Decision, snapshot: ClusterSnapshot, oracle: Any) -> dict[str, StartPrediction]:
-    """Predicted energy (J) and run time (s) of each start of the decision, for the job's remaining steps."""
+    """Predicted energy (J) and run time (s) of each start of the decision, for the job's remaining work (its
+    remaining samples, in steps of the start's batch)."""
     pending = {p.job_id: p for p in snapshot.pending}
     out: dict[str, StartPrediction] = {}
     for start in decision.starts:
@@ -49,7 +50,7 @@ def predict_starts(decision: Decision, snapshot: ClusterSnapshot, oracle: Any) -
             pred = oracle.predict(
                 wl, Placements.of([start.n_gpus], [start.batch], [start.gpu_type], [limit], m)
             )
-            steps = _steps(job)
+            steps = _steps(job) * job.batch_options[0] / start.batch  # its remaining samples at this batch
             out[start.job_id] = StartPrediction(
                 energy_j=_finite(float(pred.energy_j[0]) * steps),
                 time_s=_finite(float(pred.step_time_s[0]) * steps),
@@ -86,10 +87,11 @@ def placement_text(start: StartJob) -> str:
 
 
 def decision_rows(report: Mapping[str, Any]) -> list[dict[str, str]]:
-    """One row per job the cycle decided about or acted on, from the report's JSON form (`to_dict`):
-    starts first (the decision's order), then preemptions, holds, and the jobs only reordered."""
+    """One row per job the cycle decided about, acted on or ranked, from the report's JSON form (`to_dict`):
+    starts first (the decision's order), then preemptions, holds, the jobs acted on, and the jobs only
+    ranked (in rank order). Predictions and reasons in words come from the report's `jobs` views."""
     decision = report.get("decision") or {}
-    preds = report.get("predictions") or {}
+    views = report.get("jobs") or {}
     failed = {(f["action"]["kind"], f["action"]["job_id"]): f["error"] for f in report.get("failed") or ()}
     rows: dict[str, dict[str, Any]] = {}
 
@@ -99,35 +101,52 @@ def decision_rows(report: Mapping[str, Any]) -> list[dict[str, str]]:
     for start in decision.get("starts") or ():
         r = row(str(start["job_id"]))
         r["Placement"] = placement_text(StartJob(**{k: v for k, v in start.items() if k in _START_FIELDS}))
-        pred = preds.get(str(start["job_id"])) or {}
-        r["PredEnergy"] = format_energy(pred.get("energy_j"))
-        r["PredTime"] = format_duration(pred.get("time_s"))
-        r["reasons"].append("start")
     for job_id in decision.get("preempt") or ():
-        row(str(job_id))["reasons"].append("preempt")
+        row(str(job_id))
     for job_id in decision.get("hold") or ():
-        row(str(job_id))["reasons"].append("hold")
+        row(str(job_id))
     for act in report.get("actions") or ():
         r = row(str(act["job_id"]))
         kind = act["kind"]
         error = failed.get((kind, act["job_id"]))
         r["actions"].append(f"{kind}(failed)" if error else kind)
-        why = f"{kind}: {error}" if error else (act.get("reason") or "")
-        if why and why not in r["reasons"]:
-            r["reasons"].append(why)
-    out = []
-    for r in rows.values():
-        out.append(
-            {
-                "JobID": r["JobID"],
-                "Placement": r.get("Placement", ""),
-                "PredEnergy": r.get("PredEnergy", ""),
-                "PredTime": r.get("PredTime", ""),
-                "Action": ",".join(dict.fromkeys(r["actions"])) or "none",
-                "Reason": "; ".join(r["reasons"]),
-            }
-        )
-    return out
+        why = (views.get(str(act["job_id"])) or {}).get("why") or {}
+        if error:
+            _add(r, f"{kind}: {error}")
+        elif kind not in ("env", "place") or not why:
+            _add(r, why.get(kind) or act.get("reason") or "")
+    ranked = sorted((v for v in views.values() if v.get("rank")), key=lambda v: v["rank"])
+    for view in ranked:
+        row(str(view["job_id"]))
+    return [_row_out(r, views.get(r["JobID"]) or {}, report, decision) for r in rows.values()]
+
+
+def _add(row: dict[str, Any], why: str) -> None:
+    if why and why not in row["reasons"]:
+        row["reasons"].append(why)
+
+
+def _row_out(
+    r: dict[str, Any], view: Mapping[str, Any], report: Mapping[str, Any], decision: Mapping[str, Any]
+) -> dict[str, str]:
+    """A row's columns: the view's placement and predictions (the start's where it starts), its reasons."""
+    job_id = r["JobID"]
+    pred = (report.get("predictions") or {}).get(job_id) or {}
+    started = any(str(s["job_id"]) == job_id for s in decision.get("starts") or ())
+    if view.get("why", {}).get("spared"):
+        _add(r, view["why"]["spared"])
+    if not r["reasons"]:
+        head = "starts now" if started else ("preempt" if job_id in (decision.get("preempt") or ()) else "")
+        _add(r, ", ".join(t for t in (head, view.get("score") or "") if t))
+    return {
+        "JobID": job_id,
+        "Placement": r.get("Placement") or view.get("placement") or "",
+        "PredPower": format_power(view.get("power_w"), ""),
+        "PredEnergy": format_energy(view.get("energy_j", pred.get("energy_j"))),
+        "PredTime": format_duration(view.get("time_s", pred.get("time_s"))),
+        "Action": ",".join(dict.fromkeys(r["actions"])) or "none",
+        "Reason": "; ".join(r["reasons"]),
+    }
 
 
 _START_FIELDS = {f for f in StartJob.__dataclass_fields__}
@@ -140,6 +159,31 @@ def render_report(report: Mapping[str, Any]) -> str:
     head = f"schedd cycle ({mode}): {len(rows)} job(s)"
     if report.get("error"):
         head += f"; error: {report['error']}"
-    if not rows:
-        return head
-    return head + "\n" + render_table(COLUMNS, rows)
+    lines = [head]
+    if report.get("power"):
+        lines.append(power_line(report["power"]))
+    lines += [f"warning: {w}" for w in report.get("warnings") or ()]
+    if rows:
+        left = ("Placement", "Action", "Reason")  # words read from the left
+        widths = [-max(len(c), *(len(r[c]) for r in rows)) if c in left else None for c in COLUMNS]
+        lines.append(render_table(COLUMNS, rows, widths=widths))
+    return "\n".join(lines)
+
+
+def power_line(power: Mapping[str, Any]) -> str:
+    """The `power:` line of `schedd --once` from the report's `power` (PowerView.to_dict)."""
+    line = (
+        f"power: running {power['running_w']:.0f} W + idle floor {power['idle_floor_w']:.0f} W"
+        f" ({power['free_gpus']} free GPUs) = {power['now_w']:.0f} W now"
+    )
+    if power.get("starts_w"):
+        line += f", {power['projected_w']:.0f} W after this cycle's starts ({power['starts_w']:+.0f} W)"
+    budget = power.get("budget_w")
+    if budget is None:
+        return line + "; no budget"
+    line += f"; budget {budget:.0f} W"
+    site = power.get("site_budget_w")
+    if site is not None and site - budget > 0.5:
+        line += f" (site {site:.0f} W less {site - budget:.0f} W kept for uncontrolled jobs)"
+    over = power["projected_w"] - budget
+    return line + (f": over by {over:.0f} W" if over > 0 else f": {-over:.0f} W left")

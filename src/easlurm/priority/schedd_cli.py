@@ -17,7 +17,7 @@ from easlurm.errors import ConfigError
 from easlurm.files import check_writable
 from easlurm.model.build import apply_oracle_config
 from easlurm.model.cli import HARDWARE_OPTION
-from easlurm.priority.daemon import Daemon, DaemonConfig
+from easlurm.priority.daemon import Daemon, DaemonConfig, cycle_log
 from easlurm.priority.metrics import Metrics, check_port
 from easlurm.priority.report import render_report
 from easlurm.slurm import sched_client
@@ -73,6 +73,12 @@ def scheduler_env_dir(spool: str, env_dir: str | None, dry_run: bool) -> Path:
 @click.option("--log-snapshots", is_flag=True, help="Also write each cycle's snapshot into the decision log.")
 @click.option("--hold-ttl", type=str, default=None, help="A daemon hold expires after this (default 10min).")
 @click.option(
+    "--min-run-time",
+    type=str,
+    default=None,
+    help="No job is preempted before it has run this long, e.g. 5min (default: sched.min_run_s).",
+)
+@click.option(
     "--state-save-dir", type=click.Path(file_okay=False), default=None, help="slurmctld StateSaveLocation."
 )
 @click.option("--only-names", type=str, default=None, help="Manage only jobs whose name starts with this.")
@@ -94,6 +100,7 @@ def schedd_cmd(
     decision_log: str | None,
     log_snapshots: bool,
     hold_ttl: str | None,
+    min_run_time: str | None,
     state_save_dir: str | None,
     only_names: str | None,
     only_nodes: str | None,
@@ -110,6 +117,7 @@ def schedd_cmd(
         "metrics_address": metrics_address,
         "decision_log": decision_log,
         "hold_ttl_s": parse_duration_s(hold_ttl, field="--hold-ttl") if hold_ttl else None,
+        "min_run_s": parse_duration_s(min_run_time, field="--min-run-time") if min_run_time else None,
         "state_save_dir": state_save_dir,
     }
     cfg = load_ctx_config(
@@ -118,6 +126,7 @@ def schedd_cmd(
         {
             "sched.interval_s": "--interval",
             "sched.hold_ttl_s": "--hold-ttl",
+            "sched.min_run_s": "--min-run-time",
             "sched.metrics_port": "--metrics-port",
         },
     )
@@ -149,16 +158,25 @@ def schedd_cmd(
     if once:
         run_once(daemon, dry_run, log_snapshots, as_json)
         return
+    run_loop(daemon, name)
+
+
+def run_loop(daemon: Daemon, name: str) -> None:
+    """Loop mode: cycle until SIGTERM/SIGINT, one INFO line per cycle (shown without -v)."""
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    dcfg = daemon.cfg
     log.warning(
-        "schedd: policy %s, every %gs%s%s",
+        "schedd: policy %s, every %gs%s%s, minimum run time %gs",
         name,
         dcfg.interval_s,
-        ", dry run" if dry_run else "",
+        ", dry run" if dcfg.dry_run else "",
         f", budget {dcfg.power_budget_w:g} W" if dcfg.power_budget_w else "",
+        dcfg.min_run_s,
     )
+    if cycle_log.getEffectiveLevel() > logging.INFO:
+        cycle_log.setLevel(logging.INFO)
     daemon.run(stop)
 
 
@@ -174,6 +192,7 @@ def daemon_config(
         dry_run=dry_run,
         hold_ttl_s=float(sched["hold_ttl_s"]),
         preempt_cooldown_s=float(sched["preempt_cooldown_s"]),
+        min_run_s=float(sched["min_run_s"]),
         aging_weight=float(sched["aging_weight"]),
         max_slowdown=float(sched["max_slowdown"]),
         spread_slack=None if sched["spread_slack"] is None else float(sched["spread_slack"]),

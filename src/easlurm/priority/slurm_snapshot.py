@@ -15,7 +15,7 @@ from easlurm.energy.spec import ProfileSpec, parse_spec
 from easlurm.errors import ConfigError, EaslurmError
 from easlurm.model.oracle import Placements
 from easlurm.model.zoo import get_workload
-from easlurm.priority.holds import foreign_hold
+from easlurm.priority.holds import foreign_hold, held_for_own_begin
 from easlurm.priority.sharing import colocations, sharing_mode
 from easlurm.priority.snapshot import ClusterSnapshot, NodeState, PendingJob, RunningJob
 from easlurm.slurm.hostlist import expand_hostlist, first_node
@@ -224,7 +224,9 @@ def build_snapshot(
     for job in inputs.jobs:
         spec = inputs.specs.get(job.job_id)
         if job.pending:
-            if spec is not None and not foreign_hold(job) and schedulable(spec):
+            # a job the daemon holds for its user's own begin time cannot start now: not offered
+            startable = not foreign_hold(job) and not held_for_own_begin(job, inputs.now_s)
+            if spec is not None and startable and schedulable(spec):
                 pending.append(pending_job(job, spec, _pinned_types(job, nodes), inputs.retype_pending))
             continue
         load = _running_load(job, spec, gpu_types, inputs, facts, predict_power_w, pairs.get(job.job_id))

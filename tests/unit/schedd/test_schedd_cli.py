@@ -49,8 +49,12 @@ def test_once_prints_a_table_of_decisions(
     assert main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("schedd cycle (dry run: nothing changed): 2 job(s)")
-    assert lines[1].split() == ["JobID", "Placement", "PredEnergy", "PredTime", "Action", "Reason"]
-    rows = {line.split()[0]: line for line in lines[3:]}
+    assert lines[1].startswith("power: running ") and "budget 2000 W" in lines[1]
+    header = next(i for i, line in enumerate(lines) if line.startswith("JobID"))
+    assert lines[header].split() == [
+        "JobID", "Placement", "PredPower", "PredEnergy", "PredTime", "Action", "Reason",
+    ]  # fmt: skip
+    rows = {line.split()[0]: line for line in lines[header + 2 :]}
     started = next(r for r in rows.values() if "@h100-1" in r)
     assert "1xh100@h100-1" in started and ("kJ" in started or "MJ" in started)
     assert re.search(r" \d+:\d\d:\d\d ", started) and "env" in started and "start" in started
