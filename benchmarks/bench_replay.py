@@ -1,12 +1,18 @@
 """Replay a synthetic 100,000-job `sacct -P` trace on a 1,024-GPU cluster: jobs/s and peak memory per policy.
 
 Usage: python benchmarks/bench_replay.py [--jobs 100000] [--policies pollux,zeus,...] [--keep TRACE]
+    [--shape philly|uniform] [--undersized 2000,8000 --undersized-gpus 256]
 
 The trace (written once to a temporary file) has a realistic column set, step rows, a `|` inside
 JobName and Constraints on 2% of rows (placed by column shapes) and cancelled-while-pending array
-tasks on 1% (never started); load is set for ~85% GPU utilisation. The target is under 2 minutes
-and 2 GB peak RSS per policy at 100,000 jobs (printed as ok / OVER). Each policy replays in a fresh subprocess so that its peak
-RSS (resource.getrusage ru_maxrss) is its own. Figures are printed, never asserted.
+tasks on 1% (never started); load is set for ~85% GPU utilisation. Job sizes and run times have the
+Philly trace's shape (easlurm.sim.philly_shape, up to 48 GPUs, run times from seconds to 60 days) or,
+with `--shape uniform`, the first synthetic shape (log-normal, 1-8 GPUs). The target is at most 2
+minutes of CPU and 4 GB peak RSS per policy at 1,000,000 jobs (printed as ok / OVER; CPU time, because
+the machine may be shared: the load average is printed on each line). Each policy replays in a fresh
+subprocess so that its peak RSS (resource.getrusage ru_maxrss) is its own. Then one policy replays two
+trace sizes on an undersized cluster (the queue grows without bound) and the ratio of their jobs per
+CPU second is printed (1.00: cost linear in the trace). Figures are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -21,9 +27,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import numpy as np
+
+from easlurm.sim.philly_shape import draw_jobs, mean_gpu_s
+from easlurm.slurm.times import format_elapsed
 from easlurm.units import format_energy
 
 HEADER = (
@@ -36,21 +48,47 @@ def _ts(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
-def write_trace(path: Path, n_jobs: int, n_gpus: int, seed: int = 0) -> None:
-    """A synthetic sacct -P dump: Poisson arrivals, log-normal runtimes, 1-8 GPUs, two GPU types."""
-    rng = random.Random(seed)
+def _uniform_draws(n_jobs: int, n_gpus: int, rng: random.Random, load: float) -> tuple[float, Any]:
+    """(arrival rate, (GPUs, run time) draws) of the first synthetic shape: log-normal run times (median
+    30 min), 1-8 GPUs."""
     sizes, weights = [1, 2, 4, 8], [0.45, 0.25, 0.18, 0.12]
     mean_gpus = sum(s * w for s, w in zip(sizes, weights))
     mean_runtime_s = math.exp(math.log(1800) + 1.0**2 / 2)
-    rate_per_s = 0.85 * n_gpus / (mean_gpus * mean_runtime_s)
+    rate_per_s = load * n_gpus / (mean_gpus * mean_runtime_s)
+
+    def draws() -> Iterator[tuple[int, int]]:
+        for _ in range(n_jobs):
+            yield rng.choices(sizes, weights)[0], max(10, int(rng.lognormvariate(math.log(1800), 1.0)))
+
+    return rate_per_s, draws()
+
+
+def _philly_draws(n_jobs: int, n_gpus: int, seed: int, load: float) -> tuple[float, Any]:
+    """(arrival rate, (GPUs, run time) draws) with the Philly table's job sizes and run times
+    (easlurm.sim.philly_shape: provenance there); the rate gives `load` of the cluster's GPUs."""
+    gen = np.random.default_rng(seed)
+    rate_per_s = load * n_gpus / mean_gpu_s(np.random.default_rng(seed + 1))
+    gpus, runtime = draw_jobs(n_jobs, gen)
+    return rate_per_s, zip(gpus.tolist(), runtime.tolist())
+
+
+def write_trace(
+    path: Path, n_jobs: int, n_gpus: int, seed: int = 0, shape: str = "uniform", load: float = 0.85
+) -> None:
+    """A synthetic sacct -P dump: Poisson arrivals at `load` of the cluster's GPUs, two GPU types; `shape`
+    "uniform" (log-normal run times, 1-8 GPUs) or "philly" (the Philly trace's sizes and run times, up to
+    48 GPUs on 8-GPU nodes)."""
+    rng = random.Random(seed)
+    if shape == "philly":
+        rate_per_s, draws = _philly_draws(n_jobs, n_gpus, seed, load)
+    else:
+        rate_per_s, draws = _uniform_draws(n_jobs, n_gpus, rng, load)
     t = 1_700_000_000.0
     with open(path, "w") as fh:
         fh.write(HEADER + "\n")
-        for i in range(n_jobs):
+        for i, (gpus, runtime) in enumerate(draws):
             t += rng.expovariate(rate_per_s)
-            gpus = rng.choices(sizes, weights)[0]
             gtype = rng.choice(["a100", "h100"])
-            runtime = max(10, int(rng.lognormvariate(math.log(1800), 1.0)))
             limit_min = max(30, int(runtime * rng.uniform(1.2, 3.0) / 60))
             start = t + rng.expovariate(1 / 120)
             end = start + runtime
@@ -58,7 +96,11 @@ def write_trace(path: Path, n_jobs: int, n_gpus: int, seed: int = 0) -> None:
             state = rng.choices(
                 ["COMPLETED", "FAILED", "CANCELLED by 1001", "TIMEOUT"], [0.85, 0.07, 0.05, 0.03]
             )[0]
-            tres = f"billing={gpus * 8},cpu={gpus * 8},mem={gpus * 32}G,node=1,gres/gpu={gpus},gres/gpu:{gtype}={gpus}"
+            n_nodes = -(-gpus // 8)
+            tres = (
+                f"billing={gpus * 8},cpu={gpus * 8},mem={gpus * 32}G,node={n_nodes},gres/gpu={gpus},"
+                f"gres/gpu:{gtype}={gpus}"
+            )
             user = f"user{rng.randrange(40)}"
             name, constraint = f"train{i % 7}", ""
             if i % 50 == 0:
@@ -69,34 +111,35 @@ def write_trace(path: Path, n_jobs: int, n_gpus: int, seed: int = 0) -> None:
                     f"{jid}_1|{jid}|sweep|{user}|acct|{gtype}|normal|CANCELLED by 1001|0:0|{_ts(t)}|{_ts(t)}|"
                     f"{cancel}|{cancel}|00:00:00|0|01:00:00|1|0|{tres}||None assigned||sbatch --array=1 x.sh|\n"
                 )
-            elapsed = f"{runtime // 3600:02d}:{runtime % 3600 // 60:02d}:{runtime % 60:02d}"
-            if runtime >= 86400:
-                elapsed = f"{runtime // 86400}-{runtime % 86400 // 3600:02d}:{runtime % 3600 // 60:02d}:{runtime % 60:02d}"
-            common = f"{_ts(t)}|{_ts(t)}|{_ts(start)}|{_ts(end)}|{elapsed}|{runtime}|{limit_min // 60:02d}:{limit_min % 60:02d}:00"
+            limit = format_elapsed(limit_min * 60)
+            common = f"{_ts(t)}|{_ts(t)}|{_ts(start)}|{_ts(end)}|{format_elapsed(runtime)}|{runtime}|{limit}"
+            per_node = min(gpus, 8)
             fh.write(
-                f"{jid}|{jid}|{name}|{user}|acct|{gtype}|normal|{state}|0:0|{common}|1|{gpus * 8}|"
-                f"{tres}|{tres}|{gtype}n{i % 64}|{constraint}|sbatch --gres=gpu:{gtype}:{gpus} run.sh|\n"
+                f"{jid}|{jid}|{name}|{user}|acct|{gtype}|normal|{state}|0:0|{common}|{n_nodes}|{gpus * 8}|"
+                f"{tres}|{tres}|{gtype}n{i % 64}|{constraint}|sbatch -N{n_nodes} --gres=gpu:{gtype}:{per_node} "
+                "run.sh|\n"
             )
             fh.write(
-                f"{jid}.batch|{jid}.batch|batch|||||COMPLETED|0:0|{common}|1|{gpus * 8}||{tres}|{gtype}n0|||\n"
+                f"{jid}.batch|{jid}.batch|batch|||||COMPLETED|0:0|{common}|1|{per_node * 8}||{tres}|{gtype}n0|||\n"
             )
 
 
 def run_one(trace: str, policy: str, n_nodes: int) -> dict[str, float]:
-    """Replay under one policy in this process; returns jobs/s and peak RSS."""
+    """Replay under one policy in this process; returns jobs/s, wall and CPU time and peak RSS."""
     from easlurm.sim.cluster import ClusterSpec
     from easlurm.sim.replay import ReplayRequest, replay
 
     cluster = ClusterSpec.mixed([(n_nodes // 2, 8, "a100-40gb"), (n_nodes - n_nodes // 2, 8, "h100-sxm")])
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     res = replay(ReplayRequest(trace, cluster, [policy] if policy != "recorded" else [], noise_sigma=0.10))
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     run = res.run(policy).get("metrics", {}) if res.runs else {}
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     jobs = res.mapping.mapped
     return {
         "jobs": jobs,
         "wall_s": wall,
+        "cpu_s": cpu,
         "sim_wall_s": run.get("replay_wall_s") or wall,
         "jobs_per_s": jobs / (run.get("replay_wall_s") or wall),
         "peak_rss_mb": peak_mb,
@@ -107,13 +150,96 @@ def run_one(trace: str, policy: str, n_nodes: int) -> dict[str, float]:
     }
 
 
+def _one(trace: Path, policy: str, gpus: int, timeout_s: float) -> dict[str, Any] | str:
+    """run_one in a fresh subprocess (its own peak RSS): its figures, or why there are none."""
+    cmd = [sys.executable, __file__, "--gpus", str(gpus), "--one", str(trace), policy]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=os.environ)
+    except subprocess.TimeoutExpired:
+        return f"timed out after {timeout_s:.0f} s"
+    if out.returncode != 0:
+        return f"failed: {out.stderr.strip().splitlines()[-1:]}"
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _load_average() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _policy_table(args: argparse.Namespace, trace: Path) -> None:
+    """Each policy's replay of `trace` on the full cluster: jobs/s, wall and CPU time, peak RSS."""
+    print(
+        f"{'policy':<12} {'jobs':>8} {'jobs/s':>9} {'sim s':>8} {'peak RSS MB':>12} {'done':>8} {'energy':>10} "
+        f"{'mean JCT s':>10} {'total s':>7} {'CPU s':>7} {'<2min,4GB':>9}"
+    )
+    for policy in [p.strip() for p in args.policies.split(",") if p.strip()]:
+        r = _one(trace, policy, args.gpus, args.timeout_s)
+        if isinstance(r, str):
+            print(f"{policy:<12} {r}  ({_load_average()})")
+            continue
+        ok = "ok" if r["cpu_s"] <= 120 and r["peak_rss_mb"] <= 4096 else "OVER"
+        fit = r.get("record_fit")
+        if policy == "recorded" and fit and not fit["fits"]:
+            # the synthetic starts ignore capacity: the record's cluster figures are blank (energy blank here)
+            print(
+                f"  record uses up to {fit['peak_gpus']} GPUs at once on {fit['cluster_gpus']}: does not fit"
+            )
+        print(
+            f"{policy:<12} {r['jobs']:>8} {r['jobs_per_s']:>9,.0f} {r['sim_wall_s']:>8.1f} "
+            f"{r['peak_rss_mb']:>12,.0f} {r['completed'] or 0:>8.0f} {format_energy(r['energy_j']):>10} "
+            f"{r['mean_jct_s'] or 0:>10.0f} {r['wall_s']:>7.1f} {r['cpu_s']:>7.1f} {ok:>9}  ({_load_average()})"
+        )
+
+
+def _undersized(args: argparse.Namespace, work: Path) -> None:
+    """Two trace sizes (load for the full cluster) replayed by one policy on a cluster of
+    `--undersized-gpus`: the queue grows without bound; jobs per CPU second at each size and their
+    ratio (1.0: cost linear in the trace)."""
+    sizes = [int(x) for x in args.undersized.split(",") if x.strip()]
+    gpus, policy = args.undersized_gpus, args.undersized_policy
+    print(
+        f"undersized: {policy} on {gpus} GPUs, traces offered {args.load:.2f} of {args.gpus} GPUs "
+        f"({args.load * args.gpus / gpus:.1f}x the cluster)"
+    )
+    rates = []
+    for n in sizes:
+        trace = work / f"undersized-{n}.psv"
+        write_trace(trace, n, args.gpus, seed=1, shape=args.shape, load=args.load)
+        r = _one(trace, policy, gpus, args.timeout_s)
+        if isinstance(r, str):
+            print(f"  {n:>8} jobs: {r}  ({_load_average()})")
+            return
+        rates.append(r["jobs"] / r["cpu_s"])
+        print(
+            f"  {r['jobs']:>8} jobs: {r['cpu_s']:.1f} CPU s ({r['wall_s']:.1f} s wall) = {rates[-1]:,.0f} "
+            f"jobs per CPU s, peak RSS {r['peak_rss_mb']:,.0f} MB, mean JCT {r['mean_jct_s'] or 0:,.0f} s  "
+            f"({_load_average()})"
+        )
+    if len(rates) >= 2:
+        print(
+            f"  jobs per CPU s at {sizes[-1]:,} / at {sizes[0]:,} jobs: {rates[-1] / rates[0]:.2f} "
+            "(1.00: linear; below: faster than linear)"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=100_000)
     ap.add_argument("--gpus", type=int, default=1024)
     ap.add_argument("--policies", default="recorded,pollux,zeus,hades,aurachronos,charon")
+    ap.add_argument(
+        "--shape",
+        choices=("philly", "uniform"),
+        default="philly",
+        help="Job sizes and run times: the Philly trace's (default) or log-normal 1-8 GPUs.",
+    )
+    ap.add_argument("--load", type=float, default=0.85, help="Offered load, share of the cluster's GPUs.")
     ap.add_argument("--keep", default=None, help="Write the trace here (and reuse it if it exists).")
     ap.add_argument("--timeout-s", type=float, default=600.0, help="Per-policy limit.")
+    ap.add_argument("--undersized", default="2000,8000", help="Trace sizes for the undersized run ('' none).")
+    ap.add_argument("--undersized-gpus", type=int, default=256)
+    ap.add_argument("--undersized-policy", default="zeus")
     ap.add_argument("--one", nargs=2, metavar=("TRACE", "POLICY"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     n_nodes = args.gpus // 8
@@ -122,47 +248,26 @@ def main() -> None:
         return
     tmp = tempfile.TemporaryDirectory()
     trace = Path(args.keep) if args.keep else Path(tmp.name) / "trace.psv"
-    if not trace.exists():
-        t0 = time.perf_counter()
-        write_trace(trace, args.jobs, args.gpus)
-        print(
-            f"trace: {args.jobs} jobs, {trace.stat().st_size / 1e6:.1f} MB written in {time.perf_counter() - t0:.1f} s"
-        )
-    from easlurm.sim.traces import TraceStats, open_trace
-
-    t0 = time.perf_counter()
-    stats = TraceStats()
-    n = sum(1 for _ in open_trace(trace, stats=stats))
-    read_s = time.perf_counter() - t0
-    print(f"reader only: {n} jobs ({stats.rows} rows) in {read_s:.1f} s = {n / read_s:,.0f} jobs/s")
-    print(f"cluster: {args.gpus} GPUs ({n_nodes // 2}x8 A100-40GB + {n_nodes - n_nodes // 2}x8 H100-SXM)")
-    print(
-        f"{'policy':<12} {'jobs':>7} {'jobs/s':>9} {'sim s':>8} {'peak RSS MB':>12} {'done':>7} {'energy':>10} "
-        f"{'mean JCT s':>10} {'total s':>7} {'<2min,2GB':>5}"
-    )
-    for policy in [p.strip() for p in args.policies.split(",") if p.strip()]:
-        cmd = [sys.executable, __file__, "--gpus", str(args.gpus), "--one", str(trace), policy]
-        try:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, env=os.environ)
-        except subprocess.TimeoutExpired:
-            print(f"{policy:<12} timed out after {args.timeout_s:.0f} s")
-            continue
-        if out.returncode != 0:
-            print(f"{policy:<12} failed: {out.stderr.strip().splitlines()[-1:]}")
-            continue
-        r = json.loads(out.stdout.strip().splitlines()[-1])
-        ok = "ok" if r["wall_s"] < 120 and r["peak_rss_mb"] < 2048 else "OVER"
-        fit = r.get("record_fit")
-        if policy == "recorded" and fit and not fit["fits"]:
-            # the synthetic starts ignore capacity: the record's cluster figures are blank (energy blank here)
+    print(f"{_load_average()}, {os.cpu_count()} CPUs")
+    if args.jobs > 0:
+        if not trace.exists():
+            t0 = time.perf_counter()
+            write_trace(trace, args.jobs, args.gpus, shape=args.shape, load=args.load)
             print(
-                f"  record uses up to {fit['peak_gpus']} GPUs at once on {fit['cluster_gpus']}: does not fit"
+                f"trace: {args.jobs} jobs ({args.shape} shape, load {args.load:.2f}), "
+                f"{trace.stat().st_size / 1e6:.1f} MB written in {time.perf_counter() - t0:.1f} s"
             )
-        print(
-            f"{policy:<12} {r['jobs']:>7} {r['jobs_per_s']:>9,.0f} {r['sim_wall_s']:>8.1f} {r['peak_rss_mb']:>12,.0f} "
-            f"{r['completed'] or 0:>7.0f} {format_energy(r['energy_j']):>10} {r['mean_jct_s'] or 0:>10.0f} "
-            f"{r['wall_s']:>7.1f} {ok:>5}"
-        )
+        from easlurm.sim.traces import TraceStats, open_trace
+
+        t0 = time.perf_counter()
+        stats = TraceStats()
+        n = sum(1 for _ in open_trace(trace, stats=stats))
+        read_s = time.perf_counter() - t0
+        print(f"reader only: {n} jobs ({stats.rows} rows) in {read_s:.1f} s = {n / read_s:,.0f} jobs/s")
+        print(f"cluster: {args.gpus} GPUs ({n_nodes // 2}x8 A100-40GB + {n_nodes - n_nodes // 2}x8 H100-SXM)")
+        _policy_table(args, trace)
+    if args.undersized:
+        _undersized(args, Path(tmp.name))
 
 
 if __name__ == "__main__":

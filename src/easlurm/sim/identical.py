@@ -31,7 +31,14 @@ def outcome_digest(rows: Iterable[Mapping[str, Any]] | None) -> str | None:
         (str(r.get("job_id")), repr(r.get("start_s")), repr(r.get("end_s")), repr(r.get("energy_j")))
         for r in rows
     )
-    return hashlib.sha256(repr(keyed).encode()).hexdigest() if keyed else None
+    if not keyed:
+        return None
+    # the digest of repr(keyed), hashed a piece at a time: a million jobs never make one giant string
+    digest = hashlib.sha256(b"[")
+    for i, key in enumerate(keyed):
+        digest.update(((", " if i else "") + repr(key)).encode())
+    digest.update(b"]")
+    return digest.hexdigest()
 
 
 def _outcome(result: Mapping[str, Any]) -> Any:

@@ -27,6 +27,7 @@ from easlurm.priority.policies import REGISTRY, get_policy
 from easlurm.sim.campaign_run import row_of, write_tables
 from easlurm.sim.cluster import ClusterSpec
 from easlurm.sim.differences import QUEUED_AFTER_S
+from easlurm.sim.engine.pending import DEFAULT_QUEUE_DEPTH
 from easlurm.sim.identical import DIGEST_KEY, outcome_digest
 from easlurm.sim.replay_savings import JobEnergies, intervals
 from easlurm.sim.replay_window import align, savings, savings_section
@@ -196,7 +197,8 @@ def _fit_notice(fit: dict[str, Any], cluster_name: str, jobs: int) -> str:
     return (
         f"the trace's record ran up to {fit['peak_gpus']:,} GPUs at once; cluster {cluster_name} has "
         f"{fit['cluster_gpus']:,}: the policies must queue what the record ran at once, so the replay of "
-        f"{jobs:,} jobs can take long (its cost grows with the queue) and compares a different load; the "
+        f"{jobs:,} jobs compares a different load (each decision sees the first {DEFAULT_QUEUE_DEPTH:,} "
+        "pending jobs, as Slurm's default_queue_depth does); the "
         f"recorded row's energy is left blank. For a like-for-like comparison use a cluster of at least "
         f"{fit['suggest_gpus']:,} GPUs (--cluster, or none to size it like the trace)"
     )
@@ -568,6 +570,19 @@ def _policy(name: str, max_slowdown: float | None) -> Any:
     return lambda: get_policy(name, max_slowdown=max_slowdown)
 
 
+#: JobSpec fields whose values repeat across jobs (read back from the spill as one shared object each)
+_SHARED_FIELDS = (
+    "user",
+    "model",
+    "precision",
+    "partition",
+    "gpu_types",
+    "batch_options",
+    "gpu_options",
+    "power_limit_options_w",
+)
+
+
 class _SpecSpill:
     """Mapped jobs pickled to an anonymous temporary file, in order: a policy pass reads them back
     (bounded memory, and much faster than parsing and mapping the trace again)."""
@@ -589,8 +604,16 @@ class _SpecSpill:
         end = self._fh.seek(0, 2)
         self._fh.seek(0)
         unpickler = pickle.Unpickler(self._fh)
+        shared: dict[Any, Any] = {}
         while self._fh.tell() < end:
-            yield unpickler.load()
+            spec = unpickler.load()
+            unpickler.memo.clear()  # else the unpickler keeps every job it ever read (as the pickler would)
+            # each job was pickled alone: share its repeated values (user, model, options) with the jobs
+            # before it, so that a million jobs held by the simulator do not hold a million copies
+            for name in _SHARED_FIELDS:
+                value = getattr(spec, name)
+                object.__setattr__(spec, name, shared.setdefault(value, value))
+            yield spec
 
 
 def _specs(mapped: Iterator[Mapped]) -> Iterator[Any]:

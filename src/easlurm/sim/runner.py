@@ -19,6 +19,7 @@ from easlurm.model.oracle import NoisyOracle, Oracle
 from easlurm.priority.policies import get_policy
 from easlurm.sim.cluster import ClusterSpec
 from easlurm.sim.engine import SimConfig, Simulator, Truth
+from easlurm.sim.engine.pending import DEFAULT_QUEUE_DEPTH
 from easlurm.sim.job import JobSpec
 from easlurm.sim.metrics import compute, job_rows
 from easlurm.sim.scenarios import get_scenario
@@ -50,7 +51,7 @@ class SimResult:
             "power_times_s": [float(t) for t in self.power_times_s],
             "power_w": [float(p) for p in self.power_w],
             "user_gpu_share": dict(self.user_gpu_share),
-            "jobs": [{k: _json_float(v) for k, v in row.items()} for row in self.jobs],
+            "jobs": _json_rows(self.jobs),
             "nodes": [{k: _json_float(v) for k, v in row.items()} for row in self.nodes],
         }
 
@@ -59,6 +60,15 @@ def _json_float(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v
+
+
+def _json_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The per-job rows with NaN as null, changed in place: a million-job replay holds one copy."""
+    for row in rows:
+        for k, v in row.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                row[k] = None
+    return rows
 
 
 def _configured_model() -> tuple[Any, Any]:
@@ -92,11 +102,13 @@ def simulate(
     truth_oracle: Any = None,
     spec: SimSpec | None = None,
     power_saving: PowerSaving | None = None,
+    queue_depth: int | None = DEFAULT_QUEUE_DEPTH,
 ) -> SimResult:
     """Simulate `jobs` (consumed lazily, in submit order) under `policy` (a name or a Policy object).
 
     Without a horizon the run lasts until every job has finished (or can never start). `power_saving`
-    (default: the cluster's own) powers idle nodes down as Slurm's SuspendTime does."""
+    (default: the cluster's own) powers idle nodes down as Slurm's SuspendTime does. Each decision sees
+    the first `queue_depth` pending jobs in queue order (None: all; sim/engine/pending.py)."""
     if isinstance(policy, str):
         policy = get_policy(policy)
     if oracle is None or truth_oracle is None:
@@ -125,6 +137,7 @@ def simulate(
             checkpoint_interval_s=checkpoint_interval_s,
             power_saving=power_saving,
             type_facts=facts,
+            queue_depth=queue_depth,
         ),
     )
     sim.run()

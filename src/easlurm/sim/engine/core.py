@@ -21,6 +21,7 @@ from easlurm.priority.policy_call import call_policy
 from easlurm.priority.snapshot import ClusterSnapshot, Decision, NodeState, PendingJob, RunningJob, StartJob
 from easlurm.sim.cluster import ClusterSpec
 from easlurm.sim.engine.ledger import PowerLedger
+from easlurm.sim.engine.pending import DEFAULT_QUEUE_DEPTH, PendingQueue
 from easlurm.sim.engine.power_state import NodePower, PowerSaver, PowerState
 from easlurm.sim.engine.records import JobRecord, Run
 from easlurm.sim.engine.truth import Truth
@@ -120,6 +121,8 @@ class SimConfig:
     type_facts: dict[str, tuple[float, float, float | None]] = field(
         default_factory=dict
     )  # idle, tdp, min pl
+    #: pending jobs each decision sees, in queue order (None: all of them; engine/pending.py)
+    queue_depth: int | None = DEFAULT_QUEUE_DEPTH
 
 
 class Simulator:
@@ -158,7 +161,7 @@ class Simulator:
         self.max_node_gpus: dict[str, int] = {}
         for n in cluster.nodes:
             self.max_node_gpus[n.gpu_type] = max(self.max_node_gpus.get(n.gpu_type, 0), n.n_gpus)
-        self.pending: dict[str, PendingJob] = {}
+        self.pending = PendingQueue()
         self.running: dict[str, Run] = {}
         self.records: dict[str, JobRecord] = {}
         gpu_idle_w = sum(n.free_gpus * n.idle_power_w for n in self.nodes)
@@ -196,6 +199,12 @@ class Simulator:
         self._last_tick = -1
         self.wall_s = 0.0
         self._running_tuple: tuple[RunningJob, ...] | None = None
+        self._running_states_by_id: dict[str, RunningJob] = {}  # in `running`'s order
+        #: each node's last snapshot state and what it was made from (node, power state, idle since,
+        #: power-downs): a decision rebuilds only the nodes that changed since
+        self._node_snaps: list[tuple[NodeState, Any, Any, float | None, int]] = []
+        self._node_tuple: tuple[NodeState, ...] = ()
+        self._changed_nodes: set[int] = set()  # nodes whose GPUs were taken or freed since
 
     # -- public ----------------------------------------------------------------------------------
     def run(self) -> None:
@@ -223,29 +232,50 @@ class Simulator:
             time_s=now,
             nodes=self._node_states(),
             running=self._running_states(),
-            pending=tuple(self.pending.values()),
+            pending=self.pending.head(self.cfg.queue_depth),
             user_gpu_s=users,
             power_budget_w=self.cfg.power_budget_w,
         )
 
     def _node_states(self) -> tuple[NodeState, ...]:
         """The nodes with their power state, when each was last powered down and since when it, on, has
-        held no job: what Slurm's node states (idle~, idle%, LastBusyTime) tell the daemon."""
-        states = []
+        held no job: what Slurm's node states (idle~, idle%, LastBusyTime) tell the daemon. Only nodes
+        that may have changed since the last call are looked at: those whose GPUs were taken or freed
+        (`_set_free`), or every node where power saving moves nodes between power states."""
+        if not self._node_snaps or self.power.enabled:
+            check: Iterable[int] = range(len(self.nodes))
+        else:
+            check = self._changed_nodes
+        changed = False
+        for i in check:
+            changed = self._node_state(i) or changed
+        self._changed_nodes = set()
+        if changed:
+            self._node_tuple = tuple(entry[0] for entry in self._node_snaps)
+        return self._node_tuple
+
+    def _node_state(self, i: int) -> bool:
+        """Bring node `i`'s snapshot state up to date; whether it changed."""
+        cache, node, power = self._node_snaps, self.nodes[i], self.power.nodes[i]
+        since, downs = self._idle_since[i], len(power.suspends)
+        if i < len(cache):
+            old = cache[i]
+            if old[1] is node and old[2] is power.state and old[3] == since and old[4] == downs:
+                return False
         saving = self.power.saving
-        suspend_s = saving.suspend_time_s if saving is not None else None
-        for i, node in enumerate(self.nodes):
-            power = self.power.nodes[i]
-            states.append(
-                dataclasses.replace(
-                    node,
-                    power_state=_SNAPSHOT_POWER[power.state],
-                    idle_since_s=self._idle_since[i] if power.state is PowerState.ON else None,
-                    powered_down_s=power.suspends[-1] if power.suspends else None,
-                    suspend_time_s=suspend_s,
-                )
-            )
-        return tuple(states)
+        state = dataclasses.replace(
+            node,
+            power_state=_SNAPSHOT_POWER[power.state],
+            idle_since_s=since if power.state is PowerState.ON else None,
+            powered_down_s=power.suspends[-1] if power.suspends else None,
+            suspend_time_s=saving.suspend_time_s if saving is not None else None,
+        )
+        entry = (state, node, power.state, since, downs)
+        if i < len(cache):
+            cache[i] = entry
+        else:
+            cache.append(entry)
+        return True
 
     def decide(self, snap: ClusterSnapshot) -> Decision:
         """The scheduler's policy call on `snap`: the same function the daemon calls (call_policy), so a
@@ -255,7 +285,7 @@ class Simulator:
 
     def _running_states(self) -> tuple[RunningJob, ...]:
         if self._running_tuple is None:
-            self._running_tuple = tuple(r.state for r in self.running.values())
+            self._running_tuple = tuple(self._running_states_by_id.values())
         return self._running_tuple
 
     # -- processes -------------------------------------------------------------------------------
@@ -271,7 +301,7 @@ class Simulator:
                 continue
             self.records[spec.job_id] = JobRecord(spec)
             self._user_base.setdefault(spec.user, 0.0)
-            self.pending[spec.job_id] = PendingJob.queued(spec)
+            self.pending.add(spec.job_id, PendingJob.queued(spec))
             self._mark_dirty()
 
     def _scheduler(self) -> Generator[simpy.Event, Any, None]:
@@ -365,7 +395,7 @@ class Simulator:
         waits = [ev for i, _ in alloc if (ev := self.power.wake(i)) is not None]
         if waits:
             # Slurm resumes the powered-down nodes; the job holds its GPUs and starts once all are up
-            del self.pending[st.job_id]
+            self.pending.pop(st.job_id)
             self.resume_waits += 1
             self.env.process(self._resume_then_start(st, pend, node_i, alloc, waits))
         else:
@@ -498,7 +528,7 @@ class Simulator:
         """Create the run of a started job (GPUs already taken) and its completion process."""
         now = self.now
         rec = self.records[st.job_id]
-        self.pending.pop(st.job_id, None)
+        self.pending.pop(st.job_id)
         remaining = pend.remaining_samples
         duration = remaining / sps
         spec = rec.spec
@@ -531,6 +561,7 @@ class Simulator:
         run.gpu_share, run.partner, run.piece_start_s = share, partner, now
         run.pieces.append((0.0, 0.0, sps, power_w))
         self.running[st.job_id] = run
+        self._running_states_by_id[st.job_id] = state
         self._running_tuple = None
         if rec.start_s is None:
             rec.start_s = now
@@ -571,6 +602,7 @@ class Simulator:
         run.state = dataclasses.replace(
             run.state, power_w=power_w, expected_end_s=now + left / sps, colocated_with=partner
         )
+        self._running_states_by_id[run.start.job_id] = run.state
         self._running_tuple = None
         if run.process is not None and run.process.is_alive:
             self.env.abandon(run.process.target)  # the old completion is passed over; its process parks
@@ -594,6 +626,7 @@ class Simulator:
         self._user_base[user] += k * run.gpu_share * now
         self._user_rate[user] -= k * run.gpu_share
         del self.running[run.start.job_id]
+        del self._running_states_by_id[run.start.job_id]
         self._running_tuple = None
         partner = self.running.get(run.partner) if run.partner is not None else None
         if partner is not None:
@@ -624,13 +657,14 @@ class Simulator:
             observed_power_ratio=_power_ratio(run),
         )
         # back at the front of the queue (thesis 5.3.2.4)
-        self.pending = {job_id: requeued, **self.pending}
+        self.pending.requeue(job_id, requeued)
 
     def _set_free(self, node_i: int, free: int) -> None:
         node = self.nodes[node_i]
         if free < 0 or free > node.total_gpus:
             raise AssertionError(f"node {node.name}: free GPUs would become {free}")
         self.nodes[node_i] = dataclasses.replace(node, free_gpus=free)
+        self._changed_nodes.add(node_i)
         if free == node.total_gpus and node.free_gpus < free:
             self._idle_since[node_i] = self.now
             self.power.emptied(node_i)
