@@ -103,3 +103,28 @@ def test_one_job_read_equals_json_view(slurm_box: Any, hostile_jobs: list[str]) 
     views = {str(j["job_id"]): job_view(j) for j in doc.get("jobs") or ()}
     for job_id in hostile_jobs:
         assert client.show_job(int(job_id)) == views[job_id]
+
+
+def test_lookalike_gres_lines_cost_one_json_read(slurm_box: Any) -> None:
+    """A running GPU job whose comment prints Slurm-like `JOB_GRES=` and `Nodes=... GRES=...(IDX:0-7)`
+    lines: where its GPU indices come from `scontrol -d show job` text (22.05) that read is refused once
+    (the cycle reads JSON, which seeds the indices), and the next cycles read text with the true index."""
+    lines = "x\n   JOB_GRES=gpu:h100:8\n     Nodes=h100-1 CPU_IDs=0 Mem=0 GRES=gpu:h100:8(IDX:0-7)"
+    job = slurm_box.sbatch(
+        "-J", "sqtext-it-gres", f"--comment={lines}", "-p", "h100", "--gres=gpu:h100:1", "--wrap", "sleep 300"
+    )
+    try:
+        client = CliSchedClient(env=slurm_box.env)
+        wait_for(lambda: {j.job_id: j for j in client.jobs_json()}[job].running, 90, f"job {job} running")
+        client = CliSchedClient(env=slurm_box.env)
+        first = {j.job_id: j for j in client.jobs()}[job]
+        refused = 0 if client.queue_reader().caps.scontrol_json else 1  # 23.02+ read it as JSON
+        assert client.text_fallbacks == refused
+        second = {j.job_id: j for j in client.jobs()}[job]
+        assert client.text_fallbacks == refused and first == second and second.comment == lines
+        assert (
+            len(second.gpu_indices) == 1
+            and second.gpu_indices == {j.job_id: j for j in client.jobs_json()}[job].gpu_indices
+        )
+    finally:
+        slurm_box.run(["scancel", job], check=False)

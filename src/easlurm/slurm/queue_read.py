@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from easlurm.slurm.json_values import JOB_BASE_STATES, load_document
+from easlurm.slurm.json_values import JOB_BASE_STATES, integer, job_state, load_document
 from easlurm.slurm.squeue_text import (
     QUEUE_FIELDS,
     SHORT_SEP_HEX,
@@ -82,10 +82,22 @@ class TextQueueReader(Generic[T]):
     draw: Callable[..., Frame] = Frame.draw
     stats: QueueReadStats = field(default_factory=QueueReadStats)
     _text: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    _detail: dict[tuple[str, Any, str], list[str]] = field(default_factory=dict)
+    _detail: dict[tuple[str, int, str], list[str]] = field(default_factory=dict)
     _made: dict[str, tuple[Key, T]] = field(default_factory=dict)
     _dirty: set[str] = field(default_factory=set)
     _full_at: float | None = None
+
+    def seed(self, jobs: Iterable[Mapping[str, Any]]) -> None:
+        """Keep the running jobs' `gres_detail` of a JSON read (a cycle that fell back): a job whose name or
+        comment prints look-alike lines in `scontrol -d show job` then costs one JSON read per start."""
+        for job in jobs:
+            if job_state(job.get("job_state"))[0] == "RUNNING" and job.get("gres_detail"):
+                key = (
+                    str(integer(job.get("job_id"))),
+                    integer(job.get("start_time")),
+                    str(job.get("nodes") or ""),
+                )
+                self._detail[key] = [str(d) for d in job.get("gres_detail") or ()]
 
     def invalidate(self, job_id: str) -> None:
         """This job was updated through this client: read its user text again next time."""
@@ -158,7 +170,7 @@ class TextQueueReader(Generic[T]):
 
     def _gres_detail(self, job: Mapping[str, Any]) -> list[str]:
         job_id = str(job["job_id"])
-        key = (job_id, job.get("start_time"), str(job.get("nodes") or ""))
+        key = (job_id, integer(job.get("start_time")), str(job.get("nodes") or ""))
         if key not in self._detail:
             self.stats.detail_jobs += 1
             if self.caps.scontrol_json:

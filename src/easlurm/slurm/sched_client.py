@@ -347,8 +347,12 @@ class CliSchedClient(CliSlurmClient, SchedClient):
         return self.jobs_json()
 
     def jobs_json(self) -> list[SlurmJob]:
-        """The whole queue from `squeue --json` (the fallback, and the reference of the text read)."""
-        return parse_squeue_json(self.run(["squeue", "--json"], retry=True))
+        """The whole queue from `squeue --json` (the fallback, and the reference of the text read); the
+        running jobs' GPU detail is kept for the text read's next cycles."""
+        raw = load_document(self.run(["squeue", "--json"], retry=True), "squeue --json").get("jobs") or ()
+        if self._reader is not None:
+            self._reader.seed(raw)
+        return [_job(j) for j in raw]
 
     def nodes(self) -> list[SlurmNode]:
         version = self.slurm_version()
