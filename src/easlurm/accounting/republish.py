@@ -23,7 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from easlurm.accounting.spool import Spool, job_lock, spool_records
-from easlurm.accounting.step_record import StepRecord, decode_admin_comment, encode_admin_comment
+from easlurm.accounting.step_record import (
+    AdminDocument,
+    StepRecord,
+    decode_admin_document,
+    encode_admin_comment,
+)
 from easlurm.errors import EaslurmError, SlurmError
 from easlurm.slurm.client import SlurmClient
 from easlurm.slurm.sacct_jobs import SacctJob, jobs_of_json
@@ -178,10 +183,12 @@ class Republisher:
         for s in foreign:
             del spool[s]
         try:
-            current = {s.key: s for s in decode_admin_comment(db.admin_comment or "")}
+            doc = decode_admin_document(db.admin_comment or "")
         except EaslurmError as exc:  # a damaged value is replaced; nothing readable is lost
             log.warning("job %s: %s; rewriting it from the spool", job_id, exc)
-            current = {}
+            doc = AdminDocument()
+        current = {s.key: s for s in doc.steps}
+        named = set(doc.omitted)  # counted in the database's run totals, carried without detail
         # the files win, but a file that knows fewer of a step's nodes than the database never replaces it;
         # a step the database shows with fewer nodes than its file (partial there) is lacking too
         better = {
@@ -189,11 +196,18 @@ class Republisher:
         }
         merged = {**current, **better}
         lacking = {
-            k for k, r in better.items() if k not in current or _nodes_known(r) > _nodes_known(current[k])
+            k
+            for k, r in better.items()
+            if (k not in current and k not in named)
+            or (k in current and _nodes_known(r) > _nodes_known(current[k]))
         }
-        if lacking:  # only steps that survive the size cap count (the oldest may be left out for good)
-            lacking &= {s.key for s in decode_admin_comment(encode_admin_comment(list(merged.values())))}
         notes = [f"left out step(s) {','.join(foreign)} of an earlier job with this id"] if foreign else []
+        unheld = sorted(named - set(merged), key=_step_sort)
+        if lacking and unheld:  # rewriting would drop them from the run totals: left as it is
+            notes.append(
+                f"not rewritten: its totals count step(s) {','.join(unheld)} the spool does not hold"
+            )
+            lacking = set()
         notes += [
             f"step {k} is partial: no record from node(s) {','.join(map(str, merged[k].missing_nodes))}"
             for k in sorted(lacking, key=_step_sort)
@@ -253,9 +267,12 @@ class Republisher:
         shown: dict[str, int] = {}
         if after is not None:
             try:
-                shown = {s.key: _nodes_known(s) for s in decode_admin_comment(after.admin_comment or "")}
+                doc = decode_admin_document(after.admin_comment or "")
             except EaslurmError as exc:
                 log.warning("job %s: %s", job_id, exc)
+            else:  # a step named as left out is counted in its run's total: as shown as the file
+                shown = {k: _nodes_known(merged[k]) for k in doc.omitted if k in merged}
+                shown.update({s.key: _nodes_known(s) for s in doc.steps})
         lost = [s for s in missing if shown.get(s, -1) < _nodes_known(merged[s])]
         if lost:
             return JobResult(

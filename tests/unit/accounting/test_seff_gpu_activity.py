@@ -9,10 +9,10 @@ import zlib
 
 import pytest
 
+from easlurm.accounting.admin_codec import PREFIX_V1
 from easlurm.accounting.seff import GpuLimits, build_card, card_document
 from easlurm.accounting.seff_cli import render_card
 from easlurm.accounting.step_record import (
-    ADMIN_COMMENT_PREFIX,
     DeviceRecord,
     NodeRecord,
     StepRecord,
@@ -81,7 +81,7 @@ def test_a_record_written_before_them_reads_as_not_measured() -> None:
         for d in n["devices"]:
             for key in ("mean_util_pct", "peak_memory_bytes", "memory_total_bytes"):
                 del d[key]
-    old = ADMIN_COMMENT_PREFIX + zlib.compress(json.dumps(doc).encode()).hex()
+    old = PREFIX_V1 + zlib.compress(json.dumps(doc).encode()).hex()  # as version 1 was written
     (back,) = decode_admin_comment(old)
     card = build_card(rows, [back], H100)
     assert all(d.mean_util_pct is None for d in card.steps[0].devices)

@@ -231,3 +231,34 @@ def test_cli_lists_what_it_did_and_fails_on_errors(tmp_path: Path, monkeypatch: 
     assert out.exit_code == 1 and json.loads(out.output)["jobs"][0]["status"] == "failed"
     bad = runner.invoke(cli.cli, ["accounting", "republish", "-j", "7;rm"])
     assert bad.exit_code != 0
+
+
+def test_a_job_past_the_step_limit_is_republished_without_losing_the_steps_it_only_counts(
+    tmp_path: Path,
+) -> None:
+    """The database's AdminComment (version 2) carries the newest steps and names the older ones, counted
+    in the run's total. A step it lacks altogether is republished; the named ones are not lacking, stay
+    counted after the write, and the verification sees them."""
+    from easlurm.accounting.step_record import decode_admin_document, job_total
+
+    steps = [step(7, str(i), energy_j=100.0 + i) for i in range(150)]
+    spool = spool_with(tmp_path, 7, *steps)
+    fake = FakeSlurm({"7": job_state(None, encode_admin_comment(steps[:149]))})
+    [res] = Republisher(fake, spool).run(["7"])
+    assert res.status is Status.REPUBLISHED and res.missing == ["149"]
+    doc = decode_admin_document(fake.jobs["7"]["db_admin"])
+    assert len(doc.steps) == 100 and len(doc.omitted) == 50
+    assert doc.totals[0].total_energy_j == pytest.approx(job_total(steps).total_energy_j)  # type: ignore[union-attr]
+    [again] = Republisher(fake, spool).run(["7"])
+    assert again.status is Status.UP_TO_DATE and len(fake.writes) == 1
+
+
+def test_a_named_step_the_spool_lacks_keeps_the_database_value(tmp_path: Path) -> None:
+    """Rewriting from a spool that lost some of the named steps would drop them from the total: left as
+    it is, and said."""
+    steps = [step(7, str(i)) for i in range(150)]
+    spool = spool_with(tmp_path, 7, *steps[1:])
+    fake = FakeSlurm({"7": job_state(None, encode_admin_comment(steps[:149]))})
+    [res] = Republisher(fake, spool).run(["7"])
+    assert res.status is Status.UP_TO_DATE and fake.writes == []
+    assert "not rewritten: its totals count step(s) 0 the spool does not hold" in res.detail
