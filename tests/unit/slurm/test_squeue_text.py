@@ -85,7 +85,8 @@ def test_text_read_equals_json_cold_and_steady(version: str) -> None:
         if name == "steady":  # only the running jobs' user text again, no GPU detail, nothing converted
             running = sum(1 for j in text_jobs if j.running)
             assert reader.stats.text_jobs == running and reader.stats.detail_jobs == 0
-            assert reader.stats.converted == 0
+            # 23.02+: a job printed with a flag word (COMPLETING, ...) is read as JSON again each cycle
+            assert reader.stats.converted <= sum(1 for j in text_jobs if j.state_flags)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -107,7 +108,7 @@ def test_hostile_text_reads_as_written(version: str) -> None:
 
 def first_text_call(doc: dict[str, Any]) -> tuple[int, dict[str, Any], Frame]:
     """The cold read's user-text command, and its frame."""
-    k = next(i for i, c in enumerate(doc["calls"]) if "Comment" in c["env"]["SQUEUE_FORMAT2"])
+    k = next(i for i, c in enumerate(doc["calls"]) if "Comment" in c["env"].get("SQUEUE_FORMAT2", ""))
     sep, end = doc["frames"][k]["sep"], doc["frames"][k]["end"]
     return k, doc["calls"][k], Frame(sep, end)
 
