@@ -100,8 +100,11 @@ def test_debug_echoes_command_and_output(fake_bin: Path) -> None:
     c._version = (22, 5, 8)  # what `scontrol --version` would say: the fake answers everything from one file
     job = c.show_job(5)
     assert job["JobState"] == "RUNNING" and job["Restarts"] == "1"
-    assert lines[0] == "$ squeue --json"
-    assert '"job_id": 5' in lines[1]
+    # 22.05: the one-job framed text read first; the fake answers JSON to it, so the text read is refused
+    # and the queue is read as JSON: each command is echoed, then its output
+    commands = [ln for ln in lines if ln.startswith("$ ")]
+    assert commands[0] == "$ squeue -h -t all -j 5" and commands[-1] == "$ squeue --json", lines
+    assert '"job_id": 5' in lines[lines.index("$ squeue --json") + 1]
 
 
 def test_environment_is_passed(fake_bin: Path) -> None:
