@@ -7,6 +7,7 @@ step measures for the whole run), never a sum that counts a step again."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import shutil
@@ -246,12 +247,18 @@ def reboot_node(box: Any, job: str) -> None:
     the node is DOWN, as slurmctld sets a node that rebooted under its jobs (set here by hand: on one host
     the virtual nodes share the host's boot time), which requeues the job."""
     started = slurmd_start(box)
+    # "at once": every process of the job is stopped first (until no new one appears), then killed, so no
+    # agent can see its slurmstepd die and write a record in between (a loaded machine kills one by one)
+    stopped: set[int] = set()
+    while fresh := job_processes(job) - stopped:
+        for pid in fresh:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        stopped |= fresh
     box.box.node_off(NODE)
-    for pid in job_processes(job):
-        try:
+    for pid in stopped:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            continue
     wait_for(lambda: not job_processes(job), 30, f"job {job}'s processes to die")
     box.run(["scontrol", "update", f"NodeName={NODE}", "State=DOWN", "Reason=rebooted"])
     box.box.node_on(NODE)
