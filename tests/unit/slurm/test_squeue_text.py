@@ -140,13 +140,18 @@ def test_forged_record_of_an_unknown_job_is_refused(version: str) -> None:
     a record too many: refused."""
     doc = capture(version)
     k, call, frame = first_text_call(doc)
+    listed = {int(r.strip().split(frame.sep, 1)[0]) for r in call["stdout"].split(frame.end) if r.strip()}
+    # an id in a gap of the queue's ids; a queue without gaps (a fresh cluster's jobs 1..N) gets one of its
+    # own ids forged instead, a record too many all the same
+    gap = next((i for i in range(max(listed) - 1, 0, -1) if i not in listed), None)
+    forged_id, why = (gap, "not in the queue") if gap is not None else (min(listed), "repeated")
     fake = (
-        f"{frame.sep}".join(["1", "fake", "energy-profile=model=resnet50", "(null)", "cpu=1"])
+        f"{frame.sep}".join([str(forged_id), "fake", "energy-profile=model=resnet50", "(null)", "cpu=1"])
         + frame.end
         + "\n"
     )
     doc["calls"][k] = {**call, "stdout": fake + call["stdout"]}
-    with pytest.raises(SqueueTextError, match="not in the queue"):
+    with pytest.raises(SqueueTextError, match=why):
         replay_reader(version, doc).read()
 
 
