@@ -247,3 +247,16 @@ def test_a_start_is_predicted_for_the_work_left_at_its_own_batch(oracle: Oracle,
         assert view is not None and view.placement.startswith(f"{s.n_gpus}x{s.gpu_type}")
         assert pred.energy_j == pytest.approx(view.energy_j, rel=1e-6)
         assert pred.time_s == pytest.approx(view.time_s, rel=1e-6)
+
+
+def test_aurachronos_chooses_victims_past_the_minimum_run_time(oracle: Oracle, tmp_path: Path) -> None:
+    """AuraChronos spares jobs within its cooldown: the site's minimum run time raises it, so that the
+    policy picks victims the daemon may preempt."""
+    d = make(
+        shed_queue(), oracle, tmp_path, [NOW], policy="aurachronos", preempt_cooldown_s=60.0, min_run_s=900.0
+    )
+    assert d.policy.preempt_cooldown_s == 900.0
+    d = make(
+        shed_queue(), oracle, tmp_path, [NOW], policy="aurachronos", preempt_cooldown_s=60.0, min_run_s=0.0
+    )
+    assert d.policy.preempt_cooldown_s == 60.0

@@ -81,7 +81,8 @@ def known_policy(name: str) -> bool:
 def policy_params(policy: str, sched: Mapping[str, Any]) -> dict[str, Any]:
     """The site's `sched` settings a policy takes (for `easlurm schedd` and `easlurm sim run` alike): aging
     weight and the power limits' slowdown bound for all (only the energy policies choose limits), the spread
-    slack where set, consolidation for all (only the energy policies consolidate), cooldown for AuraChronos."""
+    slack where set, consolidation for all (only the energy policies consolidate), cooldown (at least the minimum run time) for
+    AuraChronos."""
     params: dict[str, Any] = {"aging_weight": sched["aging_weight"], "max_slowdown": sched["max_slowdown"]}
     if sched.get("spread_slack") is not None:
         params["spread_slack"] = sched["spread_slack"]
@@ -89,7 +90,9 @@ def policy_params(policy: str, sched: Mapping[str, Any]) -> dict[str, Any]:
         if sched.get(key) is not None:
             params[key] = sched[key]
     if policy.lower().startswith("aurachronos"):
-        params["preempt_cooldown_s"] = sched["preempt_cooldown_s"]
+        # it spares jobs that (re)started within its cooldown: at least the site's minimum run time, so that
+        # it picks victims the daemon may preempt
+        params["preempt_cooldown_s"] = max(sched["preempt_cooldown_s"], sched.get("min_run_s") or 0.0)
     return params
 
 
