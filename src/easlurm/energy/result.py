@@ -96,11 +96,15 @@ class CpuShare:
     #: node unshared: the job keeps the whole energy (an over-count of at most 1%, not a record flagged
     #: on every node that hosts an idle job too).
     NEGLIGIBLE = 0.01
+    #: Nor do other jobs that used under this many CPU-seconds over the whole window, whatever this job's
+    #: own: a slurmstepd starting or cleaning up after its job (tens of ms) would otherwise take nearly all
+    #: of a job's share that only sleeps on its GPUs.
+    NEGLIGIBLE_CPU_S = 0.1
 
     @property
     def shared(self) -> bool:
         others = sum(self.others_cpu_s.values())
-        if others <= 0:
+        if others <= self.NEGLIGIBLE_CPU_S:
             return False
         return self.job_cpu_s is None or others > self.NEGLIGIBLE * (others + self.job_cpu_s)
 

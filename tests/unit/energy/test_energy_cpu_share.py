@@ -348,3 +348,16 @@ def test_an_idle_job_beside_leaves_the_node_unshared() -> None:
     assert (devices[0].energy_j, devices[0].apportioned) == (50.0, None)
     busy = share_between(5, start, CpuTimes({5: 10.0, 6: 0.5}, "cgroup v2 x"))
     assert busy.shared and busy.fraction == pytest.approx(10.0 / 10.5)
+
+
+def test_a_stepd_cleaning_up_beside_a_sleeping_job_leaves_the_node_unshared() -> None:
+    """A job that only sleeps (its own CPU time ~0) beside another job's slurmstepd spending 50 ms on its
+    cleanup: not shared (the sleeper keeps the whole energy, not ~0 of it); a real neighbour's CPU
+    seconds still split it."""
+    start = CpuTimes({5: 0.0, 6: 0.0}, "process tree")
+    cleanup = share_between(5, start, CpuTimes({5: 0.002, 6: 0.05}, "process tree"))
+    assert not cleanup.shared and cleanup.fraction == 1.0
+    unknown_own = share_between(5, CpuTimes({6: 0.0}, "x"), CpuTimes({6: 0.05}, "x"))
+    assert not unknown_own.shared
+    busy = share_between(5, start, CpuTimes({5: 0.002, 6: 2.0}, "process tree"))
+    assert busy.shared and busy.fraction == pytest.approx(0.001, abs=1e-3)
