@@ -6,6 +6,8 @@ import copy
 import math
 import os
 import re
+import shlex
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +17,9 @@ from easlurm import inputs
 from easlurm.errors import ConfigError
 from easlurm.inputs import read_yaml
 from easlurm.units import parse_power_w
+
+#: The efficiency-note rules a site can turn on (`notes.rules`), easlurm.accounting.notes.
+NOTE_RULES = ("low_gpu_util", "power_limit", "placement", "memory_unused", "idle_gpus")
 
 #: Every known setting with its default. A section's keys are closed: an unknown key is an error,
 #: so a typo in a site file is caught instead of silently ignored. Units are in the key names.
@@ -94,6 +99,33 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "report": {
         "grid_intensity_g_per_kwh": None,
         "grid_intensity_csv": None,
+    },
+    # efficiency notes of `easlurm seff`, the job-end card and `easlurm report --notes` (docs/seff-report.md):
+    # the rules on (a comma list of NOTE_RULES) and each rule's threshold
+    "notes": {
+        "rules": ",".join(NOTE_RULES),
+        # mean GPU utilisation under this (%)
+        "low_gpu_util_pct": 25.0,
+        # every GPU's peak power under this share of its limit (%)
+        "power_limit_peak_pct": 80.0,
+        # fewer GPUs or another GPU type (oracle): at least this energy saved (%) for at most this much time (%)
+        "placement_min_saving_pct": 10.0,
+        "placement_max_slowdown_pct": 10.0,
+        # the fullest GPU's peak memory under this share of its memory (%)
+        "memory_used_pct": 25.0,
+        # allocated GPUs idle (recorded idle episodes, or a whole run at idle power) for at least this long (s)
+        "idle_gpu_min_s": 60.0,
+    },
+    # the job-end card (`easlurm mail`, slurm.conf MailProg; docs/seff-report.md)
+    "mail": {
+        # where MailProg queues each mail (None: <spank.spool>/mail) and the site's real mailer, an argv run
+        # without a shell with the body on stdin, naming {subject} and {recipient}
+        "spool": None,
+        "mailer": "/usr/bin/mail -s {subject} {recipient}",
+        # at most this many mails a minute leave the drain (one drain process at a time)
+        "rate_per_min": 60.0,
+        # a job's card waits until sacct shows the job ended, for at most this long (s); then it goes without
+        "max_wait_s": 300.0,
     },
     "sim": {
         "cluster": None,
@@ -219,6 +251,14 @@ RANGES: dict[str, tuple[Any, str]] = {
     "sched.max_wake_wait_s": (_non_negative, ">= 0"),
     "sched.hold_ttl_s": (_positive, "> 0"),
     "sched.metrics_port": (_port, "a port between 1 and 65535"),
+    "notes.low_gpu_util_pct": (lambda v: 0 <= v <= 100, "between 0 and 100 %"),
+    "notes.power_limit_peak_pct": (lambda v: 0 <= v <= 100, "between 0 and 100 %"),
+    "notes.placement_min_saving_pct": (lambda v: 0 <= v <= 100, "between 0 and 100 %"),
+    "notes.placement_max_slowdown_pct": (lambda v: 0 <= v <= 1000, "between 0 and 1000 %"),
+    "notes.memory_used_pct": (lambda v: 0 <= v <= 100, "between 0 and 100 %"),
+    "notes.idle_gpu_min_s": (_non_negative, ">= 0 s"),
+    "mail.rate_per_min": (lambda v: 0 < v <= 100000, "> 0 and at most 100000 a minute"),
+    "mail.max_wait_s": (lambda v: 0 <= v <= 86400, "between 0 and 86400 s"),
     "sim.hours": (lambda v: 0 < v <= 87600, "> 0 and at most 87600 (ten years)"),
     "sim.noise_sigma": (lambda v: 0 <= v <= 10, "between 0 and 10"),
     "sim.checkpoint_interval_s": (_positive, "> 0"),
@@ -233,7 +273,7 @@ _NUMBERS = (
     "power.node_off_w",
 )
 #: settings that are a path (a non-empty string) although their default is None
-_PATHS = ("power.state_log",)
+_PATHS = ("power.state_log", "mail.spool")
 #: settings that are a command run per node: an argv template (a string split as a shell would, without
 #: running one, or a list) naming {node}
 ARGV_TEMPLATES = ("power.suspend_command", "power.resume_command")
@@ -245,6 +285,11 @@ def check_setting(dotted: str, value: Any, where: str) -> Any:
     if dotted in ARGV_TEMPLATES:
         if value is not None:
             argv_template(value, where)
+        return value
+    if dotted == "notes.rules":
+        return note_rules(value, where)
+    if dotted == "mail.mailer":
+        mail_template(value, where)
         return value
     if dotted in _PATHS:
         if value is not None and not (isinstance(value, str) and value.strip()):
@@ -266,9 +311,20 @@ def check_setting(dotted: str, value: Any, where: str) -> Any:
 def argv_template(value: Any, where: str) -> list[str]:
     """A per-node command as an argv: a string split as a shell would (no shell runs it) or a list of
     strings, naming `{node}` and no other field; one line naming `where` otherwise."""
-    import shlex
-    import string
+    argv = _command_argv(value, where)
+    fields = {f"{{{f}}}" for f in _template_fields(argv, where)}
+    if fields - {"{node}"}:
+        raise ConfigError(
+            f"{where}: unknown field(s) {', '.join(sorted(fields - {'{node}'}))} (only {{node}})"
+        )
+    if "{node}" not in fields:
+        raise ConfigError(f"{where}: the command must name the node as {{node}}, got {value!r}")
+    return argv
 
+
+def _command_argv(value: Any, where: str) -> list[str]:
+    """A command setting as an argv: a string split as a shell would (no shell runs it) or a list of
+    strings; one line naming `where` when it is neither, or empty."""
     if isinstance(value, str):
         try:
             argv = shlex.split(value)
@@ -280,18 +336,42 @@ def argv_template(value: Any, where: str) -> list[str]:
         raise ConfigError(f"{where}: expected a command (a string or a list of strings), got {value!r}")
     if not argv or not argv[0].strip():
         raise ConfigError(f"{where}: the command is empty")
+    return argv
+
+
+def _template_fields(argv: list[str], where: str) -> set[str]:
+    """The `{field}` names an argv template uses (a literal brace is written {{ or }})."""
     fields: set[str] = set()
     for arg in argv:
         try:
-            fields.update(f"{{{f}}}" for _, f, _, _ in string.Formatter().parse(arg) if f is not None)
+            fields.update(f for _, f, _, _ in string.Formatter().parse(arg) if f is not None)
         except ValueError as exc:
             raise ConfigError(f"{where}: {arg!r}: {exc} (write a literal brace as {{{{ or }}}})") from None
-    if fields - {"{node}"}:
-        raise ConfigError(
-            f"{where}: unknown field(s) {', '.join(sorted(fields - {'{node}'}))} (only {{node}})"
-        )
-    if "{node}" not in fields:
-        raise ConfigError(f"{where}: the command must name the node as {{node}}, got {value!r}")
+    return fields
+
+
+def note_rules(value: Any, where: str) -> str:
+    """`notes.rules`: a comma list (or a list) of NOTE_RULES, "" for none; one line naming an unknown one."""
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        value = ",".join(value)
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: expected a comma list of rules, got {value!r}")
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    unknown = [n for n in names if n not in NOTE_RULES]
+    if unknown:
+        raise ConfigError(f"{where}: unknown rule(s) {', '.join(unknown)} (known: {', '.join(NOTE_RULES)})")
+    return ",".join(names)
+
+
+def mail_template(value: Any, where: str) -> list[str]:
+    """`mail.mailer`: an argv naming {recipient}, and no field but {subject} and {recipient}."""
+    argv = _command_argv(value, where)
+    fields = _template_fields(argv, where)
+    if fields - {"subject", "recipient"}:
+        unknown = ", ".join(f"{{{f}}}" for f in sorted(fields - {"subject", "recipient"}))
+        raise ConfigError(f"{where}: unknown field(s) {unknown} (only {{subject}} and {{recipient}})")
+    if "recipient" not in fields:
+        raise ConfigError(f"{where}: the command must name the recipient as {{recipient}}, got {value!r}")
     return argv
 
 

@@ -59,6 +59,32 @@ class DeviceLine:
     memory_total_bytes: int | None = None
 
 
+@dataclass(frozen=True)
+class IdleEpisode:
+    """A stretch in which an allocated GPU had no process and near-zero utilisation, as the node agent
+    recorded it (step record field `idle_episodes`), with the energy the GPU burned meanwhile."""
+
+    host: str
+    gpu: str
+    start_s: float
+    end_s: float
+    energy_j: float | None
+
+    @property
+    def duration_s(self) -> float:
+        return max(0.0, self.end_s - self.start_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "gpu": self.gpu,
+            "start_s": self.start_s,
+            "end_s": self.end_s,
+            "duration_s": self.duration_s,
+            "energy_j": self.energy_j,
+        }
+
+
 @dataclass
 class StepLine:
     """One step of the shown run: its energy by device kind and its nodes' devices."""
@@ -109,6 +135,10 @@ class JobCard:
     #: total energy of each earlier run (requeued or preempted), oldest first; None where unknown
     earlier_runs_j: list[float | None] = field(default_factory=list)
     idle_gpus: list[DeviceLine] = field(default_factory=list)
+    #: idle episodes the agents recorded (None: the records predate them; idle_gpus is then the only word)
+    idle_episodes: list[IdleEpisode] | None = None
+    #: the run's GPUs (job_total's devices), for the efficiency notes
+    gpu_devices: list[DeviceLine] = field(default_factory=list)
     limits: GpuLimits | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -261,7 +291,10 @@ def build_card(
     card.edp_j_s = total.edp
     card.measured_s = total.duration_s
     card.modelled = total.modelled_kinds
-    card.idle_gpus = idle_gpus(device_lines(total, limits), limits)
+    lines = device_lines(total, limits)
+    card.idle_gpus = idle_gpus(lines, limits)
+    card.gpu_devices = [d for d in lines if d.kind == "gpu" and not d.modelled]
+    card.idle_episodes = idle_episodes(steps)
     card.notes.extend(record_notes(steps))
     card.notes.extend(_unrecorded_note(sacct_rows, runs, records, card.job_id, shown))
     if any(d.apportioned for s in card.steps for d in s.devices):
@@ -368,6 +401,48 @@ def idle_gpus(devices: Sequence[DeviceLine], limits: GpuLimits | None) -> list[D
     ]
 
 
+def _episode_field(ep: Any, name: str) -> Any:
+    return ep.get(name) if isinstance(ep, Mapping) else getattr(ep, name, None)
+
+
+def idle_episodes(steps: Sequence[StepRecord]) -> list[IdleEpisode] | None:
+    """The run's idle episodes (node records' `idle_episodes`), one per GPU and stretch; None when no record
+    holds one (written before agents recorded them, or none found: the card's post-hoc idle check speaks
+    then). The batch step and an srun step on the same node watch the same GPU: their overlapping episodes
+    of one GPU are merged, keeping the larger energy, so nothing is counted twice."""
+    found = False
+    raw: dict[tuple[str, str], list[tuple[float, float, float | None]]] = {}
+    for s in steps:
+        for node in s.nodes:
+            for ep in getattr(node, "idle_episodes", None) or ():
+                try:
+                    start, end = float(_episode_field(ep, "start")), float(_episode_field(ep, "end"))
+                except (TypeError, ValueError):
+                    continue  # unreadable: written by another version
+                found = True
+                energy = _episode_field(ep, "energy_j")
+                gpu = str(_episode_field(ep, "gpu"))
+                gpu = f"gpu{gpu}" if gpu.isdigit() else gpu
+                raw.setdefault((node.host, gpu), []).append(
+                    (start, end, None if energy is None else float(energy))
+                )
+    if not found:
+        return None
+    out: list[IdleEpisode] = []
+    for (host, gpu), spans in raw.items():
+        spans.sort()
+        merged: list[list[Any]] = []
+        for start, end, energy in spans:
+            if merged and start <= merged[-1][1]:
+                last = merged[-1]
+                last[1] = max(last[1], end)
+                last[2] = None if last[2] is None or energy is None else max(last[2], energy)
+            else:
+                merged.append([start, end, energy])
+        out.extend(IdleEpisode(host, gpu, a, b, e) for a, b, e in merged)
+    return sorted(out, key=lambda e: (e.start_s, e.host, e.gpu))
+
+
 def card_document(
     card: JobCard, whatifs: Sequence[Any] = (), whatif_note: str | None = None
 ) -> dict[str, Any]:
@@ -426,6 +501,7 @@ def card_document(
         "requeue_energy_j": card.requeue_energy_j,
         "earlier_runs_energy_j": list(card.earlier_runs_j),
         "idle_gpus": [dev(d) for d in card.idle_gpus],
+        "idle_episodes": None if card.idle_episodes is None else [e.to_dict() for e in card.idle_episodes],
         "steps": [
             {
                 "step": s.step,

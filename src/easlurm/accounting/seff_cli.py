@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 
+from easlurm.accounting.notes import Note, NoteRules, card_figures, efficiency_notes, render_notes
 from easlurm.accounting.sacct_rows import build_rows
 from easlurm.accounting.seff import GpuLimits, build_card, card_document, parse_spec_quiet
 from easlurm.accounting.whatif import Advice, Placement, advise, what_ifs
@@ -20,7 +22,7 @@ from easlurm.slurm.gres import parse_gres
 from easlurm.slurm.sacct_jobs import FIELDS, job_of_row
 from easlurm.slurm.sched_client import CliSchedClient
 from easlurm.table import render_table
-from easlurm.units import format_edp, format_energy, format_power, format_si
+from easlurm.units import format_duration, format_edp, format_energy, format_power, format_si
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,7 @@ def render_card(
     whatif_note: str | None,
     per_device: bool = False,
     advice: Advice | None = None,
+    notes: Sequence[Note] = (),
 ) -> str:
     """The card as text: a header, the advice (the best what-if within the site's slowdown bound), totals,
     one row per step, node and device kind (per device with `per_device`; power columns are per device:
@@ -95,6 +98,7 @@ def render_card(
             lines.append(f"Earlier runs (requeue): {_e(card.requeue_energy_j)}")
         return "\n".join(lines)
     lines += _totals_lines(card)
+    lines += render_notes(notes)
     lines.append("")
     cols = ["Step", "Node", "Device", "Energy", "MeanPower", "PeakPower", "Limit", "Util", "PeakMem", "Flags"]
     lines.append(render_table(cols, _device_rows(card, per_device)))
@@ -146,13 +150,35 @@ def _totals_lines(card: Any) -> list[str]:
     if card.earlier_runs_j:
         per = ", ".join(f"run {i}: {_e(v)}" for i, v in enumerate(card.earlier_runs_j, start=1))
         lines.append(f"Earlier runs (requeue): {_e(card.requeue_energy_j)} ({per})")
-    if card.limits is None and card.n_gpus:
+    if card.idle_episodes is not None and card.n_gpus:
+        lines.extend(episode_lines(card.idle_episodes))
+    elif card.limits is None and card.n_gpus:
         lines.append("Idle allocated GPUs: unknown (GPU type not in the catalogue)")
     elif card.n_gpus:
         idle = ", ".join(f"{d.device}@{d.host} ({_p(d.mean_power_w)})" for d in card.idle_gpus)
         lines.append(f"Idle allocated GPUs: {idle or 'none'}")
     lines.extend(card.notes)
     return lines
+
+
+def episode_lines(episodes: Sequence[Any]) -> list[str]:
+    """The idle episodes the agents recorded, each with the energy it burned ("none" when there were none)."""
+    if not episodes:
+        return ["Idle allocated GPUs: none (no idle episode recorded)"]
+    total = sum(e.energy_j or 0.0 for e in episodes)
+    lines = [f"Idle allocated GPUs: {len(episodes)} episode(s), {_e(total)} burned idle"]
+    for e in episodes:
+        start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(e.start_s))
+        end = time.strftime("%H:%M:%S", time.localtime(e.end_s))
+        lines.append(f"  {e.gpu}@{e.host} {start}-{end} ({format_duration(e.duration_s)}): {_e(e.energy_j)}")
+    return lines
+
+
+def card_notes(cfg: Any, card: Any, whatifs: Sequence[Any], oracle_asked: bool) -> list[Note]:
+    """The site's efficiency notes on a card (`notes.*`); none for a job without records."""
+    if not card.has_records:
+        return []
+    return efficiency_notes(card_figures(card), NoteRules.from_config(cfg), whatifs, oracle_asked)
 
 
 def _device_rows(card: Any, per_device: bool) -> list[dict[str, str]]:
@@ -305,12 +331,16 @@ def seff_cmd(
     if card.has_records and not no_whatif:
         whatifs, note = compute_whatifs(ctx, card, cluster_gpu_types(client))
     advice = advise(whatifs, float(cfg.get("sched.max_slowdown")))
+    notes = card_notes(
+        cfg, card, whatifs, card.has_records and not no_whatif and note is None and bool(whatifs)
+    )
     if as_json:
         doc = card_document(card, whatifs, note)
         doc["advice"] = None if advice is None else advice_document(advice)
+        doc["efficiency_notes"] = [n.to_dict() for n in notes]
         click.echo(json.dumps(doc, indent=1))
         return
-    click.echo(render_card(card, whatifs, note, per_device, advice))
+    click.echo(render_card(card, whatifs, note, per_device, advice, notes))
 
 
 def advice_document(advice: Advice) -> dict[str, Any]:
