@@ -13,10 +13,11 @@ import numpy as np
 from easlurm.cli import LazyGroup, int_list, int_range, load_ctx_config, output_options, text_list
 from easlurm.errors import ConfigError
 from easlurm.model.build import apply_oracle_config, build_oracle
+from easlurm.model.gpu_precision import precision_on
 from easlurm.model.hardware import DEFAULT_GPU
 from easlurm.model.oracle import Placements
 from easlurm.model.yaml_workload import load_workload_yaml
-from easlurm.model.zoo import MODEL_NAMES, default_size, get_workload, model_family
+from easlurm.model.zoo import MODEL_NAMES, default_size, get_workload, model_family, spec_model_names
 from easlurm.table import render_table, select_columns
 from easlurm.units import format_edp, format_energy, format_power, parse_power_w
 
@@ -130,7 +131,7 @@ class PredictRequest:
     model: str | None
     workload_file: str | None
     batch: str
-    precision: str
+    precision: str | None
     gpus: str
     nodes: str | None
     gpu_types: str
@@ -154,7 +155,12 @@ class PredictRequest:
 @click.option(
     "--batch", default="256", show_default=True, help="Global batch per step; a comma list is a sweep."
 )
-@click.option("--precision", default="bf16", show_default=True, help="fp32, tf32, bf16 or fp16.")
+@click.option(
+    "--precision",
+    default=None,
+    help="fp32, tf32, bf16 or fp16; default: each GPU's own (bf16 where its tensor cores run it, else fp16 "
+    "where that is faster than fp32, else fp32).",
+)
 @click.option("--gpus", default="1", show_default=True, help="GPU counts, comma list (e.g. 1,2,4,8).")
 @click.option(
     "--nodes",
@@ -179,17 +185,7 @@ def predict_cmd(ctx: click.Context, **options: Any) -> None:
     if (req.model is None) == (req.workload_file is None):
         raise ConfigError("give exactly one of --model or --workload")
     columns = select_columns(req.fmt, PREDICT_COLUMNS, PREDICT_DEFAULT)
-    if req.workload_file:
-        workload = load_workload_yaml(req.workload_file, req.precision, req.optimizer)
-    else:
-        assert req.model is not None
-        workload = get_workload(
-            req.model,
-            precision=req.precision,
-            seq_len=req.seq_len,
-            image_size=req.image_size,
-            optimizer=req.optimizer,
-        )
+    asked = None if req.precision is None else _workload(req, req.precision)
     oracle = ctx_oracle(ctx, req.params_path, req.hardware_path)
     keys = [oracle.catalogue.resolve(g) for g in text_list(req.gpu_types)]
     limits = [math.nan]
@@ -199,16 +195,24 @@ def predict_cmd(ctx: click.Context, **options: Any) -> None:
     pl = _placements(
         oracle, keys, int_list(req.gpus, "--gpus"), int_list(req.batch, "--batch"), limits, node_counts
     )
-    pred = oracle.predict(workload, pl)
+    runs = _note_precisions(oracle, keys, asked)
+    by_gpu = _workloads_by_gpu(req, asked, runs)
+    workload = next(iter(by_gpu.values()))
+    if len(set(by_gpu.values())) == 1:
+        pred = oracle.predict(workload, pl)
+    else:
+        pred = oracle.predict_rows([by_gpu[str(g)] for g in pl.gpu], pl)
     edp = np.where(pred.feasible, pred.edp, np.inf)
     best = int(np.argmin(edp)) if np.isfinite(edp).any() else -1
-    _note_mapped_precision(oracle, keys, workload.precision)
     records = _prediction_records(pl, pred, best)
+    for r in records:
+        r["precision"] = runs[r["gpu"]].value
     if req.as_json:
         doc = {
             "schema_version": 1,
             "model": workload.name,
-            "precision": workload.precision.value,
+            # what was asked (null: each GPU's default); each placement says what runs there
+            "precision": None if asked is None else asked.precision.value,
             "params_version": oracle.params.version,
             "placements": records,
         }
@@ -274,26 +278,58 @@ def _prediction_row(r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _note_mapped_precision(oracle: Any, keys: list[str], precision: Any) -> None:
-    """Say on stderr where a GPU lacks tensor cores for the precision asked: the job runs (and is predicted)
-    at the precision it falls back to there, which a user passing the default bf16 to a V100 should know."""
-    mapped: dict[str, list[str]] = {}
+def _workload(req: PredictRequest, precision: str) -> Any:
+    """The job of --model or --workload at one precision."""
+    if req.workload_file:
+        return load_workload_yaml(req.workload_file, precision, req.optimizer)
+    assert req.model is not None
+    return get_workload(
+        req.model,
+        precision=precision,
+        seq_len=req.seq_len,
+        image_size=req.image_size,
+        optimizer=req.optimizer,
+    )
+
+
+def _workloads_by_gpu(req: PredictRequest, asked: Any, runs: dict[str, Any]) -> dict[str, Any]:
+    """The workload each GPU type is predicted with: the one asked for on every GPU (the oracle runs it as
+    the GPU can), else each GPU's default precision."""
+    if asked is not None:
+        return dict.fromkeys(runs, asked)
+    made = {p: _workload(req, p.value) for p in dict.fromkeys(runs.values())}
+    return {key: made[p] for key, p in runs.items()}
+
+
+def _note_precisions(oracle: Any, keys: list[str], asked: Any) -> dict[str, Any]:
+    """The precision that runs on each GPU type (gpu_precision.precision_on), saying on stderr, once per reason
+    and precision, where that is not the one asked (the default bf16 was predicted on a V100 in FP32 and
+    nothing said so)."""
+    runs: dict[str, Any] = {}
+    notes: dict[tuple[str, str], list[str]] = {}
     for key in dict.fromkeys(keys):
-        runs = oracle.catalogue.get(key).runs_as(precision)
-        if runs is not precision:
-            mapped.setdefault(runs.value, []).append(key)
-    for runs, gpus in mapped.items():
-        click.echo(
-            f"note: {', '.join(gpus)}: no tensor cores for {precision.value}; predicted as it runs there, in {runs}",
-            err=True,
-        )
+        runs[key], why = precision_on(oracle.catalogue.get(key), None if asked is None else asked.precision)
+        if why:
+            notes.setdefault((why, runs[key].value), []).append(key)
+    for (why, precision), gpus in notes.items():
+        click.echo(f"note: {', '.join(gpus)}: {why}, in {precision}", err=True)
+    return runs
 
 
 @click.command("list")
 @HARDWARE_OPTION
+@click.option(
+    "--names",
+    is_flag=True,
+    help="Only the model names a SPEC's model= may carry, one per line (ALIAS NAME for the other spellings): "
+    "the file the SPANK plugin's models= argument reads to check model= at submission.",
+)
 @click.pass_context
-def list_cmd(ctx: click.Context, hardware_path: str | None) -> None:
+def list_cmd(ctx: click.Context, hardware_path: str | None, names: bool) -> None:
     """List the zoo models and the catalogue GPUs."""
+    if names:
+        click.echo(spec_model_names().text(), nl=False)
+        return
     rows = []
     for name in MODEL_NAMES:
         kind, size = default_size(name)

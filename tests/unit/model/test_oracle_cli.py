@@ -9,6 +9,7 @@ from easlurm.cli import main
 from easlurm.model.fit.dataset import Measurement, placements_of, write_measurements
 from easlurm.model.oracle import Oracle
 from easlurm.model.params import OracleParams
+from easlurm.model.workload import Precision
 
 
 def run(capsys, *argv):
@@ -156,11 +157,46 @@ def synthetic_csv(tmp_path):
 
 
 def test_predict_notes_a_precision_the_gpu_lacks(capsys):
-    """The default bf16 on a V100 or T4 runs (and is predicted) in FP32: predict says so on stderr, once per
+    """bf16 asked on a V100 or T4 runs (and is predicted) in FP32: predict says so on stderr, once per
     precision it falls back to, and says nothing for GPUs that have it."""
-    rc, out, err = run(capsys, "predict", "--model", "resnet50", "--batch", "64", "--gpu", "v100,t4,h100-sxm")
-    assert rc == 0 and "v100" in out
+    bf16, fp32 = Precision.BF16.value, Precision.FP32.value
+    argv = ("predict", "--model", "resnet50", "--batch", "64", "--precision", "bf16")
+    rc, out, err = run(capsys, *argv, "--gpu", "v100,t4,h100-sxm", "--json")
+    assert rc == 0
     notes = [line for line in err.splitlines() if line.startswith("note:")]
-    assert notes == ["note: v100, t4: no tensor cores for bf16; predicted as it runs there, in fp32"]
-    rc, _, err = run(capsys, "predict", "--model", "resnet50", "--batch", "64", "--gpu", "h100-sxm,a100-40gb")
-    assert rc == 0 and "no tensor cores" not in err
+    assert notes == [f"note: v100, t4: no tensor cores for {bf16}; predicted as it runs there, in {fp32}"]
+    doc = json.loads(out)
+    assert doc["precision"] == bf16
+    assert [(p["gpu"], p["precision"]) for p in doc["placements"]] == [
+        ("v100", fp32),
+        ("t4", fp32),
+        ("h100-sxm", bf16),
+    ]
+    rc, _, err = run(capsys, *argv, "--gpu", "h100-sxm,a100-40gb")
+    assert rc == 0 and "note:" not in err
+
+
+def test_predict_without_a_precision_runs_each_gpu_at_its_own_default(capsys):
+    """No --precision: BF16 where tensor cores run it, FP16 on Volta/Turing tensor cores and the P100's packed
+    rate, FP32 on a GeForce Pascal (FP16 no faster); each GPU not on BF16 is named in a note, and its row is the
+    one --precision would give for that GPU alone."""
+    base = ("predict", "--model", "resnet50", "--batch", "64")
+    rc, out, err = run(capsys, *base, "--gpu", "h100-sxm,v100,t4,p100,gtx1080ti", "--json")
+    assert rc == 0
+    doc = json.loads(out)
+    assert doc["precision"] is None
+    runs = {p["gpu"]: p["precision"] for p in doc["placements"]}
+    bf16, fp16, fp32 = Precision.BF16.value, Precision.FP16.value, Precision.FP32.value
+    assert runs == {"h100-sxm": bf16, "v100": fp16, "t4": fp16, "p100": fp16, "gtx1080ti": fp32}
+    assert [line for line in err.splitlines() if line.startswith("note:")] == [
+        f"note: v100, t4, p100: no precision given; predicted at the GPU's default, in {fp16}",
+        f"note: gtx1080ti: no precision given; predicted at the GPU's default, in {fp32}",
+    ]
+    for gpu, precision in (("v100", "fp16"), ("h100-sxm", "bf16"), ("gtx1080ti", "fp32")):
+        rc, alone, _ = run(capsys, *base, "--gpu", gpu, "--precision", precision, "--json")
+        (row,) = json.loads(alone)["placements"]
+        mixed = next(p for p in doc["placements"] if p["gpu"] == gpu)
+        assert mixed["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-9), gpu
+        assert mixed["power_w"] == pytest.approx(row["power_w"], rel=1e-9), gpu
+    rc, _, err = run(capsys, *base, "--gpu", "h100-sxm,a100-40gb")
+    assert rc == 0 and "note:" not in err
