@@ -7,7 +7,10 @@
  * `<spool>/sched/job-<id>.env`, written by `easlurm schedd`, becomes EASLURM_* environment variables.
  *
  * plugstack.conf:  optional /path/easlurm_spank.so agent=/usr/bin/python3 spool=/var/spool/easlurm
- *                  timeout_ms=2000 [config=/etc/easlurm/config.yaml] [env=NAME=VALUE ...]
+ *                  timeout_ms=2000 [models=/path/easlurm-models.txt] [config=/etc/easlurm/config.yaml]
+ *                  [env=NAME=VALUE ...]
+ * models=: the oracle's model names (`easlurm model list --names`); a SPEC's model= typed at submission
+ * must be one of them (the error names the nearest). Unreadable: logged, and the name is not checked.
  *
  * Safety: the plugin never fails a job once it was accepted. Only an invalid SPEC is rejected, at
  * submission (sbatch/salloc/srun). No shell is ever used; the user's SPEC reaches the agent as one argv
@@ -59,10 +62,11 @@ static struct {
 	char agent[PATH_LEN];  /* python interpreter that has easlurm installed */
 	char spool[PATH_LEN];  /* where node records meet (shared between nodes) */
 	char config[PATH_LEN]; /* optional easlurm config file for the agent */
+	char models[PATH_LEN]; /* optional model names file: model= is checked at submission */
 	long timeout_ms;       /* bound on the wait at step end */
 	char env[MAX_ENV][ENV_LEN];
 	int nenv;
-} conf = {"/usr/bin/python3", "/var/spool/easlurm", "", DEFAULT_TIMEOUT_MS, {{0}}, 0};
+} conf = {"/usr/bin/python3", "/var/spool/easlurm", "", "", DEFAULT_TIMEOUT_MS, {{0}}, 0};
 
 static int opt_given;
 static int opt_valid = 1;
@@ -87,6 +91,47 @@ static double now_s(clockid_t clk)
 /* What Slurm 22.05's sbatch exports for a bare option (a NULL value printed with "%s"). */
 #define NULL_TEXT "(null)"
 
+/* The models= file's text (at most MODELS_MAX bytes) into buf; its length, or -1 (logged) when it cannot
+ * be read: the name then goes unchecked (fail safe: the job is not refused for the site's mistake). */
+#define MODELS_MAX 65536
+static ssize_t read_models(char *buf, size_t size)
+{
+	struct stat st;
+	size_t len = 0;
+	int fd = open(conf.models, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size >= (off_t) size) {
+		site_error("easlurm: models=%s is not a readable file under %zu bytes; model= not checked",
+			   conf.models, size);
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	while (len < size) {
+		ssize_t got = read(fd, buf + len, size - len);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			break;
+		len += (size_t) got;
+	}
+	close(fd);
+	return (ssize_t) len;
+}
+
+/* A model= typed at submission against the models= file: 0 when known or unchecked, -1 with err. */
+static int check_model(const char *spec, char *err, size_t errlen)
+{
+	static char names[MODELS_MAX];
+	const char *model;
+	size_t mlen;
+	if (!conf.models[0] || !eas_spec_model(spec, &model, &mlen))
+		return 0;
+	ssize_t n = read_models(names, sizeof(names));
+	if (n < 0)
+		return 0;
+	return eas_model_check(names, (size_t) n, model, mlen, err, errlen);
+}
+
 /* Option callback. Contexts: local (srun), allocator (sbatch/salloc), remote (slurmstepd).
  * A bare option is the default SPEC: it arrives as NULL in srun, "" on the compute side and "(null)"
  * from the job's environment (the batch step, and every srun or sbatch inside the job).
@@ -95,7 +140,7 @@ static double now_s(clockid_t clk)
  * when it does not parse (hand-edited environment, another plugin version) the step runs unprofiled. */
 static int opt_cb(int val, const char *optarg, int remote)
 {
-	char err[256];
+	char err[512];
 	const char *env = remote ? NULL : getenv(INHERITED_ENV);
 	int inherited = remote || (env && optarg && strcmp(env, optarg) == 0);
 	(void) val;
@@ -111,6 +156,11 @@ static int opt_cb(int val, const char *optarg, int remote)
 		site_error("easlurm: not profiling, invalid inherited --energy-profile: %s", err);
 		return 0;
 	}
+	if (!inherited && check_model(optarg, err, sizeof(err)) < 0) {
+		opt_valid = 0;
+		slurm_error("easlurm: invalid --energy-profile: %s", err);
+		return -1;
+	}
 	opt_valid = 1;
 	snprintf(opt_spec, sizeof(opt_spec), "%s", optarg);
 	return 0;
@@ -120,7 +170,8 @@ static struct spank_option energy_opt = {
 	"energy-profile", "SPEC",
 	"Account the energy of every job step (easlurm; see `easlurm sacct`). SPEC is a comma list: "
 	"devices all (default) or gpu, cpu, dram; interval=200ms; scheduler hints model=NAME, steps=N, "
-	"batch=64:128, gpus=1:2:4, deadline=2h, urgent, share (may share its one GPU), nolimit (default GPU power limit).",
+	"batch=64:128, gpus=1:2:4, deadline=2h, urgent, share (may share its one GPU), nolimit (default GPU power limit). "
+	"Model names: easlurm model list --names.",
 	2, 0, opt_cb};
 
 static int copy_arg(char *dst, size_t len, const char *value, const char *key)
@@ -153,6 +204,8 @@ static void parse_args(int ac, char **av, int verbose)
 			copy_arg(conf.agent, sizeof(conf.agent), a + 6, "agent");
 		} else if (strncmp(a, "spool=", 6) == 0) {
 			copy_arg(conf.spool, sizeof(conf.spool), a + 6, "spool");
+		} else if (strncmp(a, "models=", 7) == 0) {
+			copy_arg(conf.models, sizeof(conf.models), a + 7, "models");
 		} else if (strncmp(a, "config=", 7) == 0) {
 			copy_arg(conf.config, sizeof(conf.config), a + 7, "config");
 		} else if (strncmp(a, "timeout_ms=", 11) == 0) {

@@ -27,6 +27,10 @@ static const struct key_rule KEYS[] = {
 static const char *const WORDS[] = {"all", "gpu", "cpu", "dram", "urgent", "share", "nolimit"};
 #define WORD_SHARE 5
 #define NWORDS (sizeof(WORDS) / sizeof(WORDS[0]))
+/* What an unknown item or key error lists: every word and key (the Python twin says the same). */
+#define EVERY_ITEM                                                                                         \
+	"(devices: all,gpu,cpu,dram; flags: urgent,share,nolimit; keys: "                                  \
+	"interval,deadline,model,steps,batch,gpus)"
 
 #define NAME_MAX_LEN 64
 #define LIST_MAX 16
@@ -43,6 +47,14 @@ static int fail(char *err, size_t errlen, const char *what, const char *frag, si
 		else
 			snprintf(err, errlen, "%s", what);
 	}
+	return -1;
+}
+
+/* "unknown key 'x' (devices: ...; flags: ...; keys: ...)": the fragment, then every item there is. */
+static int fail_list(char *err, size_t errlen, const char *what, const char *frag, size_t flen)
+{
+	if (err && errlen)
+		snprintf(err, errlen, "%s '%.*s' " EVERY_ITEM, what, (int) (flen > 40 ? 40 : flen), frag);
 	return -1;
 }
 
@@ -138,10 +150,7 @@ static int check_item(const char *item, size_t n, unsigned *seen_keys, unsigned 
 				return 0;
 			}
 		}
-		return fail(err, errlen,
-			    "unknown item (devices: all,gpu,cpu,dram; flags: urgent,share,nolimit; keys: "
-			    "interval,deadline,model,steps,batch,gpus)",
-			    item, n);
+		return fail_list(err, errlen, "unknown item", item, n);
 	}
 	size_t klen = (size_t) (eq - item);
 	const char *v = eq + 1;
@@ -180,8 +189,7 @@ static int check_item(const char *item, size_t n, unsigned *seen_keys, unsigned 
 			return 0;
 		}
 	}
-	return fail(err, errlen,
-		    "unknown key (keys: interval,deadline,model,steps,batch,gpus)", item, klen);
+	return fail_list(err, errlen, "unknown key", item, klen);
 }
 
 /* 'share' is for one-GPU jobs: a gpus= list, when given, must be exactly "1". */
@@ -231,5 +239,170 @@ int eas_spec_check(const char *spec, char *err, size_t errlen)
 		return fail(err, errlen, "'all' cannot be combined with a device list", "", 0);
 	if (seen_words & (1u << WORD_SHARE))
 		return check_share(spec, len, err, errlen);
+	return 0;
+}
+
+/* ---- model names: `model=NAME` checked against the oracle's names (a file `easlurm model list --names`
+ * writes). One spelling per line, "NAME" or "ALIAS NAME" (NAME the zoo's own); '#' starts a comment.
+ * A name matches as the oracle reads it: case-insensitive, '_' read as '-'. */
+
+static char norm_char(char c)
+{
+	if (c >= 'A' && c <= 'Z')
+		return (char) (c - 'A' + 'a');
+	return c == '_' ? '-' : c;
+}
+
+/* Levenshtein distance of the normalised strings (both at most NAME_MAX_LEN bytes). */
+static size_t distance(const char *a, size_t alen, const char *b, size_t blen)
+{
+	size_t row[NAME_MAX_LEN + 1];
+	for (size_t j = 0; j <= blen; j++)
+		row[j] = j;
+	for (size_t i = 1; i <= alen; i++) {
+		size_t diag = row[0];
+		row[0] = i;
+		for (size_t j = 1; j <= blen; j++) {
+			size_t up = row[j];
+			size_t cost = norm_char(a[i - 1]) == norm_char(b[j - 1]) ? 0 : 1;
+			size_t best = diag + cost;
+			if (up + 1 < best)
+				best = up + 1;
+			if (row[j - 1] + 1 < best)
+				best = row[j - 1] + 1;
+			row[j] = best;
+			diag = up;
+		}
+	}
+	return row[blen];
+}
+
+static int same_name(const char *a, size_t alen, const char *b, size_t blen)
+{
+	if (alen != blen)
+		return 0;
+	for (size_t i = 0; i < alen; i++)
+		if (norm_char(a[i]) != norm_char(b[i]))
+			return 0;
+	return 1;
+}
+
+struct near {
+	const char *name; /* the zoo's own name (a line's last field) */
+	size_t len;
+	size_t dist; /* the smallest distance of any of its spellings */
+	size_t line; /* the line of that spelling: ties go to the earlier line */
+};
+
+static int nearer(const struct near *a, const struct near *b)
+{
+	return a->dist < b->dist || (a->dist == b->dist && a->line < b->line);
+}
+
+/* Keep the EAS_MODEL_NEAREST nearest distinct names, each at its best spelling. */
+static void keep_nearest(struct near *best, size_t *nbest, struct near cand)
+{
+	size_t at = *nbest;
+	for (size_t i = 0; i < *nbest; i++) {
+		if (same_name(best[i].name, best[i].len, cand.name, cand.len)) {
+			if (!nearer(&cand, &best[i]))
+				return;
+			at = i; /* the slot it leaves is refilled below */
+			break;
+		}
+	}
+	if (at == *nbest && *nbest == EAS_MODEL_NEAREST) {
+		if (!nearer(&cand, &best[at - 1]))
+			return;
+		at--; /* the farthest leaves */
+	} else if (at == *nbest) {
+		(*nbest)++;
+	}
+	while (at > 0 && nearer(&cand, &best[at - 1])) {
+		best[at] = best[at - 1];
+		at--;
+	}
+	best[at] = cand;
+}
+
+/* One line's fields: [*f1, f1 + *l1) and, if present, [*f2, f2 + *l2); 0 when it holds no name. */
+static int line_fields(const char *line, size_t n, const char **f1, size_t *l1, const char **f2, size_t *l2)
+{
+	size_t i = 0, nf = 0;
+	*l1 = *l2 = 0;
+	while (i < n && nf < 2) {
+		while (i < n && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r'))
+			i++;
+		if (i >= n || line[i] == '#')
+			break;
+		size_t start = i;
+		while (i < n && line[i] != ' ' && line[i] != '\t' && line[i] != '\r' && line[i] != '#')
+			i++;
+		if (i - start > NAME_MAX_LEN)
+			return 0; /* not a name a SPEC can carry */
+		if (nf++ == 0) {
+			*f1 = line + start;
+			*l1 = i - start;
+		} else {
+			*f2 = line + start;
+			*l2 = i - start;
+		}
+	}
+	return *l1 > 0;
+}
+
+int eas_model_check(const char *names, size_t nlen, const char *model, size_t mlen, char *err, size_t errlen)
+{
+	struct near best[EAS_MODEL_NEAREST];
+	size_t nbest = 0, start = 0, line = 0;
+	if (err && errlen)
+		err[0] = '\0';
+	if (mlen == 0 || mlen > NAME_MAX_LEN)
+		return fail(err, errlen, "bad name (1..64 of A-Za-z0-9._-)", model, mlen);
+	for (size_t i = 0; i <= nlen; i++) {
+		if (i < nlen && names[i] != '\n' && names[i] != '\0')
+			continue;
+		const char *f1 = NULL, *f2 = NULL;
+		size_t l1 = 0, l2 = 0;
+		if (line_fields(names + start, i - start, &f1, &l1, &f2, &l2)) {
+			if (same_name(f1, l1, model, mlen))
+				return 0;
+			struct near cand = {l2 ? f2 : f1, l2 ? l2 : l1, distance(model, mlen, f1, l1), line};
+			keep_nearest(best, &nbest, cand);
+		}
+		line++;
+		start = i + 1;
+		if (i < nlen && names[i] == '\0')
+			break;
+	}
+	if (err && errlen) {
+		int w = snprintf(err, errlen, "unknown model= '%.*s' (nearest:", (int) (mlen > 40 ? 40 : mlen), model);
+		for (size_t k = 0; k < nbest && w >= 0 && (size_t) w < errlen; k++)
+			w += snprintf(err + w, errlen - (size_t) w, "%s %.*s", k ? "," : "", (int) best[k].len,
+				      best[k].name);
+		if (w >= 0 && (size_t) w < errlen)
+			snprintf(err + w, errlen - (size_t) w, "%s; every name: easlurm model list --names)",
+				 nbest ? "" : " none");
+	}
+	return -1;
+}
+
+int eas_spec_model(const char *spec, const char **model, size_t *mlen)
+{
+	size_t len = spec ? strnlen(spec, EAS_SPEC_MAX + 1) : 0, start = 0;
+	*model = NULL;
+	*mlen = 0;
+	if (len > EAS_SPEC_MAX)
+		return 0;
+	for (size_t i = 0; i <= len; i++) {
+		if (i == len || spec[i] == ',') {
+			if (i - start >= 6 && memcmp(spec + start, "model=", 6) == 0) {
+				*model = spec + start + 6;
+				*mlen = i - start - 6;
+				return 1;
+			}
+			start = i + 1;
+		}
+	}
 	return 0;
 }

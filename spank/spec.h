@@ -19,4 +19,18 @@
  */
 int eas_spec_check(const char *spec, char *err, size_t errlen);
 
+/* How many of the nearest known names an unknown model= names. */
+#define EAS_MODEL_NEAREST 3
+
+/*
+ * Check a model name against NAMES (nlen bytes, the text `easlurm model list --names` writes: one
+ * spelling per line, "NAME" or "ALIAS NAME"; '#' comments), as the oracle reads names:
+ * case-insensitive, '_' as '-'. Returns 0 when known; otherwise -1 with a one-line reason in err that
+ * names the EAS_MODEL_NEAREST nearest names (edit distance, earlier lines first among equals).
+ */
+int eas_model_check(const char *names, size_t nlen, const char *model, size_t mlen, char *err, size_t errlen);
+
+/* The value of SPEC's model= item: 1 and [*model, *model + *mlen) when there is one, else 0. */
+int eas_spec_model(const char *spec, const char **model, size_t *mlen);
+
 #endif

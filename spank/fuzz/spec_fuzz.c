@@ -2,8 +2,12 @@
  * Fuzz harness for eas_spec_check. Two modes:
  *   spec_fuzz SEED COUNT     deterministic random inputs (mutations of valid SPECs and raw bytes),
  *                            built with -fsanitize=address,undefined; exits non-zero on any finding
- *   spec_fuzz --check FILE   one "expect<TAB>spec" case per line (expect: ok|bad), the same file the
- *                            Python parser is tested against, so the two parsers agree
+ *   spec_fuzz --check FILE [NAMES]
+ *                            one "expect<TAB>spec[<TAB>with-names]" case per line (expect: ok|bad), the
+ *                            same file the Python parser is tested against, so the two parsers agree.
+ *                            With NAMES (a model names file), a case's verdict is its third column when
+ *                            it has one (ok, or bad:N1,N2,N3: the nearest names the error must list),
+ *                            its first otherwise; model= is then checked against NAMES.
  * With -DLIBFUZZER it is a libFuzzer target instead (clang -fsanitize=fuzzer).
  */
 #include <stdint.h>
@@ -35,6 +39,21 @@ static int check_one(const uint8_t *data, size_t size)
 		if (buf[0] == ',' || buf[slen - 1] == ',' || strstr(buf, ",,"))
 			abort();
 	}
+	/* The model check: on the SPEC's model= against a fixed names text, and on the input as a names text. */
+	static const char names[] = "# names\nresnet50\nvit-b16\n\tresnet-50  resnet50 # alias\n\n";
+	const char *model;
+	size_t mlen;
+	char merr[96];
+	if (rc == 0 && eas_spec_model(buf, &model, &mlen)) {
+		memset(merr, 0x55, sizeof(merr));
+		int mrc = eas_model_check(names, sizeof(names) - 1, model, mlen, merr, sizeof(merr));
+		if (mrc != 0 && (mrc != -1 || memchr(merr, '\0', sizeof(merr)) == NULL || merr[0] == '\0'))
+			abort();
+	}
+	memset(merr, 0x55, sizeof(merr));
+	int nrc = eas_model_check(buf, n, "resnet5O", 8, merr, sizeof(merr));
+	if (nrc != 0 && (nrc != -1 || memchr(merr, '\0', sizeof(merr)) == NULL || merr[0] == '\0'))
+		abort();
 	/* A tiny error buffer must still be terminated. */
 	char small[4];
 	if (eas_spec_check(buf, small, sizeof(small)) == -1 && memchr(small, '\0', sizeof(small)) == NULL)
@@ -65,7 +84,55 @@ static const char *const SEEDS[] = {
 };
 static const char ALPHABET[] = "abcdefgilmnoprstuvwxyz0123456789.,=:-_ \t|;'\"$`\\/\x01\xff";
 
-static int run_check_file(const char *path)
+static char names_buf[1 << 16];
+static size_t names_len;
+
+static int load_names(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		perror(path);
+		return -1;
+	}
+	names_len = fread(names_buf, 1, sizeof(names_buf) - 1, f);
+	names_buf[names_len] = '\0';
+	fclose(f);
+	return 0;
+}
+
+/* The verdict for SPEC, with the model names when loaded; err gets the reason. */
+static int verdict(const char *spec, int with_names, char *err, size_t errlen)
+{
+	const char *model;
+	size_t mlen;
+	int rc = eas_spec_check(spec, err, errlen);
+	if (rc == 0 && with_names && eas_spec_model(spec, &model, &mlen))
+		rc = eas_model_check(names_buf, names_len, model, mlen, err, errlen);
+	return rc;
+}
+
+/* "bad:a,b,c": the error must name exactly these nearest names, in this order. */
+static int nearest_match(const char *want, const char *err)
+{
+	char expect[256];
+	const char *at = strstr(err, "(nearest: ");
+	if (!at)
+		return 0;
+	at += strlen("(nearest: ");
+	size_t n = 0;
+	for (const char *w = want; *w && n + 3 < sizeof(expect); w++) {
+		if (*w == ',') {
+			expect[n++] = ',';
+			expect[n++] = ' ';
+		} else {
+			expect[n++] = *w;
+		}
+	}
+	expect[n] = '\0';
+	return strncmp(at, expect, n) == 0 && at[n] == ';';
+}
+
+static int run_check_file(const char *path, int with_names)
 {
 	FILE *f = fopen(path, "r");
 	char line[4096];
@@ -83,12 +150,20 @@ static int run_check_file(const char *path)
 		if (!tab)
 			continue;
 		*tab = '\0';
-		int want_ok = strcmp(line, "ok") == 0;
-		char err[256];
-		int rc = eas_spec_check(tab + 1, err, sizeof(err));
+		char *spec = tab + 1, *expect = line, *third = strchr(spec, '\t');
+		if (third)
+			*third++ = '\0';
+		if (with_names && third)
+			expect = third;
+		int want_ok = strcmp(expect, "ok") == 0;
+		char err[512];
+		int rc = verdict(spec, with_names, err, sizeof(err));
 		cases++;
-		if ((rc == 0) != want_ok) {
-			fprintf(stderr, "MISMATCH expect=%s spec='%s' err='%s'\n", line, tab + 1, err);
+		int match = (rc == 0) == want_ok;
+		if (match && !want_ok && strncmp(expect, "bad:", 4) == 0)
+			match = nearest_match(expect + 4, err);
+		if (!match) {
+			fprintf(stderr, "MISMATCH expect=%s spec='%s' err='%s'\n", expect, spec, err);
 			failures++;
 		}
 	}
@@ -99,8 +174,11 @@ static int run_check_file(const char *path)
 
 int main(int argc, char **argv)
 {
-	if (argc == 3 && strcmp(argv[1], "--check") == 0)
-		return run_check_file(argv[2]);
+	if ((argc == 3 || argc == 4) && strcmp(argv[1], "--check") == 0) {
+		if (argc == 4 && load_names(argv[3]) < 0)
+			return 2;
+		return run_check_file(argv[2], argc == 4);
+	}
 	rng_state = argc > 1 ? strtoull(argv[1], NULL, 10) * 2654435761u + 1 : 1;
 	long count = argc > 2 ? strtol(argv[2], NULL, 10) : 100000;
 	long valid = 0;

@@ -2,12 +2,15 @@
 
 The same strict grammar as the SPANK plugin's spank/spec.c (spank/spec_cases.tsv keeps the two equal):
 a comma list of device words (all, gpu, cpu, dram), flags (urgent, share, nolimit) and keys
-(interval, deadline, model, steps, batch, gpus). Pure: no I/O.
+(interval, deadline, model, steps, batch, gpus). With the oracle's model names (ModelNames, the text
+`easlurm model list --names` writes and the plugin's `models=` file holds), `model=` must be one of them,
+as spank/spec.c checks it at submission. Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +29,13 @@ INTERVAL_RANGE_S = (0.010, 60.0)
 DEADLINE_RANGE_S = (0.001, 366 * 86400.0)
 _WORDS = ("all", "gpu", "cpu", "dram", "urgent", "share", "nolimit")
 _KEYS = ("interval", "deadline", "model", "steps", "batch", "gpus")
+#: What an unknown item or key error lists: every word and key (spank/spec.c's EVERY_ITEM).
+EVERY_ITEM = (
+    "(devices: all,gpu,cpu,dram; flags: urgent,share,nolimit; keys: interval,deadline,model,steps,batch,gpus)"
+)
+#: How many of the nearest known names an unknown model= names (EAS_MODEL_NEAREST).
+MODEL_NEAREST = 3
+_NAME_MAX = 64
 
 
 @dataclass(frozen=True)
@@ -86,11 +96,19 @@ def _duration(value: str, item: str, lo: float, hi: float) -> float:
     return seconds
 
 
-def parse_spec(text: str | None) -> ProfileSpec:
-    """Parse SPEC with the same strict grammar as spank/spec.c (spank/spec_cases.tsv keeps them equal).
+def parse_spec(text: str | None, names: ModelNames | None = None) -> ProfileSpec:
+    """Parse SPEC with the same strict grammar as spank/spec.c (spank/spec_cases.tsv keeps them equal);
+    with `names`, `model=` must also be a known model name (ModelNames.check).
 
     None or "" (a bare --energy-profile) means every device at the configured interval.
     """
+    spec = _parse(text)
+    if names is not None and spec.model is not None:
+        names.check(spec.model)
+    return spec
+
+
+def _parse(text: str | None) -> ProfileSpec:
     if not text:
         return ProfileSpec()
     if len(text) > SPEC_MAX_CHARS:
@@ -105,16 +123,13 @@ def parse_spec(text: str | None) -> ProfileSpec:
         key, eq, value = item.partition("=")
         if not eq:
             if item not in _WORDS:
-                raise ConfigError(
-                    f"--energy-profile: unknown item {item!r} (devices: all,gpu,cpu,dram; "
-                    f"flags: urgent,share,nolimit; keys: {','.join(_KEYS)})"
-                )
+                raise ConfigError(f"--energy-profile: unknown item {item[:40]!r} {EVERY_ITEM}")
             if item in words:
                 raise ConfigError(f"--energy-profile: {item!r} given twice")
             words.append(item)
             continue
         if key not in _KEYS:
-            raise ConfigError(f"--energy-profile: unknown key {key!r} (keys: {','.join(_KEYS)})")
+            raise ConfigError(f"--energy-profile: unknown key {key[:40]!r} {EVERY_ITEM}")
         if key in values:
             raise ConfigError(f"--energy-profile: key {key!r} given twice")
         values[key] = value
@@ -145,3 +160,74 @@ def parse_spec(text: str | None) -> ProfileSpec:
         share="share" in words,
         nolimit="nolimit" in words,
     )
+
+
+def _norm(name: str) -> str:
+    """A model name as the oracle reads it (easlurm.model.zoo.canonical_name): case-insensitive, '_' as '-'."""
+    return name.lower().replace("_", "-")
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance of two normalised names (spank/spec.c's `distance`)."""
+    a, b = _norm(a), _norm(b)
+    row = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        diag, row[0] = row[0], i
+        for j in range(1, len(b) + 1):
+            up = row[j]
+            row[j] = min(diag + (a[i - 1] != b[j - 1]), up + 1, row[j - 1] + 1)
+            diag = up
+    return row[-1]
+
+
+@dataclass(frozen=True)
+class ModelNames:
+    """The oracle's model names as `easlurm model list --names` writes them: one spelling per line,
+    `NAME` (the zoo's own) or `ALIAS NAME`; `#` starts a comment. The SPANK plugin reads the same file
+    (its `models=` argument) and refuses an unknown `model=` at submission (spank/spec.c)."""
+
+    #: (spelling, the zoo's name) in file order
+    spellings: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def parse(cls, text: str) -> ModelNames:
+        out = []
+        for line in text.splitlines():
+            fields = line.partition("#")[0].split()[:2]
+            if fields and all(len(f) <= _NAME_MAX for f in fields):
+                out.append((fields[0], fields[-1]))
+        return cls(tuple(out))
+
+    @classmethod
+    def from_names(cls, names: Iterable[str], aliases: Mapping[str, str]) -> ModelNames:
+        """The zoo's names, then each alias a SPEC can carry (`[A-Za-z0-9._-]{1,64}`)."""
+        spellings = [(n, n) for n in names]
+        spellings += [(a, n) for a, n in aliases.items() if _NAME.match(a)]
+        return cls(tuple(spellings))
+
+    def text(self) -> str:
+        """The file's text (parse reads it back)."""
+        head = "# easlurm model names (easlurm model list --names): NAME, or ALIAS NAME\n"
+        return head + "".join(f"{s}\n" if s == n else f"{s} {n}\n" for s, n in self.spellings)
+
+    def known(self, model: str) -> bool:
+        return any(_norm(s) == _norm(model) for s, _ in self.spellings)
+
+    def nearest(self, model: str, count: int = MODEL_NEAREST) -> list[str]:
+        """The `count` names nearest `model` by edit distance over every spelling, ties by file order."""
+        best: dict[str, tuple[int, int]] = {}
+        for line, (spelling, name) in enumerate(self.spellings):
+            key = (edit_distance(model, spelling), line)
+            if _norm(name) not in best or key < best[_norm(name)]:
+                best[_norm(name)] = key
+        first = {_norm(n): n for _, n in reversed(self.spellings)}
+        return [first[n] for n in sorted(best, key=best.__getitem__)[:count]]
+
+    def check(self, model: str) -> None:
+        """ConfigError naming the nearest names unless `model` is known (spank/spec.c's message)."""
+        if self.known(model):
+            return
+        near = ", ".join(self.nearest(model)) or "none"
+        raise ConfigError(
+            f"--energy-profile: unknown model= {model[:40]!r} (nearest: {near}; every name: easlurm model list --names)"
+        )

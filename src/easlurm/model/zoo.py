@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+from easlurm.energy.spec import ModelNames
 from easlurm.errors import ModelError
 from easlurm.model.layers import WorkloadBuilder
 from easlurm.model.workload import Optimizer, Precision, Workload
@@ -58,6 +59,12 @@ def canonical_name(name: str) -> str:
     if key not in MODEL_NAMES:
         raise ModelError(f"unknown model {name!r} (known: {', '.join(MODEL_NAMES)})")
     return key
+
+
+def spec_model_names() -> ModelNames:
+    """The names a SPEC's `model=` may carry: the zoo's, then the aliases canonical_name reads (the file
+    `easlurm model list --names` writes for the SPANK plugin's `models=` check at submission)."""
+    return ModelNames.from_names(MODEL_NAMES, _ALIASES)
 
 
 def _out(h: int, k: int, s: int, p: int) -> int:

@@ -3,13 +3,14 @@ checker survives a sanitizer-instrumented fuzz run."""
 
 from __future__ import annotations
 
+import ctypes
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from easlurm.energy.spec import DEVICE_KINDS, parse_spec
+from easlurm.energy.spec import DEVICE_KINDS, ModelNames, parse_spec
 from easlurm.errors import ConfigError
 
 SPANK = Path(__file__).resolve().parents[3] / "spank"
@@ -21,7 +22,7 @@ def _cases() -> list[tuple[str, str]]:
     for line in CASES.read_text().splitlines():
         if line.startswith("#") or "\t" not in line:
             continue
-        expect, spec = line.split("\t", 1)
+        expect, spec = line.split("\t")[:2]
         out.append((expect, spec))
     return out
 
@@ -158,3 +159,126 @@ def test_python_parser_agrees_with_c_on_fuzzed_inputs(spec_fuzz: Path, tmp_path:
     cases.write_text("\n".join(lines) + "\n")
     res = subprocess.run([str(spec_fuzz), "--check", str(cases)], capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr[:2000]
+
+
+# --- model names: model= checked against the oracle's names (the plugin's models= file) ---
+
+NAMES_FIXTURE = SPANK / "fuzz" / "model_names.txt"
+
+
+def _cases_with_names() -> list[tuple[str, str]]:
+    """(verdict against the model names, SPEC): a case's third column when it has one, its first otherwise."""
+    out = []
+    for line in CASES.read_text().splitlines():
+        if line.startswith("#") or "\t" not in line:
+            continue
+        fields = line.split("\t")
+        out.append((fields[2] if len(fields) > 2 else fields[0], fields[1]))
+    return out
+
+
+def test_names_fixture_is_what_the_zoo_writes() -> None:
+    """`make -C spank check` reads spank/fuzz/model_names.txt: it must be `easlurm model list --names`."""
+    from easlurm.model.zoo import spec_model_names
+
+    assert NAMES_FIXTURE.read_text() == spec_model_names().text()
+
+
+@pytest.mark.parametrize(("expect", "spec"), _cases_with_names())
+def test_python_parser_with_names_matches_shared_cases(expect: str, spec: str) -> None:
+    """With the model names, an unknown model= is refused naming exactly the nearest names of the table."""
+    names = ModelNames.parse(NAMES_FIXTURE.read_text())
+    if expect == "ok":
+        parse_spec(spec, names)
+        return
+    with pytest.raises(ConfigError, match="--energy-profile") as err:
+        parse_spec(spec, names)
+    if expect.startswith("bad:"):
+        assert f"(nearest: {expect[4:].replace(',', ', ')};" in str(err.value)
+
+
+def test_cases_with_names_cover_typos() -> None:
+    differ = [c for c in CASES.read_text().splitlines() if c.count("\t") == 2]
+    assert sum(c.split("\t")[2].startswith("bad:") for c in differ) >= 5
+    assert any(c.startswith("ok\tmodel=resnet5O\t") for c in differ)
+
+
+def test_model_typo_names_the_key_and_nearest_names() -> None:
+    names = ModelNames.parse(NAMES_FIXTURE.read_text())
+    with pytest.raises(ConfigError) as err:
+        parse_spec("gpu,model=resnet5O,steps=10", names)
+    msg = str(err.value)
+    assert msg.startswith("--energy-profile: unknown model= 'resnet5O' (nearest: resnet50, ")
+    assert "\n" not in msg
+    # the oracle's reading of a name: case-insensitive, '_' as '-', its aliases
+    for spelling in ("ResNet_50", "RESNET50", "vit", "Llama3"):
+        assert parse_spec(f"model={spelling}", names).model == spelling
+    # without names (the compute side, a site without models=) only the syntax is checked
+    assert parse_spec("model=resnet5O").model == "resnet5O"
+
+
+def test_nearest_names_are_distinct_zoo_names_ties_in_file_order() -> None:
+    names = ModelNames.parse("# c\nabc\nabd\nxyz\nab-c abc\n")
+    assert names.nearest("abx") == ["abc", "abd", "xyz"]
+    assert names.nearest("ab-c", count=2) == ["abc", "abd"]  # via its alias, listed once
+    assert ModelNames.parse("").nearest("x") == []
+
+
+def test_unknown_key_lists_every_item() -> None:
+    for spec, what in (("power=300W", "unknown key 'power'"), ("nolimt", "unknown item 'nolimt'")):
+        with pytest.raises(ConfigError) as err:
+            parse_spec(spec)
+        msg = str(err.value)
+        assert what in msg
+        for item in ("all", "gpu", "cpu", "dram", "urgent", "share", "nolimit", *_KEYS_ALL):
+            assert item in msg.partition("(")[2], (item, msg)
+
+
+_KEYS_ALL = ("interval", "deadline", "model", "steps", "batch", "gpus")
+
+
+def test_c_checker_with_names_matches_shared_cases(spec_fuzz: Path, tmp_path: Path) -> None:
+    """The C harness against the names the zoo writes now: the same verdicts and nearest names."""
+    from easlurm.model.zoo import spec_model_names
+
+    names = tmp_path / "models.txt"
+    names.write_text(spec_model_names().text())
+    res = subprocess.run(
+        [str(spec_fuzz), "--check", str(CASES), str(names)], capture_output=True, text=True, check=False
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"{len(_cases())} cases, 0 mismatches" in res.stdout
+
+
+@pytest.fixture(scope="module")
+def spec_lib(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
+    """spank/spec.c as a shared library, to compare its messages with the Python twin's."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    out = tmp_path_factory.mktemp("speclib") / "libspec.so"
+    cmd = [cc, "-O1", "-Wall", "-Wextra", "-Werror", "-std=gnu11", "-fPIC", "-shared", "-o", str(out)]
+    res = subprocess.run([*cmd, str(SPANK / "spec.c")], capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    return ctypes.CDLL(str(out))
+
+
+def _c_error(lib: ctypes.CDLL, spec: str, names: str | None = None) -> str:
+    err = ctypes.create_string_buffer(512)
+    raw = spec.encode()
+    if lib.eas_spec_check(raw, err, ctypes.c_size_t(512)) == 0 and names is not None:
+        model = raw.partition(b"model=")[2].partition(b",")[0]
+        text = names.encode()
+        lib.eas_model_check(text, ctypes.c_size_t(len(text)), model, ctypes.c_size_t(len(model)), err, 512)
+    return err.value.decode()
+
+
+@pytest.mark.parametrize(
+    "spec", ["power=300W", "nolimt", "model=resnet5O", "gpu,model=Bert_Lage,steps=5", "model=llama"]
+)
+def test_c_and_python_give_the_same_message(spec_lib: ctypes.CDLL, spec: str) -> None:
+    """The one line sbatch prints is the one the Python twin raises (after its `--energy-profile: `)."""
+    text = NAMES_FIXTURE.read_text()
+    with pytest.raises(ConfigError) as err:
+        parse_spec(spec, ModelNames.parse(text))
+    assert str(err.value) == "--energy-profile: " + _c_error(spec_lib, spec, text)
