@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from easlurm.model.hardware import GpuSpec
-from easlurm.model.params import ARCHITECTURES, PARAM_SPECS, OracleParams
+from easlurm.model.params import ARCHITECTURES, GPU_FACTOR_PREFIX, PARAM_SPECS, OracleParams
 from easlurm.model.workload import Precision, Workload
 
 #: memory kept free on each GPU (CUDA context, allocator fragmentation), bytes
@@ -136,6 +136,7 @@ class HardwareArrays:
     nvlink: np.ndarray  # 1.0 where the GPUs of a node talk over NVLink, 0.0 over PCIe
     infiniband: np.ndarray  # 1.0 where nodes talk over InfiniBand (RDMA), 0.0 over Ethernet
     nics_per_node: np.ndarray
+    gpu_key: np.ndarray  # each row's catalogue key (per-GPU-type factors: 'gpu:<key>.<param>')
 
     @classmethod
     def table(cls, specs: Sequence[GpuSpec]) -> HardwareArrays:
@@ -164,6 +165,7 @@ class HardwareArrays:
             nvlink=np.array([s.link_kind == "nvlink" for s in specs], dtype=np.float64),
             infiniband=np.array([s.net_kind == "infiniband" for s in specs], dtype=np.float64),
             nics_per_node=np.array([s.nics_per_node for s in specs], dtype=np.float64),
+            gpu_key=np.array([s.key for s in specs], dtype=object),
         )
 
     def take(self, index: np.ndarray) -> HardwareArrays:
@@ -202,15 +204,19 @@ def with_arch_factors(p: Mapping[str, float], hw: HardwareArrays) -> Mapping[str
     """Global parameters with each row's architecture factors ('<arch>.<param>' keys of p) applied.
 
     A factor scales the shared value on its architecture's rows only, within the parameter's bounds; the
-    result broadcasts like hw (and like p's values, which calibration passes as (S, 1) columns)."""
+    result broadcasts like hw (and like p's values, which calibration passes as (S, 1) columns). A GPU type's
+    factors ('gpu:<key>.<param>', a site's calibration) scale its own rows the same way."""
     keys = [k for k in p if "." in k]
     if not keys:
         return p
     out: dict[str, float] = {k: v for k, v in p.items() if "." not in k}
     scale: dict[str, np.ndarray] = {}
     for key in keys:
-        arch, _, name = key.partition(".")
-        on = hw.arch == ARCHITECTURES.index(arch)
+        group, _, name = key.rpartition(".")
+        if group.startswith(GPU_FACTOR_PREFIX):
+            on = hw.gpu_key == group[len(GPU_FACTOR_PREFIX) :]
+        else:
+            on = hw.arch == ARCHITECTURES.index(group)
         if np.any(on):
             scale[name] = scale.get(name, 1.0) * np.where(on, p[key], 1.0)
     for name, f in scale.items():

@@ -175,11 +175,28 @@ ARCH_PARAMS = (
 #: search bounds of a per-architecture factor
 ARCH_FACTOR_BOUNDS = (0.2, 5.0)
 
+#: a per-GPU-type factor is keyed 'gpu:<catalogue key>.<param>' (a site's own calibration,
+#: docs/oracle-calibrate.md): it multiplies the parameter on that GPU type's rows only
+GPU_FACTOR_PREFIX = "gpu:"
+#: what a GPU type's factors may scale: the architecture's, the depthwise efficiency and the communication
+GPU_PARAMS = (*ARCH_PARAMS, "beta_dw", "t_sync_s", "bw_eff_nvlink", "bw_eff_pcie", "bw_eff_ib", "bw_eff_eth")
+
 
 def is_arch_factor(name: str) -> bool:
     """'volta.beta_gemm' and the like: a per-architecture multiplier of a global parameter."""
     arch, _, param = name.partition(".")
     return arch in ARCHITECTURES and param in ARCH_PARAMS
+
+
+def is_gpu_factor(name: str) -> bool:
+    """'gpu:h100-sxm.beta_gemm' and the like: a per-GPU-type multiplier of a global parameter."""
+    group, _, param = name.rpartition(".")
+    return group.startswith(GPU_FACTOR_PREFIX) and len(group) > len(GPU_FACTOR_PREFIX) and param in GPU_PARAMS
+
+
+def is_factor(name: str) -> bool:
+    """A multiplier of a global parameter on some GPUs' rows (per architecture or per GPU type)."""
+    return is_arch_factor(name) or is_gpu_factor(name)
 
 
 @dataclass(frozen=True)
@@ -211,7 +228,12 @@ class OracleParams:
             group, _, op = key.partition(".")
             if group in ARCHITECTURES and op in RETIRED_PARAMS:
                 continue
-            if group in ARCHITECTURES:
+            if key.startswith(GPU_FACTOR_PREFIX):
+                if not is_gpu_factor(key):
+                    raise ModelError(
+                        f"bad GPU-type factor {key!r}: expected 'gpu:<gpu>.<{'|'.join(GPU_PARAMS)}>'"
+                    )
+            elif group in ARCHITECTURES:
                 if op not in ARCH_PARAMS:
                     raise ModelError(
                         f"bad architecture factor {key!r}: expected '{group}.<{'|'.join(ARCH_PARAMS)}>'"
@@ -235,7 +257,7 @@ class OracleParams:
     @property
     def physics(self) -> dict[str, float]:
         """What the equations read: the global values and the per-architecture factors."""
-        return {**self.values, **{k: v for k, v in self.scalars.items() if is_arch_factor(k)}}
+        return {**self.values, **{k: v for k, v in self.scalars.items() if is_factor(k)}}
 
     def arch_factors(self, arch: str) -> dict[str, float]:
         """The factors of one architecture, by parameter (only those that are set)."""
@@ -270,7 +292,7 @@ def bounds(name: str) -> tuple[float, float]:
     """Search bounds of a global parameter; per-architecture factors (0.2, 5); targeted scalars (0.05, 20)."""
     if name in PARAM_SPECS:
         return PARAM_SPECS[name][1], PARAM_SPECS[name][2]
-    if is_arch_factor(name):
+    if is_factor(name):
         return ARCH_FACTOR_BOUNDS
     return 0.05, 20.0
 

@@ -19,7 +19,16 @@ from easlurm.model.equations import HardwareArrays, WorkloadArrays, evaluate
 from easlurm.model.fit.dataset import Measurement, placements_of
 from easlurm.model.hardware import Catalogue, load_catalogue
 from easlurm.model.oracle import Oracle, resolve_nodes
-from easlurm.model.params import ARCHITECTURES, PARAM_SPECS, OracleParams, bounds, is_arch_factor
+from easlurm.model.params import (
+    ARCHITECTURES,
+    GPU_FACTOR_PREFIX,
+    PARAM_SPECS,
+    OracleParams,
+    bounds,
+    is_arch_factor,
+    is_factor,
+    is_gpu_factor,
+)
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +88,7 @@ class _Problem:
         self.p = np.array([math.nan if m.avg_power_w is None else m.avg_power_w for m in self.rows])
         self.has_p = ~np.isnan(self.p)
         groups = [(w.family, w.precision.value) for w in wls]
-        names = {
-            n for n in set(base.scalars) | set(self.free) if n not in PARAM_SPECS and not is_arch_factor(n)
-        }
+        names = {n for n in set(base.scalars) | set(self.free) if n not in PARAM_SPECS and not is_factor(n)}
         self.masks = {n: np.array([n.split(".")[0] in g for g in groups]) for n in names}
         self.log_scale = [
             n not in PARAM_SPECS or (bounds(n)[0] > 0 and bounds(n)[1] / bounds(n)[0] >= 50)
@@ -99,12 +106,19 @@ class _Problem:
         # prior weighs the same share, so a small architecture's rows still inform its factors
         share = []
         for name in self.free:
-            if is_arch_factor(name):
-                on = self.hw.arch[0] == ARCHITECTURES.index(name.partition(".")[0])
+            if is_factor(name):
+                on = self._rows_of(name)
                 share.append(max(float(np.mean(on)), 1.0 / max(len(self.rows), 1)))
             else:
                 share.append(1.0)
         self._share = np.array(share).reshape(-1, 1)
+
+    def _rows_of(self, factor: str) -> np.ndarray:
+        """The rows a per-architecture or per-GPU-type factor scales."""
+        group = factor.rpartition(".")[0]
+        if is_gpu_factor(factor):
+            return np.asarray(self.hw.gpu_key[0] == group[len(GPU_FACTOR_PREFIX) :], dtype=bool)
+        return np.asarray(self.hw.arch[0] == ARCHITECTURES.index(group), dtype=bool)
 
     def bounds(self) -> list[tuple[float, float]]:
         out = []
@@ -135,7 +149,7 @@ class _Problem:
         values: dict[str, np.ndarray | float] = dict(self.base.physics)
         scal: dict[str, np.ndarray | float] = {k: v for k, v in self.base.scalars.items() if k not in values}
         for i, name in enumerate(self.free):
-            (values if name in PARAM_SPECS or is_arch_factor(name) else scal)[name] = x[i].reshape(-1, 1)
+            (values if name in PARAM_SPECS or is_factor(name) else scal)[name] = x[i].reshape(-1, 1)
         s = {op: np.ones((1, len(self.rows))) for op in ("gemm", "conv", "alu", "mem")}
         for name, val in scal.items():
             op = name.split(".")[1]
@@ -366,12 +380,14 @@ def calibrate(
     catalogue: Catalogue | None = None,
     progress: Callable[[int, float], None] | None = None,
     skip_infeasible: bool = False,
+    memory: bool = True,
 ) -> CalibrationResult:
     """Fit the free parameters: DE (best1bin, LHS init, mutation (0.5, 1.5), CR 0.7), then L-BFGS-B.
 
     With per-architecture factors among them, in stages: the shared parameters, then each architecture's
     factors on its own rows, then a joint polish. A row the model finds infeasible (out of memory) is an error,
-    or with `skip_infeasible` left out (evaluation scores it as unpredicted)."""
+    or with `skip_infeasible` left out (evaluation scores it as unpredicted). `memory=False` leaves the
+    activation-memory scale as given (a site's calibration: it is shared by every GPU type)."""
     if not rows:
         raise ModelError("calibration needs at least one measurement")
     base = base or OracleParams()
@@ -385,7 +401,7 @@ def calibrate(
     rows, prob = _feasible_problem(rows, base, free, catalogue, skip_infeasible)
     start = time.perf_counter()
     if not free:
-        fitted = fit_memory(base, rows, catalogue)
+        fitted = fit_memory(base, rows, catalogue) if memory else base
         return CalibrationResult(fitted, score(fitted, rows, catalogue), (), 0, 0.0)
 
     def cb(intermediate_result: object) -> None:
@@ -408,7 +424,8 @@ def calibrate(
         if res.fun <= de_fun:
             x = res.x
     params = base.replace(free, [float(v) for v in prob.decode(x.reshape(-1, 1))[:, 0]])
-    params = fit_memory(params, rows, catalogue)
+    if memory:
+        params = fit_memory(params, rows, catalogue)
     wall = time.perf_counter() - start
     fit = score(params, rows, catalogue)
     log.info("calibrated %d parameters on %d rows: loss %.3f in %.1f s", len(free), len(rows), fit.loss, wall)
@@ -421,12 +438,12 @@ def _check_free(free: Sequence[str]) -> None:
         group, _, op = name.partition(".")
         if (
             name not in PARAM_SPECS
-            and not is_arch_factor(name)
+            and not is_factor(name)
             and not (group and op in ("gemm", "conv", "alu", "mem"))
         ):
             raise ModelError(
                 f"unknown parameter {name!r} to calibrate (known: {', '.join(PARAM_SPECS)}, "
-                "<architecture>.<parameter>, <family|precision>.<gemm|conv|alu|mem>)"
+                "<architecture>.<parameter>, gpu:<gpu>.<parameter>, <family|precision>.<gemm|conv|alu|mem>)"
             )
 
 

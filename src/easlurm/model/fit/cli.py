@@ -41,6 +41,7 @@ from easlurm.model.fit.evaluate import (
 )
 from easlurm.model.fit.limits import limit_choices, summarise_limits
 from easlurm.model.fit.scaling import scaling_rows
+from easlurm.model.fit.site_cli import refuse_site_conflicts, run_site
 from easlurm.model.hardware import Catalogue
 from easlurm.model.params import OracleParams, load_params, save_params
 from easlurm.progress import progressbar
@@ -64,6 +65,7 @@ class CalibrateRequest:
     as_json: bool
     skip_infeasible: bool
     hardware_path: str | None
+    site: bool = False
 
 
 @click.command("calibrate")
@@ -114,17 +116,29 @@ class CalibrateRequest:
     help="Leave out rows the model finds out of memory (they are an error otherwise).",
 )
 @HARDWARE_OPTION
+@click.option(
+    "--site",
+    is_flag=True,
+    help="A site's own calibration: start from the shipped (or --params) parameters and fit only factors of "
+    "the GPU types in the rows; every other GPU type keeps its predictions. Cross-validates leave-one-model-out "
+    "(docs/oracle-calibrate.md).",
+)
 @click.pass_context
 def calibrate_cmd(ctx: click.Context, **options: Any) -> None:
     """Fit the oracle's parameters to measurement CSVs (rows of all files together) and save them as a
     versioned YAML."""
     req = CalibrateRequest(**options)
+    if req.site:
+        refuse_site_conflicts(req.free, req.scaling)
     check_writable(req.out_path or f"params-{dt.datetime.now(dt.UTC):%Y-%m-%d}.yaml", "--out")
     catalogue = apply_oracle_config(load_ctx_config(ctx), req.hardware_path)
     rows = [m for path in req.measurements for m in read_measurements(path)]
     for m in rows:
         catalogue.resolve(m.gpu)  # a GPU the catalogue lacks is one clear error before fitting
     base = load_params(req.base_path) if req.base_path else load_params()
+    if req.site:
+        _calibrate_site(req, rows, base, catalogue)
+        return
     rows, free_list = _rows_to_fit(req, rows, base, catalogue)
     before = score(base, rows, catalogue)
     with progressbar(length=req.maxiter, label="calibrating", file=sys.stderr) as bar:
@@ -165,6 +179,29 @@ def calibrate_cmd(ctx: click.Context, **options: Any) -> None:
         return
     _echo_calibration(rows, res, before, cv, meta)
     click.echo(f"wrote {out} (params_version {params.version})")
+
+
+def _calibrate_site(
+    req: CalibrateRequest, rows: list[Measurement], base: OracleParams, catalogue: Catalogue
+) -> None:
+    """--site: the site's GPU-type factors, leave-one-model-out unless --folds 0 (docs/oracle-calibrate.md)."""
+    if req.skip_infeasible:
+        rows, dropped = feasible_rows(rows, base, catalogue)
+        if dropped:
+            click.echo(f"left out {len(dropped)} rows the model finds out of memory", err=True)
+    run_site(
+        rows,
+        base,
+        catalogue,
+        data=" ".join(req.measurements),
+        out=req.out_path or f"params-{dt.datetime.now(dt.UTC):%Y-%m-%d}.yaml",
+        version=req.version,
+        maxiter=req.maxiter,
+        popsize=req.popsize,
+        seed=req.seed,
+        cross_validate=req.folds != 0,
+        as_json=req.as_json,
+    )
 
 
 def _rows_to_fit(
