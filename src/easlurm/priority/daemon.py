@@ -41,6 +41,7 @@ from easlurm.priority.policy_call import call_policy
 from easlurm.priority.rank_words import JobView, Ranked, rank_view
 from easlurm.priority.report import StartPrediction, predict_starts
 from easlurm.priority.slurm_snapshot import (
+    PendingMemo,
     SnapshotInputs,
     SpecReader,
     build_snapshot,
@@ -176,6 +177,7 @@ class Daemon:
         self.specs = SpecReader(cfg.state_save_dir)
         self._facts = gpu_facts_from_catalogue(self.oracle.catalogue)
         self._predict = oracle_power(self.oracle)
+        self._pending = PendingMemo()
         self._history: dict[str, float] = {}
         self._history_at_s: float | None = None
         self._requeued_at: dict[str, float] = {}
@@ -227,7 +229,7 @@ class Daemon:
         return self.cfg.name_prefix is None or job.name.startswith(self.cfg.name_prefix)
 
     def snapshot(self, inputs: SnapshotInputs) -> ClusterSnapshot:
-        return build_snapshot(inputs, self._facts, self._predict, self.cfg.power_budget_w)
+        return build_snapshot(inputs, self._facts, self._predict, self.cfg.power_budget_w, self._pending)
 
     def cycle(self) -> CycleReport:
         """One cycle. Slurm unreachable or failing: log, count, change nothing."""

@@ -46,7 +46,9 @@ class HoldMark:
     @classmethod
     def decode(cls, text: str | None) -> HoldMark | None:
         """The mark, also as older daemons wrote it (without `since` and `why`); None for anything else."""
-        m = _MARK.match((text or "").strip())
+        if not text or HOLD_PREFIX not in text:
+            return None  # most jobs: an empty AdminComment or energy records (10,000 per cycle)
+        m = _MARK.match(text.strip())
         if m is None:
             return None
         begin = int(m.group(2))

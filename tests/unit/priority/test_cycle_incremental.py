@@ -1,0 +1,165 @@
+"""The daemon's cycle at scale reuses work: segment minima instead of sorts, one options cycle per snapshot,
+PendingJobs and SPECs kept while their fields do not change. Each shortcut must give what the plain path
+gives (docs/schedd-scale.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from easlurm.energy.spec import parse_spec
+from easlurm.model.oracle import Oracle
+from easlurm.priority.packing import INF, first_minima, job_minima
+from easlurm.priority.policies import get_policy
+from easlurm.priority.rank_words import rank_view
+from easlurm.priority.slurm_snapshot import (
+    PendingMemo,
+    SnapshotInputs,
+    SpecReader,
+    build_snapshot,
+    pending_job,
+)
+from easlurm.priority.snapshot import ClusterSnapshot, NodeState, PendingJob
+from easlurm.slurm.sched_client import SlurmJob
+
+VALUES = (0.0, -0.0, 1.0, 2.0, 3.0, INF, np.nan)
+
+
+def sorted_heads(values: np.ndarray, job_of: np.ndarray) -> np.ndarray:
+    """The sort the segment minima replace: per job, its first least value's position."""
+    order = np.lexsort((values, job_of))
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = job_of[order[1:]] != job_of[order[:-1]]
+    return order[first]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_first_minima_picks_what_the_sort_picks_ties_nan_and_inf_included(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for _ in range(500):
+        n = int(rng.integers(1, 30))
+        job_of = np.sort(rng.integers(0, 6, n))
+        values = rng.choice(VALUES, n)
+        want, got = sorted_heads(values, job_of), first_minima(values, job_of)
+        finite = np.isfinite(values[want])
+        assert (np.isfinite(values[got]) == finite).all()
+        assert (got[finite] == want[finite]).all()
+        shuffled = rng.permutation(job_of)  # not contiguous: the sort itself
+        assert (first_minima(values, shuffled) == sorted_heads(values, shuffled)).all()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_job_minima_equals_minimum_at(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for _ in range(500):
+        n = int(rng.integers(0, 30))
+        job_of = np.sort(rng.integers(0, 7, n))
+        values = rng.choice(
+            VALUES[2:6], n
+        )  # minimum.at and reduceat agree on NaN; the test avoids its warning
+        mask = rng.random(n) < 0.6
+        want = np.full(7, INF)
+        np.minimum.at(want, job_of[mask], values[mask])
+        assert np.array_equal(job_minima(values, mask, job_of, 7), want)
+
+
+def slurm_job(job_id: str, **kw: object) -> SlurmJob:
+    base: dict[str, object] = {
+        "job_id": job_id,
+        "name": f"j{job_id}",
+        "user": "alice",
+        "state": "PENDING",
+        "reason": "Priority",
+        "partition": "h100",
+        "nodes": "",
+        "node_count": 1,
+        "submit_s": 1000.0 + int(job_id),
+        "start_s": None,
+        "eligible_s": 1000.0,
+        "priority": 1000,
+        "gpus_per_node": 1,
+        "gpu_type": "h100",
+        "comment": "energy-profile=model=vit-b16,steps=2000,batch=64:128,gpus=1:2",
+        "requeue": True,
+    }
+    base.update(kw)
+    return SlurmJob(**base)  # type: ignore[arg-type]
+
+
+def test_pending_memo_keeps_a_job_while_its_fields_hold_and_remakes_it_when_one_changes() -> None:
+    memo, spec = PendingMemo(), parse_spec("model=vit-b16,steps=2000,batch=64:128,gpus=1:2")
+    job = slurm_job("7")
+    first = memo.get(job, spec, None, True)
+    memo.end_cycle()
+    assert memo.get(job, spec, None, True) is first
+    assert first == pending_job(job, spec, None, True)
+    memo.end_cycle()
+    requeued = dataclasses.replace(job, restarts=1)
+    again = memo.get(requeued, spec, None, True)
+    assert again is not first and again.preemptions == 1
+    assert memo.get(requeued, spec, None, False).gpu_types == ("h100",)  # 22.05: the typed job keeps it
+    other = parse_spec("model=vit-b16,steps=4000,batch=64,gpus=1")
+    assert memo.get(requeued, other, None, False).total_steps == 4000
+    memo.end_cycle()
+    memo.end_cycle()  # a cycle without the job: forgotten
+    assert memo.get(requeued, other, None, False) is not again
+
+
+def test_spec_reader_follows_an_edited_comment() -> None:
+    reader = SpecReader(None)
+    job = slurm_job("8")
+    spec = reader.spec(job)
+    assert spec is not None and spec.steps == 2000
+    assert reader.spec(job) is spec
+    edited = dataclasses.replace(job, comment="energy-profile=model=vit-b16,steps=5000,batch=64")
+    spec2 = reader.spec(edited)
+    assert spec2 is not None and spec2.steps == 5000
+    assert reader.spec(dataclasses.replace(job, comment="no declaration")) is None
+    back = reader.spec(job)
+    assert back is not None and back.steps == 2000
+
+
+def snapshot(n: int, free: int = 3) -> ClusterSnapshot:
+    jobs = [slurm_job(str(i), gpus_per_node=1 + i % 2) for i in range(n)]
+    specs = {j.job_id: parse_spec(j.comment.split("=", 1)[1]) for j in jobs}
+    nodes = (
+        NodeState("h100-1", "h100", 8, free, 70.0, 700.0, 200.0),
+        NodeState("a100-1", "a100", 8, 8, 50.0, 400.0, 150.0),
+    )
+    pending = build_snapshot(SnapshotInputs(5000.0, jobs, [], specs), lambda t: None).pending
+    return ClusterSnapshot(time_s=5000.0, nodes=nodes, running=(), pending=pending)
+
+
+@pytest.mark.parametrize("name", ["zeus", "pollux", "hades", "aurachronos", "charon"])
+def test_one_cycle_per_snapshot_the_decision_and_ranking_are_those_of_fresh_policies(name: str) -> None:
+    """The daemon decides, then ranks as if GPUs were free, on the same snapshot: the second call reuses the
+    first's options, and neither sees the other's changes (free GPUs taken, feasibility)."""
+    oracle, snap = Oracle(), snapshot(40)
+    policy = get_policy(name)
+    decision = policy.decide(snap, oracle)
+    ranked = rank_view(policy, snap, oracle)
+    again = policy.decide(snap, oracle)
+    assert decision.starts and again == decision == get_policy(name).decide(snap, oracle)
+    assert ranked.order == rank_view(get_policy(name), snap, oracle).order
+    assert policy.cycle(snap, oracle).node_free == [n.free_gpus for n in snap.nodes]
+
+
+def test_a_new_snapshot_is_not_served_the_last_cycle() -> None:
+    oracle, policy = Oracle(), get_policy("zeus")
+    full = policy.decide(snapshot(10, free=0), oracle)
+    assert all(s.gpu_type != "h100" for s in full.starts)
+    free = policy.decide(snapshot(10, free=8), oracle)
+    assert any(s.gpu_type == "h100" for s in free.starts)
+
+
+def test_pending_jobs_from_the_memo_equal_fresh_ones() -> None:
+    jobs = [slurm_job(str(i), gpus_per_node=1 + i % 2) for i in range(30)]
+    specs = {j.job_id: parse_spec(j.comment.split("=", 1)[1]) for j in jobs}
+    inputs = SnapshotInputs(5000.0, jobs, [], specs)
+    memo = PendingMemo()
+    plain = build_snapshot(inputs, lambda t: None).pending
+    assert build_snapshot(inputs, lambda t: None, memo=memo).pending == plain
+    kept: tuple[PendingJob, ...] = build_snapshot(inputs, lambda t: None, memo=memo).pending
+    assert kept == plain
