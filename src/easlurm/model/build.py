@@ -12,6 +12,7 @@ from typing import Any
 
 from easlurm.config import ENV_PREFIX, load_config
 from easlurm.errors import ConfigError, ModelError
+from easlurm.model.dense_check import sparse_figure
 from easlurm.model.hardware import Catalogue, load_catalogue, load_user_catalogue
 from easlurm.model.limit_check import limit_responses
 from easlurm.model.oracle import Oracle
@@ -109,15 +110,25 @@ def _shipped() -> Catalogue:
 @functools.lru_cache(maxsize=8)
 def _user(path: str, mtime_ns: int) -> Catalogue:
     cat = load_user_catalogue(path, _shipped())
-    _warn_limit_response(path, cat)
+    shipped = _shipped()
+    changed = [k for k in cat if k not in shipped or cat.get(k) != shipped.get(k)]
+    _warn_limit_response(path, cat, changed)
+    _warn_sparse_figures(path, cat, changed)
     return cat
 
 
-def _warn_limit_response(path: str, cat: Catalogue) -> None:
+def _warn_sparse_figures(path: str, cat: Catalogue, changed: list[str]) -> None:
+    """Warn about each GPU the file adds or changes whose tensor figures are not dense peaks of its
+    architecture (model/dense_check.py: NVIDIA's figures with sparsity are twice them), once per file version."""
+    for key in changed:
+        problem = sparse_figure(cat.get(key))
+        if problem:
+            logging.getLogger(__name__).warning("%s: gpus.%s: %s", path, key, problem)
+
+
+def _warn_limit_response(path: str, cat: Catalogue, changed: list[str]) -> None:
     """Warn about each GPU the file adds or changes whose figures imply an implausible response to its
     minimum power limit (model/limit_check.py), once per file version."""
-    shipped = _shipped()
-    changed = [k for k in cat if k not in shipped or cat.get(k) != shipped.get(k)]
     for r in limit_responses(Oracle(_shipped_params(), cat), changed):
         problem = r.problem()
         if problem:
