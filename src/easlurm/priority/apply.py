@@ -7,6 +7,7 @@ import logging
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -408,7 +409,13 @@ def execute(actions: Iterable[Action], client: SchedClient, env_dir: Path | None
     no env file: its hints would describe a placement it does not have. In dry-run, only log."""
     out = Outcome()
     refused: dict[str, str] = {}
+    orders: list[Action] = []  # consecutive site factors: independent, applied together
     for act in actions:
+        if act.kind is Kind.ORDER and not dry_run:
+            orders.append(act)
+            continue
+        _apply_orders(orders, client, out)
+        orders = []
         if act.kind is Kind.ENV and act.job_id in refused:
             why = f"not published: Slurm refused the placement ({refused[act.job_id]})"
             log.warning("hints of job %s %s", act.job_id, why)
@@ -433,7 +440,32 @@ def execute(actions: Iterable[Action], client: SchedClient, env_dir: Path | None
                 refused[act.job_id] = str(exc)
             continue
         out.done.append(act)
+    _apply_orders(orders, client, out)
     return out
+
+
+def _apply_orders(orders: Sequence[Action], client: SchedClient, out: Outcome) -> None:
+    """Site factor updates, `client.update_workers` at a time, recorded in their order."""
+
+    def one(act: Action) -> str | None:
+        try:
+            _apply_change(client, act.job_id, act.fields)
+        except (SlurmError, OSError) as exc:
+            return str(exc)
+        return None
+
+    workers = max(1, min(int(client.update_workers), len(orders)))
+    if workers == 1:
+        errors = [one(act) for act in orders]
+    else:
+        with ThreadPoolExecutor(workers, thread_name_prefix="easlurm-order") as pool:
+            errors = list(pool.map(one, orders))
+    for act, error in zip(orders, errors, strict=True):
+        if error is None:
+            out.done.append(act)
+        else:
+            log.warning("%s of job %s failed: %s", act.kind.value, act.job_id, error)
+            out.failed.append((act, error))
 
 
 def _apply_change(client: SchedClient, job_id: str, change: Mapping[str, str]) -> None:

@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -198,10 +199,16 @@ class Daemon:
         return self._history
 
     def read(self, now_s: float) -> tuple[SnapshotInputs, dict[str, tuple[int, int]]]:
-        """Everything one cycle needs from Slurm; raises SlurmError (then nothing is changed)."""
-        jobs = self.client.jobs()
-        nodes = self.client.nodes()
-        factors = self.client.site_factors()
+        """Everything one cycle needs from Slurm; raises SlurmError (then nothing is changed). The queue,
+        nodes, priorities and history are read at once (the history's sacct, every few minutes, took
+        0.6 s beside the queue's 1.3 s in the first cycle at 10,000 pending jobs)."""
+        with ThreadPoolExecutor(4, thread_name_prefix="easlurm-read") as pool:
+            read_jobs, read_nodes = pool.submit(self.client.jobs), pool.submit(self.client.nodes)
+            read_factors = pool.submit(self.client.site_factors)
+            history = pool.submit(self._user_history, now_s)
+            # the first failure in this order is raised
+            jobs, nodes, factors = read_jobs.result(), read_nodes.result(), read_factors.result()
+            user_gpu_s = history.result()
         live = [j for j in jobs if j.pending or j.running]
         self._known_ids = frozenset(j.job_id for j in jobs)
         if self.cfg.nodes is not None:
@@ -219,7 +226,7 @@ class Daemon:
             jobs=live,
             nodes=nodes,
             specs=specs,
-            user_gpu_s=self._user_history(now_s),
+            user_gpu_s=user_gpu_s,
             measured_power_w=measured_power(live),
             retype_pending=self.client.retypes_pending_jobs(),
         )

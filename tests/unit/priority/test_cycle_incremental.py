@@ -163,3 +163,15 @@ def test_pending_jobs_from_the_memo_equal_fresh_ones() -> None:
     assert build_snapshot(inputs, lambda t: None, memo=memo).pending == plain
     kept: tuple[PendingJob, ...] = build_snapshot(inputs, lambda t: None, memo=memo).pending
     assert kept == plain
+
+
+def test_jobs_declaring_the_same_spec_share_one_parse_and_a_bad_one_is_logged_per_job(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    reader = SpecReader(None)
+    a, b = reader.spec(slurm_job("1")), reader.spec(slurm_job("2"))
+    assert a is not None and a is b
+    bad = "energy-profile=model=vit-b16,steps=-3"
+    assert reader.spec(slurm_job("3", comment=bad)) is None
+    assert reader.spec(slurm_job("4", comment=bad)) is None
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == ["job 3", "job 4"]
