@@ -48,9 +48,9 @@ def evaluate_source(root: Path, work_dir: Path, jobs: int) -> Evaluation:
             if scheme.held_out
             else fixed_oracle(shipped)
         )
-        oracle[text] = evaluate_method(rows, splits, fit, "oracle", "", scheme.label)
+        oracle[text] = evaluate_method(rows, splits, fit, "oracle", "", scheme.label, jobs=jobs)
         forest[text] = evaluate_method(
-            rows, splits, baseline_fitter("rf", 0), "baseline-rf", "", scheme.label
+            rows, splits, baseline_fitter("rf", 0), "baseline-rf", "", scheme.label, jobs=jobs
         )
     return Evaluation(shipped.version, len(rows), len({r.model for r in rows}), oracle, forest)
 

@@ -54,7 +54,7 @@ def gpu_source(root: Path, work_dir: Path, jobs: int) -> GpuEvaluation:
     as_given = evaluate_method(rows, make_splits(rows, parse_cv("none")), fixed_oracle(shipped), "oracle", "")
     scheme = parse_cv("leave-one-gpu-out")
     fit = calibrating_oracle(OracleParams(), maxiter=MAXITER, popsize=POPSIZE, seed=0)
-    logo = evaluate_method(rows, make_splits(rows, scheme, 0), fit, "oracle", "", scheme.label)
+    logo = evaluate_method(rows, make_splits(rows, scheme, 0), fit, "oracle", "", scheme.label, jobs=jobs)
     limits = summarise_limits(limit_choices(logo))
     return GpuEvaluation(shipped.version, len(rows), arch_of, as_given, logo, limits)
 

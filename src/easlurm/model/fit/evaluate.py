@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import functools
 import math
+import multiprocessing
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -213,6 +214,36 @@ def _finite(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
+#: what a forked worker of `evaluate_method` reads: fork inherits it, where a fitter (a closure) would not pickle
+_FORKED_WORK: tuple[Sequence[Measurement], Sequence[Split], Fitter] | None = None
+
+
+def _split_predictions(number: int) -> tuple[int, np.ndarray, np.ndarray]:
+    """Fit on split `number`'s training rows and predict its test rows (in this process or a forked one)."""
+    assert _FORKED_WORK is not None
+    rows, splits, fit = _FORKED_WORK
+    split = splits[number]
+    t, p = fit([rows[int(i)] for i in split.train], number)([rows[int(i)] for i in split.test])
+    return number, np.asarray(t, float), np.asarray(p, float)
+
+
+def _all_split_predictions(
+    rows: Sequence[Measurement], splits: Sequence[Split], fit: Fitter, jobs: int
+) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """Each split's predictions, as they finish: with `jobs` > 1 the splits are fitted in forked processes
+    (each split's fit is seeded by its number alone, so the results do not depend on `jobs`)."""
+    global _FORKED_WORK
+    _FORKED_WORK = (rows, splits, fit)
+    try:
+        if jobs <= 1 or len(splits) <= 1:
+            yield from map(_split_predictions, range(len(splits)))
+            return
+        with multiprocessing.get_context("fork").Pool(processes=min(jobs, len(splits))) as pool:
+            yield from pool.imap_unordered(_split_predictions, range(len(splits)))
+    finally:
+        _FORKED_WORK = None
+
+
 def evaluate_method(
     rows: Sequence[Measurement],
     splits: Sequence[Split],
@@ -221,14 +252,14 @@ def evaluate_method(
     description: str,
     cv: str = "none",
     on_split: Callable[[int], None] | None = None,
+    jobs: int = 1,
 ) -> MethodReport:
-    """Fit on each split's training rows and predict its test rows; each row's result comes from its split."""
+    """Fit on each split's training rows and predict its test rows; each row's result comes from its split.
+    `jobs` > 1 fits that many splits at once, in forked processes: the same report, sooner."""
     results: dict[int, RowResult] = {}
     start = time.perf_counter()
-    for number, split in enumerate(splits):
-        train = [rows[int(i)] for i in split.train]
-        test = [rows[int(i)] for i in split.test]
-        t, p = fit(train, number)(test)
+    for number, t, p in _all_split_predictions(rows, splits, fit, jobs):
+        split = splits[number]
         for j, i in enumerate(split.test):
             m = rows[int(i)]
             results[int(i)] = RowResult(
