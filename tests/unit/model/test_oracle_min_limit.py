@@ -6,11 +6,12 @@ import logging
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from easlurm.model import build
 from easlurm.model.equations import clock_floor_w
-from easlurm.model.fit.dataset import read_measurements
+from easlurm.model.fit.dataset import placements_of, read_measurements
 from easlurm.model.hardware import load_catalogue, load_user_catalogue
 from easlurm.model.limit_check import MIN_LIMIT_SLOWDOWN, limit_responses
 from easlurm.model.oracle import Oracle, Placements
@@ -110,3 +111,60 @@ def test_a_hand_written_entry_with_an_implausible_limit_response_is_warned(tmp_p
     (rec,) = caplog.records
     assert "gpus.bigboard" in rec.getMessage() and "minimum limit" in rec.getMessage()
     assert str(bad.resolve()) in rec.getMessage()
+
+
+def _zeus_sweeps() -> dict[tuple[str, str, int], dict[float, tuple[float, float, float, float]]]:
+    """Every job of the public Zeus sweeps (P100 down to 125 W, RTX 6000 down to 100 W; ResNet-50 and the CIFAR
+    ShuffleNet at every batch): {limit: (measured time, measured power, predicted time, predicted power)}."""
+    rows = read_measurements(ROOT / "data" / "oracle" / "public" / "zeus_power_limits.csv")
+    pred = Oracle(load_params()).predict_rows([r.workload() for r in rows], placements_of(rows))
+    jobs: dict[tuple[str, str, int], dict[float, tuple[float, float, float, float]]] = {}
+    for r, t, w in zip(rows, pred.step_time_s, pred.power_w):
+        assert r.power_limit_w is not None and r.avg_power_w is not None
+        cell = (r.step_time_s, r.avg_power_w, float(t), float(w))
+        jobs.setdefault((r.gpu, r.model, r.batch), {})[r.power_limit_w] = cell
+    return jobs
+
+
+def test_every_limit_of_the_public_sweeps_is_predicted_in_time_power_and_response() -> None:
+    """Shipped parameters on all 220 rows of the two public sweeps, by GPU and model: time within 8 % and power
+    within 13 % (MAPE), and the slowdown each limit costs against the job's top limit within 6 % on average
+    and 30 % at worst, so that the whole response, not only its two ends, follows the measurement."""
+    jobs = _zeus_sweeps()
+    by: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    for (gpu, model, _), sweep in jobs.items():
+        t_top, _, pt_top, _ = sweep[max(sweep)]
+        for limit, (t, w, pt, pw) in sweep.items():
+            shape = (pt / pt_top) / (t / t_top) - 1.0 if limit != max(sweep) else math.nan
+            by.setdefault((gpu, model), []).append((abs(pt / t - 1), abs(pw / w - 1), abs(shape)))
+    assert {g for g, _ in by} == {"p100", "rtx6000"} and len(by) == 4
+    for key, errs in by.items():
+        time_err, power_err = (sum(e[i] for e in errs) / len(errs) for i in (0, 1))
+        shapes = [e[2] for e in errs if not math.isnan(e[2])]
+        assert time_err <= 0.08 and power_err <= 0.13, (key, time_err, power_err)
+        assert sum(shapes) / len(shapes) <= 0.06 and max(shapes) <= 0.30, (key, sum(shapes) / len(shapes))
+    assert sum(len(e) for e in by.values()) == 220
+
+
+@pytest.mark.parametrize("catalogue", ["shipped", "example"])
+def test_the_response_follows_datasheet_physics_from_the_minimum_limit_to_tdp(catalogue: str) -> None:
+    """On every catalogue GPU, FP32 ResNet-50 and BF16 BERT over ten limits from the minimum to TDP: the step
+    never draws more than its limit, draws more and runs no slower as the limit rises, and a board whose P0 idle
+    power is above its minimum limit (RTX 3090: 107 W, 100 W) runs there below its P0 idle draw, at its lowest
+    clocks, instead of stalling."""
+    cat = load_catalogue() if catalogue == "shipped" else load_user_catalogue(EXAMPLE)
+    oracle = Oracle(load_params(), cat)
+    below_p0 = 0
+    for work in (get_workload("resnet50", precision="fp32"), get_workload("bert-base", precision="bf16")):
+        for key in cat:
+            spec = cat.get(key)
+            limits = np.linspace(spec.min_power_limit_w, spec.tdp_w, 10)
+            pred = oracle.predict(work, Placements.of(1, 32, key, list(limits)))
+            t, w = pred.step_time_s, pred.power_w
+            assert np.all(w <= limits * (1 + 1e-9)), (key, work.name)
+            assert np.all(np.diff(t) <= 1e-12 * t[:-1]) and np.all(np.diff(w) >= -1e-9), (key, work.name)
+            assert t[0] <= HI * t[-1], (key, work.name)
+            if spec.p0_w > spec.min_power_limit_w:
+                below_p0 += 1
+                assert w[0] < spec.p0_w and np.isfinite(t[0]), key
+    assert below_p0 >= 2  # the RTX 3090 under both workloads
