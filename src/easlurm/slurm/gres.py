@@ -9,6 +9,7 @@ and the trace readers all read these through this module. Malformed text raises 
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -127,7 +128,14 @@ def parse_tres(text: str | None) -> dict[str, float]:
     """'billing=12,cpu=12,mem=33600M,node=1,gres/gpu:a100=4' -> {'cpu': 12.0, 'mem': bytes, ...}.
 
     Memory becomes bytes (bare numbers are MiB, as Slurm prints them); other counts keep Slurm's binary
-    suffixes (rare). Empty or None gives {}. A malformed item raises ValueError naming it."""
+    suffixes (rare). Empty or None gives {}. A malformed item raises ValueError naming it. A trace repeats
+    a few TRES strings over its jobs: each is parsed once (a fresh dict each call)."""
+    return dict(_tres_items(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _tres_items(text: str | None) -> tuple[tuple[str, float], ...]:
+    """parse_tres's items, in order (cached; a ValueError is raised again on each call)."""
     out: dict[str, float] = {}
     for item in (text or "").split(","):
         item = item.strip()
@@ -140,7 +148,7 @@ def parse_tres(text: str | None) -> dict[str, float]:
         value = float(m.group(1))
         value *= _SUFFIX[m.group(2) or "M"] if key == "mem" else _SUFFIX[m.group(2)]
         out[key] = value
-    return out
+    return tuple(out.items())
 
 
 def gpus_from_tres(tres: dict[str, float]) -> tuple[int, str | None]:
