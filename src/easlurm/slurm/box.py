@@ -393,10 +393,12 @@ class SlurmBox:
             "SlurmdTimeout=60",
             "InactiveLimit=0",
             "KillWait=5",
+            # a finished job stays in slurmctld's memory this long (and counts against MaxJobCount)
             "MinJobAge=30",
             # Slurm keeps at most 10,000 jobs in memory by default: benchmarks/bench_schedd.py --slurm
-            # queues 10,000 declared jobs beside whatever else runs on the box
-            "MaxJobCount=50000",
+            # queues 10,000 or 50,000 declared jobs beside whatever else runs on the box, and the jobs it
+            # cancels count until MinJobAge has passed
+            "MaxJobCount=200000",
             "Waittime=0",
             "GresTypes=gpu,shard" if self.shards_per_gpu else "GresTypes=gpu",
             "SelectType=select/cons_tres",
