@@ -26,6 +26,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -191,6 +192,71 @@ class TimedClient(CliSchedClient):
 
 SLURM_SPEC = "energy-profile=model=vit-b16,steps=2000,batch=64:128,gpus=1:2"
 BENCH_PARTITION = "h100"
+OFFLINE_NODES = (("a100-1", "a100"), ("a100-2", "a100"), ("h100-1", "h100"), ("h100-2", "h100"))
+
+
+def offline_client(n: int) -> Any:
+    """The Slurm part's queue without Slurm: the unit tests' in-memory client holding n pending jobs as
+    bench_slurm submits them (declared in their Comment, `--gres=gpu:h100:1`, partition h100) and the
+    local cluster's 4 GPU nodes of 8 GPUs."""
+    import sys  # here: the in-memory client lives with the unit tests
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "unit" / "schedd"))
+    from schedd_fake import FakeSchedClient, job, node  # here: see above
+
+    jobs = [
+        job(
+            str(100 + i),
+            name=f"schedd-bench-{i}",
+            partition=BENCH_PARTITION,
+            gpu_type="h100",
+            comment=SLURM_SPEC,
+            submit_s=1000.0 + i * 0.005,
+        )
+        for i in range(n)
+    ]
+    return FakeSchedClient(jobs, [node(name, gpu_type) for name, gpu_type in OFFLINE_NODES])
+
+
+def bench_offline(n: int, steady: int, profile: str | None) -> dict[str, float]:
+    """The daemon's whole cycle (Daemon.cycle, zeus, not dry-run) on `offline_client(n)`: the cold cycle,
+    then Slurm starts the jobs it placed and `steady` cycles follow, 10 s apart. Wall and CPU seconds of
+    this process per cycle (under load the wall is the CPU time stretched by other work)."""
+    from easlurm.priority.daemon import Daemon, DaemonConfig  # here: the policy part runs without it
+
+    client = offline_client(n)
+    clock = [20_000.0]
+    daemon = Daemon(client, DaemonConfig(policy="zeus", name_prefix="schedd-bench"), clock=lambda: clock[0])
+    prof = cProfile.Profile() if profile else None
+    rows: list[dict[str, float]] = []
+    fig: dict[str, float] = {"jobs": float(n), "load_before": os.getloadavg()[0]}
+    for k in range(1 + steady):
+        if prof is not None and k == 1:
+            prof.enable()
+        t0, c0 = time.perf_counter(), time.process_time()
+        report = daemon.cycle()
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        rows.append({"cycle": wall, "cycle_cpu": cpu, **report.timings_s})
+        label = "cold" if k == 0 else "steady"
+        print(
+            f"  offline cycle {k} ({label}): {wall:6.3f} s wall, {cpu:6.3f} s CPU  "
+            + "  ".join(f"{x} {v * 1000:.0f} ms" for x, v in report.timings_s.items())
+            + f"  actions {len(report.actions)}  (load {os.getloadavg()[0]:.2f})"
+        )
+        if k == 0 and report.decision is not None:  # Slurm starts what the daemon placed
+            for start in report.decision.starts:
+                j = client.get(start.job_id)
+                client.put(replace(j, state="RUNNING", reason="None", nodes=start.node, start_s=clock[0]))
+        clock[0] += 10.0
+    if prof is not None and profile:
+        prof.disable()
+        prof.dump_stats(profile)
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
+    for key in rows[0]:
+        fig[f"offline_cold_{key}"] = rows[0][key]
+        fig[f"offline_steady_{key}"] = statistics.median(r[key] for r in rows[1:] or rows)
+    fig["load_after"] = os.getloadavg()[0]
+    return fig
 
 
 def submit(n: int, workers: int) -> tuple[list[str], float]:
@@ -221,11 +287,12 @@ def scontrol(*args: str) -> None:
 QUEUE_READS = ("text", "json")
 
 
-def cycle_row(client: TimedClient, report: Any, total: float) -> dict[str, float]:
-    """One cycle's figures: per phase seconds, bytes read from Slurm, counts."""
+def cycle_row(client: TimedClient, report: Any, total: float, cpu: float = 0.0) -> dict[str, float]:
+    """One cycle's figures: per phase seconds, bytes read from Slurm, counts. The reads (squeue, nodes,
+    sprio, sacct) run at once: `read` is their wall time together, `parse_specs` what it adds to the
+    longest of them; `cycle_cpu` is this process's CPU time in the cycle (the daemon's own work)."""
     ph = dict(client.phases)
     slurm_read = report.timings_s.get("slurm", 0.0)
-    reads = sum(ph.get(x, 0.0) for x in ("squeue", "nodes", "sprio", "sacct"))
     snap = report.snapshot
     return {
         "squeue": ph.get("squeue", 0.0),
@@ -235,10 +302,14 @@ def cycle_row(client: TimedClient, report: Any, total: float) -> dict[str, float
         "sprio": ph.get("sprio", 0.0),
         "sprio_cmd": ph.get("sprio_cmd", 0.0),
         "sacct": ph.get("sacct", 0.0),
-        "parse_specs": max(slurm_read - reads, 0.0),
+        "read": slurm_read,
+        "parse_specs": max(
+            slurm_read - max(ph.get(x, 0.0) for x in ("squeue", "nodes", "sprio", "sacct")), 0.0
+        ),
         "snapshot_policy": report.timings_s.get("policy", 0.0),
         "updates": ph.get("updates", 0.0),
         "cycle": total,
+        "cycle_cpu": cpu,
         "squeue_bytes": ph.get("squeue_bytes", 0.0),
         "slurm_bytes": sum(v for k, v in ph.items() if k.endswith("_bytes")),
         "n_updates": float(client.n_updates),
@@ -258,16 +329,16 @@ def run_cycle(
     client.phases, client.n_updates, client.text_fallbacks = {}, 0, 0
     if prof is not None:
         prof.enable()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     report = daemon.cycle()
-    total = time.perf_counter() - t0
+    total, cpu = time.perf_counter() - t0, time.process_time() - c0
     if prof is not None:
         prof.disable()
     if report.error is not None:
         print(f"  {label}: ERROR {report.error}")
-    row = cycle_row(client, report, total)
+    row = cycle_row(client, report, total, cpu)
     print(
-        f"  {label}: {total:6.2f} s  "
+        f"  {label}: {total:6.2f} s ({cpu:.2f} s CPU)  "
         + "  ".join(f"{x} {row[x] * 1000:.0f} ms" for x in PHASES)
         + f"  squeue bytes {row['squeue_bytes']:.0f}  updates {client.n_updates}  pending {row['n_pending']:.0f}"
         + f"  running {row['n_running']:.0f}  failed {row['n_failed']:.0f}  fallbacks {row['n_fallbacks']:.0f}"
@@ -410,7 +481,17 @@ def bench_slurm(
             subprocess.run(["scancel", *ids[k : k + 1000]], check=False)
 
 
-PHASES = ("squeue", "squeue_cmd", "nodes", "sprio", "sacct", "parse_specs", "snapshot_policy", "updates")
+PHASES = (
+    "read",
+    "squeue",
+    "squeue_cmd",
+    "nodes",
+    "sprio",
+    "sacct",
+    "parse_specs",
+    "snapshot_policy",
+    "updates",
+)
 
 
 def kind(key: str) -> str:
@@ -487,10 +568,20 @@ def main() -> None:
     ap.add_argument(
         "--compare", nargs="+", metavar="JSON", help="print --json-out files side by side, then exit"
     )
+    ap.add_argument(
+        "--offline",
+        default="",
+        metavar="N[,N...]",
+        help="the daemon's whole cycle without Slurm on N pending jobs shaped as --slurm submits them",
+    )
     args = ap.parse_args()
     if args.compare:
         compare(args.compare)
         return
+    for n in (int(x) for x in args.offline.split(",") if x):
+        print(f"offline daemon cycle (in-memory queue, 4 nodes x 8 GPUs; pid {os.getpid()}):")
+        offline = bench_offline(n, args.steady_cycles, None if args.slurm else args.profile)
+        print_figures(offline)
     if args.sizes:
         print(f"policy part (synthetic queue, 64 nodes x 8 GPUs, 200 running jobs; pid {os.getpid()}):")
         for n in (int(s) for s in args.sizes.split(",")):
