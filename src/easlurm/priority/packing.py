@@ -486,11 +486,17 @@ class BatchPacker:
         opted_out = np.array([self.keeps_default_limit(j) for j in jobs], dtype=bool)[job_of]
         allowed = ~opted_out
         if self.limits == "bounded":
+            # work / sps - t_default <= max_slowdown * (wait + t_default), in place: at 10,000 jobs these
+            # arrays hold ~2 million options each, and every temporary costs its allocation
             work = np.array([j.remaining_samples for j in jobs], dtype=np.float64)[job_of]
-            wait = np.maximum(now_s - np.array([j.submit_s for j in jobs], dtype=np.float64), 0.0)[job_of]
+            wait = np.maximum(now_s - np.array([j.submit_s for j in jobs], dtype=np.float64), 0.0)
             with np.errstate(invalid="ignore", divide="ignore"):
                 t_default = work / default_sps
-                allowed &= work / sps - t_default <= self.max_slowdown * (wait + t_default)
+                extra = np.divide(work, sps, out=work)
+                np.subtract(extra, t_default, out=extra)
+                budget = np.add(t_default, wait[job_of], out=t_default)
+                np.multiply(budget, self.max_slowdown, out=budget)
+                allowed &= extra <= budget
         return default | allowed
 
     def keeps_default_limit(self, job: PendingJob) -> bool:
