@@ -36,6 +36,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "spool": "/var/spool/easlurm",
         "timeout_ms": 2000,
         "late_limit_s": 120.0,
+        # where the agents put a job's records for easlurm sacct, seff and report: "admin_comment" (beside
+        # what a site keeps there) or "spool" only (a site whose AdminComment belongs to another tool; the
+        # spool must then be on a filesystem the readers' hosts share): docs/spank.md "AdminComment"
+        "store": "admin_comment",
     },
     "box": {
         "dir": None,
@@ -279,6 +283,10 @@ _PATHS = ("power.state_log", "mail.spool")
 ARGV_TEMPLATES = ("power.suspend_command", "power.resume_command")
 
 
+#: Where the agents put a job's records (spank.store).
+STORES = ("admin_comment", "spool")
+
+
 def check_setting(dotted: str, value: Any, where: str) -> Any:
     """A setting's value checked for type and range; `where` (a file and key, or a flag) leads the error."""
     section, _, key = dotted.partition(".")
@@ -288,6 +296,10 @@ def check_setting(dotted: str, value: Any, where: str) -> Any:
         return value
     if dotted == "notes.rules":
         return note_rules(value, where)
+    if dotted == "spank.store":
+        if value not in STORES:
+            raise ConfigError(f"{where}: must be one of {', '.join(STORES)}, got {value!r}")
+        return value
     if dotted == "mail.mailer":
         mail_template(value, where)
         return value

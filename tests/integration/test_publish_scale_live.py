@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from spank_support import plugin_with_fake_sensors, run_easlurm
 
+from easlurm.accounting.admin_codec import READABLE
 from easlurm.accounting.step_record import ADMIN_COMMENT_MAX_CHARS, ADMIN_COMMENT_MAX_STEPS
 
 pytestmark = pytest.mark.slurm
@@ -70,7 +71,7 @@ def test_a_job_of_200_steps_keeps_every_step_and_the_total(slurm_box: Any, tmp_p
     assert total["total_energy_j"] >= steps[f"{job}.batch"]["total_energy_j"] > 0
 
     admin = slurm_box.run(["sacct", "-n", "-X", "-P", "-j", job, "-o", "AdminComment"]).stdout.strip()
-    assert admin.startswith("easlurm2:") and len(admin) <= ADMIN_COMMENT_MAX_CHARS
+    assert admin.startswith(READABLE + "easlurm2:") and len(admin) <= ADMIN_COMMENT_MAX_CHARS
 
     bare = sacct_rows(slurm_box, job, "--no-spool")
     omitted = sorted(k for k, r in bare.items() if r["energy_flags"] == "omitted")

@@ -5,6 +5,10 @@
 `sacct -P` and `sacctmgr` (which lowercases values and turns quotes into backticks). Version 2 also
 leaves out of each record what a reader recomputes (derived totals) or defaults (None, empty lists).
 The records themselves are easlurm.accounting.step_record's; this module knows only their dict form.
+
+easlurm's part of the field never replaces what else it holds (a site's own value, Princeton jobstats'
+`JS1:<base64>` summary): AdminValue keeps the rest byte for byte and puts easlurm's part after it, behind
+READABLE (`energy:easlurm-sacct;`: where a plain-sacct reader finds the energy).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import base64
 import json
 import re
 import zlib
+from dataclasses import dataclass
 from typing import Any
 
 from easlurm.errors import TraceError
@@ -46,6 +51,16 @@ _NODE_DERIVED = frozenset({"total_energy_j", "schema_version"})
 _REQUIRED = frozenset({"job_id", "step", "nnodes", "node_id", "host", "name", "kind", "energy_j"})
 #: The most step keys one range of a document may stand for (a damaged "0-999999999" is refused).
 MAX_RANGE_KEYS = 1_000_000
+#: What easlurm's part of an AdminComment begins with: a plain `sacct -o AdminComment` reader sees where
+#: the energy is (`easlurm sacct`). Lowercase, so it survives sacctmgr; readers find the document after it.
+READABLE = "energy:easlurm-sacct;"
+#: Between a site's value and easlurm's part after it. `AA==` is one base64 quantum (a zero byte, padded):
+#: a lenient base64 decoder of the site's value (jobstats' `JS1:`, Python's b64decode) stops at its
+#: padding and never reaches easlurm's part, and gzip reads the zero byte as trailing padding.
+SEPARATOR = ";AA==;"
+#: easlurm's part of a value, as written now (SEPARATOR and READABLE) or before (a bare document);
+#: the lowercase separator is sacctmgr's rewriting of it.
+_PART = re.compile(r"(?:;(?:AA|aa)==;)?(?:energy:easlurm-sacct;)?easlurm[12]:[0-9a-z]*")
 
 
 def _lean(d: dict[str, Any], derived: frozenset[str]) -> dict[str, Any]:
@@ -91,7 +106,9 @@ def unpack(text: str | None) -> dict[str, Any] | None:
     TraceError when one is present but damaged (truncated by the database, say)."""
     if not text:
         return None
-    m = _TOKEN.search(text.lower())
+    # as written (a site's value beside it keeps its case, so the document ends where it does), else
+    # as sacctmgr may have rewritten it
+    m = _TOKEN.search(text) or _TOKEN.search(text.lower())
     if m is None:
         return None
     version, body = m.group(1), m.group(2)
@@ -151,3 +168,46 @@ def expand_ranges(items: Any) -> list[str]:
         if len(out) > MAX_RANGE_KEYS:
             raise TraceError("AdminComment: damaged easlurm record (too many omitted steps)")
     return out
+
+
+@dataclass(frozen=True)
+class AdminValue:
+    """An AdminComment value split around easlurm's part: what a site or another tool keeps there
+    (`before` and `after`, byte for byte) and easlurm's part (None when it holds none)."""
+
+    before: str
+    ours: str | None
+    after: str
+
+    @classmethod
+    def split(cls, text: str | None) -> AdminValue:
+        """`text` as slurmctld or sacct shows it; "(null)" (scontrol's empty) is empty."""
+        text = "" if text in (None, "(null)") else str(text)
+        m = _PART.search(text)
+        if m is None:
+            return cls(text, None, "")
+        return cls(text[: m.start()], m.group(0), text[m.end() :])
+
+    @property
+    def foreign(self) -> str:
+        """Everything that is not easlurm's (empty when easlurm has the field alone)."""
+        return self.before + self.after
+
+    def overhead(self) -> int:
+        """Characters the rest of the value takes beside a new document (READABLE included)."""
+        return len(self.foreign) + (len(SEPARATOR) if self.before else 0) + len(READABLE)
+
+    def merged(self, document: str) -> str:
+        """The value with `document` (pack's text) as easlurm's part: in its old part's place (behind the
+        separator it had, if any), else after the rest, behind SEPARATOR; the rest unchanged."""
+        part = READABLE + document
+        if self.ours is not None:
+            lead = self.ours[: len(SEPARATOR)]
+            return self.before + (lead if lead.lower() == SEPARATOR.lower() else "") + part + self.after
+        return (self.before + SEPARATOR if self.before else "") + part + self.after
+
+    def survives_sacctmgr(self) -> bool:
+        """Whether the rest comes through `sacctmgr modify job` unchanged (it lowercases the value and
+        turns quotes into backticks): only then may easlurm write the whole value there."""
+        rest = self.foreign
+        return rest == rest.lower() and not any(c in rest for c in "\"'`")

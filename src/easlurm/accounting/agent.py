@@ -545,7 +545,8 @@ def main(argv: list[str] | None = None, stdin: IO[bytes] | None = None) -> int:
     client = CliSlurmClient(retries=1)
     if args.restart is None and ctx.step == "batch":  # srun steps inherit it: absent means run 0
         ctx.restart = restart_count(ctx.job_id, client)
-    agent = NodeAgent(ctx, client=client, profiler_settings=settings)
+    publish_to = client if cfg.get("spank.store") == "admin_comment" else None  # "spool": files only
+    agent = NodeAgent(ctx, client=publish_to, profiler_settings=settings)
 
     def bound_the_rest() -> None:
         """From the stop on, the kernel ends this process after late_limit_s (SIGALRM's default action

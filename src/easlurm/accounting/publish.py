@@ -2,7 +2,8 @@
 
 Every publication carries every step of the job (AdminComment holds one document per job: the newest
 steps in detail, each run's total over all), rebuilt from the spool's step files under the job lock;
-without a spool, from what slurmctld already holds.
+without a spool, from what slurmctld already holds. What else the field holds (a site's own value,
+jobstats' summary) is read first and kept byte for byte beside easlurm's part (admin_codec.AdminValue).
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from easlurm.accounting.admin_codec import compact_step, full_step
+from easlurm.accounting.admin_codec import AdminValue, compact_step, full_step
 from easlurm.accounting.spool import Spool, read_json, write_record
 from easlurm.accounting.step_record import (
+    ADMIN_COMMENT_MAX_CHARS,
     ADMIN_COMMENT_MAX_STEPS,
     SCHEMA_VERSION,
     NodeRecord,
@@ -124,18 +126,56 @@ def published_steps(ctx: StepPlace, record: StepRecord, client: Any) -> list[Ste
     return [record, *(s for s in current if s.key != record.key)]
 
 
-def set_admin_comment(job_id: int, text: str, client: Any) -> bool:
-    """slurmctld's copy while the job runs; the database's once slurmctld says it has finished."""
+def admin_value(job_id: int, client: Any) -> AdminValue | None:
+    """What the job's AdminComment holds now (slurmctld's copy), split around easlurm's part; None
+    (logged) when it cannot be read: then nothing is written, so nothing a site keeps there is lost."""
     try:
-        client.set_admin_comment(job_id, text)
+        return AdminValue.split(client.show_job(job_id).get("AdminComment", ""))
+    except EaslurmError as exc:
+        log.error(
+            "job %d: cannot read AdminComment (%s); not publishing over what it may hold: the spool keeps "
+            "the records (easlurm sacct reads them, easlurm accounting republish writes them later)",
+            job_id,
+            exc,
+        )
+        return None
+
+
+def set_admin_comment(job_id: int, text: str, client: Any, current: AdminValue | None = None) -> bool:
+    """`text` (a document) as easlurm's part of the job's AdminComment, beside what else it holds
+    (`current`, read when not given): slurmctld's copy while the job runs; the database's once slurmctld
+    says it has finished, unless sacctmgr would rewrite the site's part (it lowercases values)."""
+    current = current if current is not None else admin_value(job_id, client)
+    if current is None:
+        return False
+    value = current.merged(text)
+    if len(value) > ADMIN_COMMENT_MAX_CHARS:
+        log.error(
+            "job %d: not published: AdminComment would take %d chars beside the %d it holds (at most %d); "
+            "the spool keeps the records",
+            job_id,
+            len(value),
+            len(current.foreign),
+            ADMIN_COMMENT_MAX_CHARS,
+        )
+        return False
+    try:
+        client.set_admin_comment(job_id, value)
         return True
     except SlurmError as exc:
         if "finished" not in str(exc).lower():
             log.error("job %d: cannot publish AdminComment: %s", job_id, exc)
             return False
         log.warning("job %d already finished; writing AdminComment to the database instead", job_id)
+    if not current.survives_sacctmgr():
+        log.error(
+            "job %d: finished; not written to the database: sacctmgr would lowercase what the site keeps in "
+            "AdminComment; the spool keeps the records",
+            job_id,
+        )
+        return False
     try:
-        client.set_admin_comment_db(job_id, text)
+        client.set_admin_comment_db(job_id, value)
         return True
     except SlurmError as exc:
         log.error("job %d: cannot publish AdminComment: %s", job_id, exc)
@@ -167,12 +207,16 @@ def publish_from_spool(ctx: StepPlace, client: Any, own: StepRecord | None = Non
     cut = max(0, len(held) - DEVICE_DETAIL_STEPS)
     full = [fresh.get(n) or _read_step(ctx.job_dir / n) or manifest.recent[n] for n in held[cut:]]
     full[:0] = [manifest.recent[n] for n in held[:cut]]  # node detail, from the manifest
+    held_now = admin_value(ctx.job_id, client)  # what a site keeps there takes its room first
+    if held_now is None:
+        return False
     text = encode_admin_comment(
         [*full, *([own] if own is not None else [])],
+        max_chars=max(0, ADMIN_COMMENT_MAX_CHARS - held_now.overhead()),
         folded=manifest.folded,
         folded_keys=[_name_key(n) for n in manifest.folded_names],
     )
-    if not set_admin_comment(ctx.job_id, text, client):
+    if not set_admin_comment(ctx.job_id, text, client, held_now):
         return False
     try:
         manifest.save(ctx.manifest_file, ctx.gid)

@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from easlurm.accounting.admin_codec import AdminValue
 from easlurm.accounting.spool import Spool, job_lock, spool_records
 from easlurm.accounting.step_record import (
+    ADMIN_COMMENT_MAX_CHARS,
     AdminDocument,
     StepRecord,
     decode_admin_document,
@@ -126,6 +128,22 @@ def spool_candidates(spool: Path, since_s: float | None, now_s: float) -> list[s
         if since_s is None or mtime >= now_s - since_s:
             out.append((mtime, name))
     return [name for _, name in sorted(out)]
+
+
+_SITE_VALUE_CASE = (
+    "not rewritten: sacctmgr would lowercase what the site keeps in AdminComment beside easlurm's "
+    "record (easlurm sacct, seff and report read the spool)"
+)
+
+
+def _beside(held: str | None, steps: list[StepRecord]) -> str | None:
+    """The value to write: the steps' document beside what else the field holds (kept byte for byte),
+    or None when sacctmgr would rewrite that (it lowercases values)."""
+    current = AdminValue.split(held)
+    if not current.survives_sacctmgr():
+        return None
+    room = max(0, ADMIN_COMMENT_MAX_CHARS - current.overhead())
+    return current.merged(encode_admin_comment(steps, max_chars=room))
 
 
 def _ctld_view(client: SlurmClient, job_id: str) -> dict[str, str] | None:
@@ -260,7 +278,10 @@ class Republisher:
                 steps = sorted(merged, key=_step_sort)
                 if not missing:
                     return JobResult(job_id, Status.UP_TO_DATE, steps, detail=note)
-                self.client.set_admin_comment_db(int(job_id), encode_admin_comment(list(merged.values())))
+                value = _beside(db.admin_comment, list(merged.values()))
+                if value is None:
+                    return JobResult(job_id, Status.FAILED, steps, missing, _SITE_VALUE_CASE)
+                self.client.set_admin_comment_db(int(job_id), value)
                 after = self.db_jobs([job_id]).get(job_id)
             except SlurmError as exc:
                 return JobResult(job_id, Status.FAILED, missing=missing, detail=str(exc))

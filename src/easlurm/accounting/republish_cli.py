@@ -58,7 +58,12 @@ def republish_cmd(
 ) -> None:
     """One writer per job (the agents' publication lock), idempotent, verified with sacct --json.
     Exit status 1 when a job failed; deferred jobs are not failures (run again later, e.g. from cron)."""
-    spool_dir = Path(spool or load_ctx_config(ctx).get("spank.spool"))
+    cfg = load_ctx_config(ctx)
+    if cfg.get("spank.store") != "admin_comment":
+        raise ConfigError(
+            "spank.store is spool: records stay in the spool; there is no AdminComment to republish"
+        )
+    spool_dir = Path(spool or cfg.get("spank.spool"))
     wait_s = parse_duration_s(wait, field="--wait")
     if jobs:
         ids = [j for j in jobs.split(",") if j]

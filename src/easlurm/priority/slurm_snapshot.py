@@ -429,7 +429,7 @@ def measured_power(jobs: Iterable[SlurmJob]) -> dict[str, float]:
     """Mean power of running profiled jobs' latest published step (AdminComment), where available."""
     out: dict[str, float] = {}
     for job in jobs:
-        if not job.running or not job.admin_comment.startswith(ADMIN_COMMENT_PREFIX):
+        if not job.running or ADMIN_COMMENT_PREFIX not in job.admin_comment:
             continue
         try:
             steps = decode_admin_comment(job.admin_comment)

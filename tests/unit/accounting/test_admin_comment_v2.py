@@ -233,6 +233,9 @@ class Recorder:
     def set_admin_comment(self, job_id: int, text: str) -> None:
         self.texts.append(text)
 
+    def show_job(self, job_id: int) -> dict[str, str]:
+        return {"AdminComment": self.texts[-1] if self.texts else ""}
+
 
 class Place:
     def __init__(self, spool: Spool, step: str) -> None:

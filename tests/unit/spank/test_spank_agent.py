@@ -119,8 +119,9 @@ def test_agent_process_end_to_end_with_fake_nvml(spool: Path) -> None:
     assert proc.stderr is not None
     err = proc.stderr.read()
     step = StepRecord.from_dict(json.loads((spool / "7" / "step-3.json").read_text()))
-    # slurmctld is unreachable here: the failed publication is in the agent's log next to its record
-    assert "cannot publish AdminComment" in (spool / "7" / "3" / "node-0.log").read_text()
+    # slurmctld is unreachable here: the failed publication (it reads the field first, to keep what a
+    # site has there) is in the agent's log next to its record
+    assert "cannot read AdminComment" in (spool / "7" / "3" / "node-0.log").read_text()
     node = step.nodes[0]
     assert node.host == "a100-1"
     assert sorted(d.name for d in node.devices) == ["gpu1", "gpu2"]
@@ -134,7 +135,7 @@ def test_agent_process_end_to_end_with_fake_nvml(spool: Path) -> None:
         )
         assert dev.energy_j == pytest.approx(250.0 * dev.duration_s, rel=0.01)
     assert step.gpu_energy_j == pytest.approx(sum(d.energy_j or 0.0 for d in node.devices))
-    assert b"cannot publish AdminComment" in err  # no Slurm here: logged on stderr for the plugin
+    assert b"cannot read AdminComment" in err  # no Slurm here: logged on stderr for the plugin
 
 
 def test_agent_leaves_the_step_cgroup_v2_that_proctrack_kills(tmp_path: Path) -> None:

@@ -1,0 +1,92 @@
+"""easlurm beside jobstats in AdminComment, live: a job whose AdminComment holds a jobstats-like value
+(`JS1:` + base64 of gzipped JSON, set by an operator with scontrol while it runs) runs a profiled step;
+after the job, sacct shows the jobstats value first, byte for byte and still readable by jobstats' own
+decoding, and easlurm's record after it, which `easlurm sacct` (without the spool) and seff read. With
+`spank.store: spool` easlurm writes nothing there and reads its records from the spool."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from spank_support import plugin_with_fake_sensors, run_easlurm
+
+from easlurm.accounting.admin_codec import READABLE, SEPARATOR
+
+pytestmark = pytest.mark.slurm
+
+SUMMARY = {"nodes": {"a100-1": {"cpus": 1, "gpu_utilization": {"0": 93.1}, "used_memory": 2_000_000}}}
+JOBSTATS = "JS1:" + base64.b64encode(gzip.compress(json.dumps(SUMMARY).encode(), mtime=0)).decode()
+
+
+def jobstats_reads(value: str) -> Any:
+    """jobstats' own reading of the field (jobstats.py): JS1:, then base64, then gzip of the rest."""
+    assert value.startswith("JS1:")
+    return json.loads(gzip.decompress(base64.b64decode(value[4:])))
+
+
+def admin_comment(box: Any, job: str) -> str:
+    return box.run(["sacct", "-n", "-X", "-P", "-j", job, "-o", "AdminComment"]).stdout.rstrip("\n")
+
+
+def run_job_with_site_value(box: Any, tmp_path: Path) -> str:
+    """A job that waits until its AdminComment holds JOBSTATS, then runs one profiled srun step."""
+    go = tmp_path / "go"
+    script = tmp_path / "job.sh"
+    script.write_text(
+        textwrap.dedent(f"""\
+            #!/bin/sh
+            while [ ! -e {go} ]; do sleep 0.1; done
+            srun --energy-profile=gpu,cpu sleep 1 || exit 3
+            sleep 4  # a loaded host's agent may publish after srun returns: while the job still runs
+            """)
+    )
+    job = box.sbatch("-p", "a100", "-N1", "--gres=gpu:a100:1", "-o", str(tmp_path / "out"), str(script))
+    deadline = time.monotonic() + 60
+    while box.run(["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip() != "RUNNING":
+        assert time.monotonic() < deadline, "job did not start"
+        time.sleep(0.2)
+    box.run(["scontrol", "update", f"JobId={job}", f"AdminComment={JOBSTATS}"])
+    go.touch()
+    assert box.wait_job(job, timeout_s=90) == "COMPLETED", (tmp_path / "out").read_text()
+    return job
+
+
+def test_easlurm_record_beside_a_jobstats_value(slurm_box: Any, tmp_path: Path) -> None:
+    with plugin_with_fake_sensors(slurm_box, timeout_ms=5000):
+        job = run_job_with_site_value(slurm_box, tmp_path)
+    deadline = time.monotonic() + 30
+    while READABLE not in (value := admin_comment(slurm_box, job)):
+        assert time.monotonic() < deadline, value[:200]
+        time.sleep(0.5)
+    assert value.startswith(JOBSTATS + SEPARATOR + READABLE + "easlurm2:"), value[:200]
+    assert jobstats_reads(value) == SUMMARY
+    res = run_easlurm(slurm_box, "sacct", "-j", job, "--no-spool", "--json")
+    assert res.returncode == 0, res.stderr
+    rows = {r["job_id"]: r for r in json.loads(res.stdout)["rows"]}
+    step = rows[f"{job}.0"]
+    assert step["energy_record"] and step["gpu_energy_j"] > 0
+    assert "spool" not in (step["energy_flags"] or "")  # read from AdminComment
+    res = run_easlurm(slurm_box, "seff", job, "--json", "--no-spool")
+    assert res.returncode == 0, res.stderr
+    card = json.loads(res.stdout)
+    assert card["total_energy_j"] == pytest.approx(step["total_energy_j"], rel=1e-9)
+
+
+def test_store_spool_leaves_admin_comment_to_the_site(slurm_box: Any, tmp_path: Path) -> None:
+    with plugin_with_fake_sensors(slurm_box, "env=EASLURM_SPANK__STORE=spool", timeout_ms=5000):
+        job = run_job_with_site_value(slurm_box, tmp_path)
+    res = run_easlurm(slurm_box, "sacct", "-j", job, "--json")
+    assert res.returncode == 0, res.stderr
+    rows = {r["job_id"]: r for r in json.loads(res.stdout)["rows"]}
+    assert rows[f"{job}.0"]["energy_record"] and rows[f"{job}.0"]["gpu_energy_j"] > 0
+    res = run_easlurm(slurm_box, "seff", job, "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["total_energy_j"] > 0
+    assert admin_comment(slurm_box, job) == JOBSTATS  # nothing of easlurm's, the site's value as set
