@@ -45,6 +45,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "easlurm.accounting.report_cli:report_cmd",
         "Energy over a period by user, account, partition or GPU type (kWh, GPU-hours, CO2, plot).",
     ),
+    "mail": (
+        "easlurm.accounting.mail_cli:mail_group",
+        "The job-end card by mail: Slurm's MailProg queues, one throttled drain sends each job's seff card.",
+    ),
     "power": (
         "easlurm.accounting.power_cli:power_group",
         "Slurm's power saving: SuspendProgram/ResumeProgram, each node's time and energy powered down, and "

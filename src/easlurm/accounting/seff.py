@@ -281,8 +281,23 @@ def build_card(
         earlier = job_total([s for s in records if s.run == r])
         card.earlier_runs_j.append(None if earlier is None else earlier.total_energy_j)
     total = job_total(steps)
-    if total is None:
-        return card
+    if total is not None:
+        _add_totals(card, total, steps, limits)
+        card.notes.extend(_unrecorded_note(sacct_rows, runs, records, card.job_id, shown))
+        if any(d.apportioned for s in card.steps for d in s.devices):
+            card.notes.append(
+                "shared GPU: this job's share of the GPU's energy (split by utilisation or time); "
+                "its utilisation and memory are the whole GPU's"
+            )
+        card.notes.extend(unmeasured_activity(card.steps))
+    return card
+
+
+def _add_totals(
+    card: JobCard, total: StepRecord, steps: Sequence[StepRecord], limits: GpuLimits | None
+) -> None:
+    """The run's totals, its GPUs, the idle ones (post hoc and as the agents recorded them) and its records'
+    notes, onto the card."""
     card.gpu_energy_j = total.gpu_energy_j
     card.cpu_energy_j = total.cpu_energy_j
     card.dram_energy_j = total.dram_energy_j
@@ -296,14 +311,6 @@ def build_card(
     card.gpu_devices = [d for d in lines if d.kind == "gpu" and not d.modelled]
     card.idle_episodes = idle_episodes(steps)
     card.notes.extend(record_notes(steps))
-    card.notes.extend(_unrecorded_note(sacct_rows, runs, records, card.job_id, shown))
-    if any(d.apportioned for s in card.steps for d in s.devices):
-        card.notes.append(
-            "shared GPU: this job's share of the GPU's energy (split by utilisation or time); "
-            "its utilisation and memory are the whole GPU's"
-        )
-    card.notes.extend(unmeasured_activity(card.steps))
-    return card
 
 
 def record_notes(steps: Sequence[StepRecord]) -> list[str]:

@@ -6,6 +6,7 @@ import json
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -305,8 +306,6 @@ def seff_cmd(
     no_spool: bool,
     debug: bool,
 ) -> None:
-    from easlurm.model.build import apply_oracle_config  # here: numpy
-
     if not job_id.isdigit():
         raise ConfigError(f"seff: JOBID must be a job number, got {job_id[:40]!r}")
     client = CliSchedClient(debug=debug, echo=lambda msg: click.echo(msg, err=True))
@@ -316,6 +315,49 @@ def seff_cmd(
         raise ConfigError(f"seff: job {job_id} is not in the accounting records")
     cfg = load_ctx_config(ctx)
     spool_dir = None if no_spool else Path(spool or cfg.get("spank.spool"))
+    view = card_view(ctx, client, job_id, rows, spool_dir, run, no_whatif)
+    if as_json:
+        click.echo(json.dumps(view.document(), indent=1))
+        return
+    click.echo(view.text(per_device))
+
+
+@dataclass
+class CardView:
+    """A job's card with everything said about it: the oracle's what-ifs (or why none), the advice and the
+    site's efficiency notes; `easlurm seff` prints it, the job-end mail sends it."""
+
+    card: Any
+    whatifs: list[Any]
+    whatif_note: str | None
+    advice: Advice | None
+    notes: list[Note]
+
+    def text(self, per_device: bool = False) -> str:
+        return render_card(self.card, self.whatifs, self.whatif_note, per_device, self.advice, self.notes)
+
+    def document(self) -> dict[str, Any]:
+        doc = card_document(self.card, self.whatifs, self.whatif_note)
+        doc["advice"] = None if self.advice is None else advice_document(self.advice)
+        doc["efficiency_notes"] = [n.to_dict() for n in self.notes]
+        return doc
+
+
+def card_view(
+    ctx: click.Context,
+    client: Any,
+    job_id: str,
+    rows: list[dict[str, str]],
+    spool_dir: Path | None,
+    run: int | None = None,
+    no_whatif: bool = False,
+    cluster_types: Sequence[str] | None = None,
+) -> CardView:
+    """The card of one job from its sacct rows (`--duplicates`, every run) and the records in AdminComment
+    and the spool. `cluster_types`: the cluster's GPU types when the caller already asked sinfo."""
+    from easlurm.model.build import apply_oracle_config  # here: numpy
+
+    cfg = load_ctx_config(ctx)
     _, records = build_rows(rows, None, spool_dir, duplicates=True)
     jobs = [job_of_row(r, strict=False) for r in rows]
     types = {j.alloc_gpus[1] or "" for j in jobs}
@@ -329,18 +371,11 @@ def seff_cmd(
     whatifs: list[Any] = []
     note = None
     if card.has_records and not no_whatif:
-        whatifs, note = compute_whatifs(ctx, card, cluster_gpu_types(client))
+        others = cluster_gpu_types(client) if cluster_types is None else cluster_types
+        whatifs, note = compute_whatifs(ctx, card, others)
     advice = advise(whatifs, float(cfg.get("sched.max_slowdown")))
-    notes = card_notes(
-        cfg, card, whatifs, card.has_records and not no_whatif and note is None and bool(whatifs)
-    )
-    if as_json:
-        doc = card_document(card, whatifs, note)
-        doc["advice"] = None if advice is None else advice_document(advice)
-        doc["efficiency_notes"] = [n.to_dict() for n in notes]
-        click.echo(json.dumps(doc, indent=1))
-        return
-    click.echo(render_card(card, whatifs, note, per_device, advice, notes))
+    notes = card_notes(cfg, card, whatifs, bool(whatifs))
+    return CardView(card, whatifs, note, advice, notes)
 
 
 def advice_document(advice: Advice) -> dict[str, Any]:
