@@ -31,8 +31,11 @@ lint: install
 	mypy
 
 # The whole suite: lint, type check, unit tests and the integration tests against the real local Slurm.
+# TEST_WORKERS pytest-xdist workers: the Slurm tests run in order on one of them (they share one cluster),
+# the unit and docs tests beside them; TEST_WORKERS=0 runs everything in this process.
+TEST_WORKERS ?= 2
 test: lint
-	$(PYTHON) -m pytest
+	$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 unit: install
 	$(PYTHON) -m pytest tests/unit

@@ -42,11 +42,15 @@ def test_smi_fallback_integrates_power(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [s.name for s in sensors] == ["gpu0", "gpu1"] and statuses == []
     for s in sensors:
         s.open()
-    time.sleep(0.5)  # let the stream deliver its first lines
+    deadline = time.monotonic() + 20  # under load the fake nvidia-smi takes a while to start
+    while any(s.read() is None for s in sensors) and time.monotonic() < deadline:
+        time.sleep(0.02)  # until the stream delivers its first lines
     samplers = [SensorSampler(s) for s in sensors]
     thread = SamplingThread(samplers, 0.02)  # one backend: one thread reads both GPUs
     thread.start()
     time.sleep(0.5)
+    while any(sp.integrator.duration_s is None for sp in samplers) and time.monotonic() < deadline:
+        time.sleep(0.02)
     thread.stop()
     for s in sensors:
         s.close()
