@@ -34,7 +34,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Skip `slurm` tests with the reason where the box cannot run; in CI they must run, never skip.
 
     Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`) the `slurm` tests share one worker, in
-    order, since they share one cluster; the unit and docs tests run beside them on the other cores."""
+    order, since they share one cluster; the unit and docs tests run beside them on the other cores, the
+    long `docs` campaigns first so that none of them starts last."""
+    items.sort(key=lambda item: item.get_closest_marker("docs") is None)  # stable: order kept otherwise
     if not any(item.get_closest_marker("slurm") for item in items):
         return
     for item in items:
