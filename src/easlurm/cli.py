@@ -49,6 +49,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "easlurm.accounting.mail_cli:mail_group",
         "The job-end card by mail: Slurm's MailProg queues, one throttled drain sends each job's seff card.",
     ),
+    "metrics": (
+        "easlurm.accounting.metrics_cli:metrics_group",
+        "Per-job GPU metrics of running jobs for Prometheus: serve the node agents' files (docs/metrics.md).",
+    ),
     "power": (
         "easlurm.accounting.power_cli:power_group",
         "Slurm's power saving: SuspendProgram/ResumeProgram, each node's time and energy powered down, and "

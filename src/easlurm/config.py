@@ -100,6 +100,22 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "node_idle_w": None,
         "node_off_w": None,
     },
+    "idle": {
+        # the node agent marks a job's GPU idle once it has had no compute process and utilisation at or under
+        # gpu_util_pct for after_s (docs/metrics.md); `action`: a command (argv, no shell) run when an idle
+        # episode starts, with EASLURM_JOB_ID, EASLURM_GPU and EASLURM_IDLE_S in its environment; None: none
+        "gpu_util_pct": 1.0,
+        "after_s": 600.0,
+        "action": None,
+        "action_timeout_s": 60.0,
+    },
+    "metrics": {
+        # the node agents' per-job metrics (Prometheus text format, docs/metrics.md): one file per step and
+        # node in `dir` (a node_exporter textfile-collector directory, or what `easlurm metrics serve`
+        # serves), rewritten every interval_s, which is also how often the agent watches its GPUs for idling
+        "dir": None,
+        "interval_s": 10.0,
+    },
     "report": {
         "grid_intensity_g_per_kwh": None,
         "grid_intensity_csv": None,
@@ -263,6 +279,10 @@ RANGES: dict[str, tuple[Any, str]] = {
     "notes.idle_gpu_min_s": (_non_negative, ">= 0 s"),
     "mail.rate_per_min": (lambda v: 0 < v <= 100000, "> 0 and at most 100000 a minute"),
     "mail.max_wait_s": (lambda v: 0 <= v <= 86400, "between 0 and 86400 s"),
+    "idle.gpu_util_pct": (lambda v: 0 <= v <= 100, "between 0 and 100 %"),
+    "idle.after_s": (lambda v: 0 < v <= 30 * 86400, "> 0 and at most 2592000 s (30 days)"),
+    "idle.action_timeout_s": (lambda v: 0 < v <= 3600, "> 0 and at most 3600 s"),
+    "metrics.interval_s": (lambda v: 0.1 <= v <= 3600, "between 0.1 and 3600 s"),
     "sim.hours": (lambda v: 0 < v <= 87600, "> 0 and at most 87600 (ten years)"),
     "sim.noise_sigma": (lambda v: 0 <= v <= 10, "between 0 and 10"),
     "sim.checkpoint_interval_s": (_positive, "> 0"),
@@ -277,7 +297,9 @@ _NUMBERS = (
     "power.node_off_w",
 )
 #: settings that are a path (a non-empty string) although their default is None
-_PATHS = ("power.state_log", "mail.spool")
+_PATHS = ("power.state_log", "mail.spool", "metrics.dir")
+#: settings that are a command (a string split as a shell would, without running one, or a list)
+COMMANDS = ("idle.action",)
 #: settings that are a command run per node: an argv template (a string split as a shell would, without
 #: running one, or a list) naming {node}
 ARGV_TEMPLATES = ("power.suspend_command", "power.resume_command")
@@ -302,6 +324,10 @@ def check_setting(dotted: str, value: Any, where: str) -> Any:
         return value
     if dotted == "mail.mailer":
         mail_template(value, where)
+        return value
+    if dotted in COMMANDS:
+        if value is not None:
+            _command_argv(value, where)
         return value
     if dotted in _PATHS:
         if value is not None and not (isinstance(value, str) and value.strip()):

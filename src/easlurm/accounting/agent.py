@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from easlurm.accounting.live import LiveWatch, WatchedStep, WatchSettings
 from easlurm.accounting.publish import (
     gather_step,
     publish_from_spool,
@@ -164,8 +165,12 @@ class NodeAgent:
         client: Any = None,
         profiler_factory: Callable[..., Any] | None = None,
         profiler_settings: dict[str, Any] | None = None,
+        watch_settings: WatchSettings | None = None,
     ) -> None:
         self.ctx = ctx
+        #: idle GPUs and per-job metrics (None: not watched); the watch itself once started
+        self.watch_settings = watch_settings
+        self.watch: LiveWatch | None = None
         self.client = client
         self.profiler_factory = profiler_factory
         self.settings = profiler_settings or {}
@@ -231,6 +236,8 @@ class NodeAgent:
             self.profiler.start()
             if "gpu" in spec.devices and self.ctx.gpus and self.ctx.shards > 0:
                 self._watch_sharing()
+            if "gpu" in spec.devices and self.ctx.gpus and self.watch_settings is not None:
+                self._watch_gpus(self.watch_settings)
         except Exception as exc:  # a profiler must never hurt the job: record why and go on
             log.error("step %d.%s: profiler did not start: %s", self.ctx.job_id, self.ctx.step, exc)
             self.error = f"profiler did not start: {exc}"
@@ -248,6 +255,30 @@ class NodeAgent:
         )
         if watcher.start():
             self.share_watcher = watcher
+
+    def _watch_gpus(self, settings: WatchSettings) -> None:
+        """Watch the step's GPUs live: idle episodes into the record, the step's metrics file."""
+        step = WatchedStep(
+            self.ctx.job_id,
+            self.ctx.step_key,
+            self.ctx.node_id,
+            self.ctx.node_name or socket.gethostname(),
+            [int(g) for g in self.ctx.gpus or []],
+        )
+        energy_of = getattr(self.profiler, "live_energy", dict)
+        self.watch = LiveWatch.for_step(step, settings, energy_of, self.settings.get("nvml_module", "pynvml"))
+
+    def _stop_watch(self, end: float) -> list[dict[str, Any]]:
+        """The step's idle episodes (closed at `end`); the metrics file is gone after this."""
+        if self.watch is None:
+            return []
+        try:
+            return self.watch.stop(end)
+        except Exception as exc:  # never the record's failure
+            log.warning("step %d.%s: GPU watch: %s", self.ctx.job_id, self.ctx.step, exc)
+            return []
+        finally:
+            self.watch = None
 
     def _apportion(self, rec: NodeRecord) -> None:
         """Replace each shared GPU's whole energy by this step's share (never fails the record)."""
@@ -287,6 +318,7 @@ class NodeAgent:
             try:
                 result = self.profiler.stop()
                 rec = NodeRecord.from_profile(result, self.ctx.node_id, self.ctx.step_start_time, end)
+                rec.idle_episodes = self._stop_watch(end)
                 if self.share_watcher is not None:
                     self._apportion(rec)
                 apportion_node_devices(rec.devices, getattr(result, "cpu_share", None))  # shared node
@@ -297,6 +329,7 @@ class NodeAgent:
             except Exception as exc:
                 log.error("step %d.%s: profiler failed: %s", self.ctx.job_id, self.ctx.step, exc)
                 self.error = f"profiler failed: {exc}"
+        self._stop_watch(end)
         rec = NodeRecord(
             node_id=self.ctx.node_id,
             host=self.ctx.node_name or socket.gethostname(),
@@ -535,6 +568,7 @@ def main(argv: list[str] | None = None, stdin: IO[bytes] | None = None) -> int:
         )
         cfg = load_config(os.environ.get("EASLURM_AGENT_CONFIG") or None)
         settings = cfg.section("profiler")
+        watch = WatchSettings.from_config(cfg)
         ctx.late_limit_s = float(cfg.get("spank.late_limit_s"))
         if not ctx.late_limit_s > 0:
             raise EaslurmError(f"spank.late_limit_s: must be > 0, got {ctx.late_limit_s}")
@@ -546,7 +580,7 @@ def main(argv: list[str] | None = None, stdin: IO[bytes] | None = None) -> int:
     if args.restart is None and ctx.step == "batch":  # srun steps inherit it: absent means run 0
         ctx.restart = restart_count(ctx.job_id, client)
     publish_to = client if cfg.get("spank.store") == "admin_comment" else None  # "spool": files only
-    agent = NodeAgent(ctx, client=publish_to, profiler_settings=settings)
+    agent = NodeAgent(ctx, client=publish_to, profiler_settings=settings, watch_settings=watch)
 
     def bound_the_rest() -> None:
         """From the stop on, the kernel ends this process after late_limit_s (SIGALRM's default action

@@ -126,6 +126,9 @@ class NodeRecord:
     #: no step record (node 0's agent died) rebuilds the step from them.
     nnodes: int | None = None
     spec: str = ""
+    #: Stretches of time an allocated GPU of this node sat idle (easlurm.energy.gpu_watch's rule), each
+    #: {"gpu": device name ("gpu0"), "start", "end" (unix s), "energy_j" (drawn meanwhile, None: unknown)}.
+    idle_episodes: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_profile(
@@ -171,6 +174,7 @@ class NodeRecord:
         d = {f.name: getattr(self, f.name) for f in _NODE_FIELDS}
         d["devices"] = [{f.name: getattr(dev, f.name) for f in _DEVICE_FIELDS} for dev in self.devices]
         d["no_sensor"] = list(self.no_sensor)
+        d["idle_episodes"] = [dict(e) for e in self.idle_episodes]
         d["schema_version"] = SCHEMA_VERSION
         d["total_energy_j"] = self.total_energy_j
         return d
@@ -193,6 +197,7 @@ class NodeRecord:
                 limit_error=d.get("limit_error"),
                 nnodes=None if d.get("nnodes") is None else int(d["nnodes"]),
                 spec=str(d.get("spec") or ""),
+                idle_episodes=[_idle_episode(e) for e in d.get("idle_episodes") or []],
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise TraceError(f"node record: malformed ({exc})") from exc
@@ -204,6 +209,16 @@ _DEVICE_FIELDS = dataclasses.fields(DeviceRecord)
 
 def _opt_float(v: Any) -> float | None:
     return None if v is None else float(v)
+
+
+def _idle_episode(e: Any) -> dict[str, Any]:
+    """One idle episode as a record holds it (records written before episodes have none)."""
+    if not isinstance(e, dict):
+        raise TypeError(f"idle episode {e!r} is not an object")
+    start, end = float(e["start"]), float(e["end"])
+    if not (math.isfinite(start) and math.isfinite(end)) or end < start:
+        raise ValueError(f"idle episode ends before it starts ({start} > {end})")
+    return {"gpu": str(e["gpu"]), "start": start, "end": end, "energy_j": _finite(e.get("energy_j"))}
 
 
 @dataclass
@@ -297,6 +312,12 @@ class StepRecord:
             n.power_limit_requested_w for n in self.nodes if n.power_limit_requested_w and n.limit_error
         ]
         return missed[0] if missed else None
+
+    @property
+    def idle_episodes(self) -> list[dict[str, Any]]:
+        """Every node's idle GPU episodes, each with its node's `host` added, by start time."""
+        eps = [{**e, "host": n.host} for n in self.nodes for e in n.idle_episodes]
+        return sorted(eps, key=lambda e: (e["start"], e["host"], e["gpu"]))
 
     @property
     def apportioned_devices(self) -> list[str]:
@@ -395,6 +416,7 @@ class StepRecord:
                     ),
                     power_limit_w=self.power_limit_w,
                     limit_error="; ".join(n.limit_error for n in nodes if n.limit_error) or None,
+                    idle_episodes=[{**e, "gpu": f"{n.host}:{e['gpu']}"} for n in nodes for e in n.idle_episodes],
                 )
             )
             nodes = [merged]

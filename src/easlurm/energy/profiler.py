@@ -153,6 +153,15 @@ class EnergyProfiler:
         """Requested kinds with no sensor on this host, and why (empty before start)."""
         return dict(self._discovery.no_sensor) if self._discovery is not None else {}
 
+    def live_energy(self) -> dict[str, tuple[float, float]]:
+        """Each working sensor's latest reading as (monotonic s, J since start), by sensor name ("gpu0"),
+        for a live view while the run goes on; read from the integrators, no sensor is asked."""
+        return {
+            sp.sensor.name: (sp.integrator.t_last, sp.integrator.energy_j)
+            for sp in self._samplers
+            if sp.error is None and sp.integrator.samples > 0 and sp.integrator.t_last is not None
+        }
+
     def stop(self) -> ProfileResult:
         """Stop sampling and build the result (idempotent). Collective under MPI."""
         if self.result is not None:

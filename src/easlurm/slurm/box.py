@@ -43,6 +43,8 @@ DEBIAN_PACKAGES = (
     "python3-dev",
     "gcc",
     "libc6-dev",
+    # the per-job metrics test scrapes the node agents with Debian's own Prometheus (docs/metrics.md)
+    "prometheus",
 )
 
 DB_PASSWORD = "easbox"

@@ -14,7 +14,9 @@ energy with power x duration. Settings are read at nvmlInit():
   EASLURM_FAKE_NVML_COST_MS=energy=4,field=0.2,power=0.2,samples=0.2
                                        CPU each call burns in the calling thread (as measured on an H100,
                                        driver 580: the energy counter is the costly call; `samples` is one
-                                       pynvml nvmlDeviceGetSamples call, an assumption); default none
+                                       pynvml nvmlDeviceGetSamples call, an assumption; also `util`,
+                                       `memory`, `procs` (compute processes) and `limit` (power limit),
+                                       not measured yet); default none
   EASLURM_FAKE_NVML_SAMPLE_MS=100      the driver's power sample period for nvmlDeviceGetSamples (ms)
   EASLURM_FAKE_NVML_SAMPLE_BUFFER=120  samples the driver keeps per GPU (older ones are overwritten); the
                                        buffer is full at nvmlInit, as on a node that has been up a while
@@ -481,6 +483,7 @@ def nvmlDeviceGetPowerManagementDefaultLimit(handle: _Gpu) -> int:
 
 
 def nvmlDeviceGetPowerManagementLimit(handle: _Gpu) -> int:
+    _burn("limit")
     st, gpu = _limit_gpu(handle)
     with _lock:
         return st.limits().get(gpu.index, st.limit_range_mw[1])
@@ -570,6 +573,7 @@ def nvmlDeviceGetUtilizationRates(handle: _Gpu) -> c_nvmlUtilization_t:
 
 
 def nvmlDeviceGetMemoryInfo(handle: _Gpu, version: int | None = None) -> c_nvmlMemory_t:
+    _burn("memory")
     if version:
         raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)  # the v2 struct is not faked: callers use v1
     st, gpu = _activity_gpu(handle, _st().no_meminfo)
@@ -655,6 +659,7 @@ def _running(proc: _Proc) -> bool:
 
 def nvmlDeviceGetComputeRunningProcesses(handle: _Gpu) -> list[nvmlFriendlyObject]:
     """Processes with a CUDA context on the GPU now ([] when none, as NVML)."""
+    _burn("procs")
     _, gpu, _ = _check(handle)
     return [
         nvmlFriendlyObject(
