@@ -80,6 +80,20 @@ def test_a_decision_reads_at_most_the_queue_depth_however_long_the_queue() -> No
     assert whole.pending.scanned > 5 * sim.pending.scanned
 
 
+def test_an_arrival_past_the_head_calls_no_policy() -> None:
+    """400 jobs queue on one node with a depth of 25: a job that arrives behind 25 waiting jobs (its user
+    known) changes nothing a decision sees, so the policy is called at most twice per job (at a job's
+    end, and on the next tick after its own starts) plus once per arrival that joins the head; without a
+    bound every arrival calls it too (over 300 calls more); the jobs start at the same times either way."""
+    sim, policy = _undersized_run(400, 25)
+    whole, _ = _undersized_run(400, None)
+    assert len(policy.seen) == sim.decisions
+    assert sim.decisions <= 2 * 400 + 25
+    assert whole.decisions >= sim.decisions + 300
+    starts = [sim.records[f"j{i}"].start_s for i in range(400)]
+    assert starts == [whole.records[f"j{i}"].start_s for i in range(400)]
+
+
 def test_pending_queue_keeps_requeued_jobs_first_latest_first() -> None:
     """Arrivals queue in order; a requeued job goes to the front, the last requeued first; a started
     job leaves wherever it is; head(n) reads n jobs and counts them."""
