@@ -179,6 +179,18 @@ def merge(texts: Iterable[str]) -> str:
     return "\n".join(out) + "\n" if out else ""
 
 
+def sweep(directory: Path, now: float | None = None) -> list[Path]:
+    """Remove the files `collect` would leave out (their agent is gone, or they are stale): for a
+    textfile-collector directory, which node_exporter serves as long as a file exists. The removed paths."""
+    removed = []
+    for path in sorted(directory.glob(f"{FILE_PREFIX}*.prom")):
+        if path.exists() and live_text(path, now) is None:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
 def collect(directory: Path, now: float | None = None) -> str:
     """What `easlurm metrics serve` answers: the live files of `directory`, merged."""
     try:

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from easlurm.accounting.metrics import collect
+from easlurm.accounting.metrics import collect, sweep
 from easlurm.cli import load_ctx_config
 from easlurm.errors import ConfigError
 
@@ -84,6 +84,16 @@ def serve_cmd(ctx: click.Context, directory: str | None, port: int, address: str
         pass
     finally:
         server.server_close()
+
+
+@metrics_group.command("sweep")
+@click.option("--dir", "directory", default=None, help="the agents' metrics directory [metrics.dir]")
+@click.pass_context
+def sweep_cmd(ctx: click.Context, directory: str | None) -> None:
+    """Remove the files of agents that are gone or stale (for node_exporter's textfile collector, which
+    serves a file as long as it exists): from cron, or slurm.conf's Epilog."""
+    for path in sweep(_directory(ctx, directory)):
+        click.echo(f"removed {path}")
 
 
 @metrics_group.command("show")

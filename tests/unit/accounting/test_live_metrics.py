@@ -26,6 +26,7 @@ from easlurm.accounting.metrics import (
     merge,
     metrics_file,
     render_step,
+    sweep,
     write_step,
 )
 from easlurm.accounting.step_record import (
@@ -199,6 +200,8 @@ def test_serve_merges_live_files_and_skips_dead_and_stale_ones(tmp_path: Path) -
     os.utime(metrics_file(tmp_path, 4, "0", 0), (old, old))
     text = collect(tmp_path)
     assert text.count("# TYPE easlurm_job_gpu_power_watts gauge") == 1
+    assert sweep(tmp_path) == [metrics_file(tmp_path, 3, "0", 0), metrics_file(tmp_path, 4, "0", 0)]
+    assert collect(tmp_path) == text  # the live files stay
     got = samples(text)
     jobs = {dict(labels).get("jobid") for _, labels in got}
     assert jobs == {"1", "2", None}  # None: the node series
