@@ -217,6 +217,9 @@ class BatchPacker:
     #: True when decisions can change with time alone (preemption for deadlines): the caller then
     #: asks `wake_at_s` when to call again even if nothing else changes.
     time_sensitive: bool = False
+    #: True when the score reads each user's GPU-seconds so far (`ClusterSnapshot.user_gpu_s`, from sacct):
+    #: the daemon then waits for that history; other policies' cycles go on while it is refreshed
+    uses_history: ClassVar[bool] = False
     #: "default": every job runs at its GPUs' default limit (the exclusive baselines, so that comparisons
     #: with them stay honest); "bounded": each placement's limit minimises the policy's objective among
     #: the limits that slow the job by at most `max_slowdown`; "free": limits the subclass offers

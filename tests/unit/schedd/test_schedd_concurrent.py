@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
+import pytest
 from schedd_fake import FakeSchedClient, job, node
 
 from easlurm.errors import SlurmError
@@ -92,12 +93,50 @@ class SlowReads(FakeSchedClient):
 
 def test_the_cycle_reads_queue_nodes_priorities_and_history_at_once() -> None:
     client = SlowReads()
-    report = Daemon(client, DaemonConfig(), clock=lambda: 10_000.0).cycle()
+    report = Daemon(client, DaemonConfig(policy="themis"), clock=lambda: 10_000.0).cycle()
     assert report.error is None and report.jobs_seen == 1
+    assert report.snapshot is not None and report.snapshot.user_gpu_s == {"alice": 3600.0}
+
+
+class SlowHistory(FakeSchedClient):
+    """sacct answers only once `answer` is set."""
+
+    def __init__(self) -> None:
+        super().__init__([job("1")], [node("h100-1", "h100")])
+        self.answer = threading.Event()
+        self.asked = threading.Event()
+
+    def user_gpu_s(self, since_s: float) -> dict[str, float]:
+        self.asked.set()
+        assert self.answer.wait(10), "sacct was never let through"
+        return {"bob": 7200.0}
+
+
+@pytest.mark.parametrize("policy", ["zeus", "pollux", "charon", "aurachronos"])
+def test_a_policy_that_does_not_rank_by_history_does_not_wait_for_sacct(policy: str) -> None:
+    """Its cycles go on with the last history while sacct runs; the cycle after the read has it."""
+    client = SlowHistory()
+    daemon = Daemon(client, DaemonConfig(policy=policy), clock=lambda: 10_000.0)
+    first = daemon.cycle()
+    assert first.error is None and first.snapshot is not None and first.snapshot.user_gpu_s == {}
+    assert client.asked.wait(10)
+    client.answer.set()
+    assert daemon._history_refresh is not None
+    daemon._history_refresh.result(timeout=10)
+    second = daemon.cycle()
+    assert second.snapshot is not None and second.snapshot.user_gpu_s == {"bob": 7200.0}
+
+
+@pytest.mark.parametrize("policy", ["themis", "hades", "slurm"])
+def test_a_policy_that_ranks_by_history_waits_for_it(policy: str) -> None:
+    client = SlowHistory()
+    client.answer.set()
+    report = Daemon(client, DaemonConfig(policy=policy), clock=lambda: 10_000.0).cycle()
+    assert report.snapshot is not None and report.snapshot.user_gpu_s == {"bob": 7200.0}
 
 
 def test_a_failed_read_skips_the_cycle_and_changes_nothing() -> None:
     client = SlowReads(fail_nodes=True)
-    report = Daemon(client, DaemonConfig(), clock=lambda: 10_000.0).cycle()
+    report = Daemon(client, DaemonConfig(policy="hades"), clock=lambda: 10_000.0).cycle()
     assert report.error is not None and "sinfo failed" in report.error
     assert client.calls == []

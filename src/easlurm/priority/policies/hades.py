@@ -16,6 +16,7 @@ class Hades(BatchPacker):
     name = "hades"
     objective = "edp"
     limits = "bounded"
+    uses_history = True
 
     def __init__(self, *, fair_share: bool = False, **params: Any) -> None:
         super().__init__(**params)

@@ -43,6 +43,7 @@ class SlurmBaseline(BatchPacker):
     limits = "default"
     #: the daemon leaves Slurm's own order and placement alone for this policy (it only logs)
     leaves_slurm_alone: ClassVar[bool] = True
+    uses_history = True  # fair share
 
     def __init__(
         self,

@@ -25,6 +25,7 @@ class Themis(BatchPacker):
     name = "themis"
     objective = "time"
     limits = "default"
+    uses_history = True
 
     def __init__(self, *, fair_share: bool = False, **params: Any) -> None:
         super().__init__(**params)
