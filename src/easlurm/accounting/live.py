@@ -106,6 +106,12 @@ class LiveWatch:
             log.warning("job %d: GPUs not watched for idling or metrics (%s)", step.job_id, exc)
             return None
         watch = cls(step, settings, energy_of, reader)
+        if settings.metrics_dir is not None:
+            try:
+                settings.metrics_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+            except OSError as exc:  # idle episodes still go into the record
+                log.warning("metrics.dir %s: %s; no metrics file for this step", settings.metrics_dir, exc)
+                watch.file = None
         watch.start()
         return watch
 

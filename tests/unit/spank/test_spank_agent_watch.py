@@ -32,8 +32,7 @@ def _wait(pred: object, timeout_s: float) -> bool:
 def test_agent_watches_idle_gpus_and_writes_then_removes_its_metrics(spool: Path, tmp_path: Path) -> None:
     registry = tmp_path / "procs"
     registry.mkdir()
-    metrics = tmp_path / "metrics"
-    metrics.mkdir()
+    metrics = tmp_path / "run" / "metrics"  # not there yet: the agent creates it
     action_out = tmp_path / "action.out"
     # a process of this test stands for the job's work on GPU 1; GPU 2 is allocated and left alone
     (registry / f"{os.getpid()}.json").write_text(
