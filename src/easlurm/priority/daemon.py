@@ -213,7 +213,7 @@ class Daemon:
             history = pool.submit(self._user_history, now_s) if self._waits_for_history else None
             # the first failure in this order is raised
             jobs, nodes, factors = read_jobs.result(), read_nodes.result(), read_factors.result()
-            user_gpu_s = history.result() if history is not None else self._history_in_background(now_s)
+            user_gpu_s = history.result() if history is not None else self._history
         live = [j for j in jobs if j.pending or j.running]
         self._known_ids = frozenset(j.job_id for j in jobs)
         if self.cfg.nodes is not None:
@@ -237,15 +237,16 @@ class Daemon:
         )
         return inputs, factors
 
-    def _history_in_background(self, now_s: float) -> dict[str, float]:
-        """The last per-user history, refreshed (when due) by a background read that this cycle does not
-        wait for."""
+    def _refresh_history(self, now_s: float) -> None:
+        """For a policy that does not wait for the per-user history: refresh it (when due) in the background,
+        after the cycle's own work, so that sacct's output is parsed between cycles, not during one."""
+        if self._waits_for_history:
+            return
         last = self._history_refresh
         if last is not None and last.done() and last.exception() is not None:
             log.warning("per-user GPU history refresh failed: %s", last.exception())
         if last is None or last.done():
             self._history_refresh = self._background.submit(self._user_history, now_s)
-        return self._history
 
     def in_scope(self, job: SlurmJob) -> bool:
         return self.cfg.name_prefix is None or job.name.startswith(self.cfg.name_prefix)
@@ -309,6 +310,7 @@ class Daemon:
         self._explain(report, ctx, ranked)
         report.timings_s = {"slurm": t1 - t0, "policy": t2 - t1, "apply": t3 - t2}
         self._observe(report, inputs)
+        self._refresh_history(now)
         self._log(report)
         return report
 
