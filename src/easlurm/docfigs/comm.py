@@ -107,7 +107,7 @@ def _fragmented() -> list[tuple[str, str, float, int, float, float]]:
     10 s. A time policy starts it spread at once; an energy policy waits for a node when spreading costs."""
 
     def job(job_id: str, model: str, gpus: int, batch: int, steps: int, submit_s: float) -> JobSpec:
-        precision = "fp32" if model == "resnet50" else "bf16"
+        precision = "fp32-strict" if model == "resnet50" else "bf16"
         return JobSpec(
             job_id, "u0", submit_s, model, steps, (batch,), (gpus,), malleable=False, precision=precision
         )

@@ -224,8 +224,8 @@ COLOC_PAIRS = (
     ("bert-base:16", "gpt2:16", "time-slice"),
     ("gpt2:16", "gpt2:16", "time-slice"),
     ("resnet50:256", "resnet50:256", "mps"),
-    ("resnet50:16:fp32", "albert-base:32", "time-slice"),
-    ("resnet50:16:fp32", "albert-base:32", "mps"),
+    ("resnet50:16:fp32-strict", "albert-base:32", "time-slice"),
+    ("resnet50:16:fp32-strict", "albert-base:32", "mps"),
     ("tinyllama-1.1b:32", "gpt2:16", "time-slice"),
 )
 

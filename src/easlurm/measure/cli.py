@@ -99,7 +99,11 @@ class MeasureRequest:
     help="With --slurm: nodes each data-parallel job spans (--gpus split evenly over them).",
 )
 @click.option(
-    "--precision", "precisions", default="bf16", show_default=True, help="fp32, tf32, bf16; comma list."
+    "--precision",
+    "precisions",
+    default="bf16",
+    show_default=True,
+    help="fp32-strict, fp32 (PyTorch's defaults), tf32, amp-bf16 (bf16); comma list.",
 )
 @click.option(
     "--optimizer", default="adamw", show_default=True, help="adamw (torch default) or sgd (momentum 0.9)."

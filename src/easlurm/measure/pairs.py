@@ -95,6 +95,14 @@ def torch_runner(cfg: MeasureConfig, device: str, timing: Timing, gate: Gate) ->
 # -- the pairs --------------------------------------------------------------------------------------------
 
 
+def _is_precision(text: str) -> bool:
+    try:
+        measure_steps.measured_precision(text)
+    except ConfigError:
+        return False
+    return True
+
+
 def parse_job(
     text: str,
     precision: str,
@@ -115,10 +123,10 @@ def parse_job(
         raise ConfigError(f"{where}: batch must be >= 1 and <= {MAX_INT}, got {batch} in {text!r}")
     mode = "train"
     for extra in parts[2:]:
-        if extra in PRECISIONS:
-            precision = extra
-        elif extra in MODES:
+        if extra in MODES:
             mode = extra
+        elif _is_precision(extra):
+            precision = extra
         else:
             raise ConfigError(
                 f"{where}: {extra!r} in {text!r} is neither a precision ({', '.join(PRECISIONS)}) "

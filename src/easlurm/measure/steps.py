@@ -23,11 +23,13 @@ from easlurm.errors import ConfigError, ModelError, SensorError
 from easlurm.model.build import default_catalogue
 from easlurm.model.fit.dataset import Measurement, write_measurements
 from easlurm.model.hardware import match_device_name
+from easlurm.model.workload import Precision
 from easlurm.model.zoo import SHUFFLENET_WIDTHS, SMALL_IMAGE, canonical_name, default_size
 
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("fp32", "tf32", "bf16")
+#: precisions `measure` runs (Precision names; bf16 is read as amp-bf16): what each sets is `set_precision`
+PRECISIONS = ("fp32-strict", "fp32", "tf32", "amp-bf16")
 OPTIMIZERS = ("adamw", "sgd")
 #: What one step is: a training step (forward, backward, optimizer) or an inference forward pass.
 MODES = ("train", "infer")
@@ -115,9 +117,7 @@ def configurations(
                 raise ConfigError(f"--batch: {b} does not split evenly over --gpus {g} (the batch is global)")
     if optimizer not in OPTIMIZERS:
         raise ConfigError(f"--optimizer: expected one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
-    for p in precisions:
-        if p not in PRECISIONS:
-            raise ConfigError(f"--precision: expected one of {', '.join(PRECISIONS)}, got {p!r}")
+    precisions = [measured_precision(p) for p in precisions]
     out: list[MeasureConfig] = []
     for raw in models:
         try:
@@ -283,14 +283,25 @@ def build(torch: Any, cfg: MeasureConfig, device: Any) -> tuple[Any, Callable[[A
     return model.to(device), lambda m: m(input_ids=ids, labels=ids).loss
 
 
+def measured_precision(text: str) -> str:
+    """A --precision value as the canonical name `measure` runs and writes (bf16 -> amp-bf16)."""
+    try:
+        name = Precision.parse(text).value
+    except ModelError:
+        name = ""
+    if name not in PRECISIONS:
+        raise ConfigError(f"--precision: expected one of {', '.join(PRECISIONS)}, got {text!r}")
+    return name
+
+
 # -- timing ----------------------------------------------------------------------------------------------
 
 
 def set_precision(torch: Any, precision: str) -> None:
-    """fp32: TF32 off for matmul and cuDNN; tf32 and bf16 (autocast over FP32 master weights): TF32 on."""
-    tf32 = precision != "fp32"
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
+    """fp32-strict: TF32 off for matmuls and cuDNN; fp32: PyTorch's defaults, set explicitly (cuDNN in TF32,
+    matmuls in FP32); tf32 and amp-bf16 (autocast over FP32 master weights): TF32 on for both."""
+    torch.backends.cuda.matmul.allow_tf32 = precision in ("tf32", "amp-bf16")
+    torch.backends.cudnn.allow_tf32 = precision != "fp32-strict"
     torch.backends.cudnn.benchmark = True
 
 
@@ -352,7 +363,7 @@ def _step_functions(
 ) -> tuple[Callable[[], None], Callable[[], None] | None]:
     """(one step, one step without gradient synchronisation or None): an inference forward pass, or a
     training step with the configuration's optimizer; bf16 runs under autocast over FP32 weights."""
-    autocast = cfg.precision == "bf16"
+    autocast = cfg.precision == "amp-bf16"
     step_local: Callable[[], None] | None = None
     if cfg.mode == "infer":
         model.eval()

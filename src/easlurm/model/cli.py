@@ -11,11 +11,12 @@ import click
 import numpy as np
 
 from easlurm.cli import LazyGroup, int_list, int_range, load_ctx_config, output_options, text_list
-from easlurm.errors import ConfigError
+from easlurm.errors import ConfigError, ModelError
 from easlurm.model.build import apply_oracle_config, build_oracle
 from easlurm.model.gpu_precision import precision_on
 from easlurm.model.hardware import DEFAULT_GPU
 from easlurm.model.oracle import Placements
+from easlurm.model.sharding import cheapest_training, training_options
 from easlurm.model.yaml_workload import load_workload_yaml
 from easlurm.model.zoo import MODEL_NAMES, default_size, get_workload, model_family, spec_model_names
 from easlurm.table import render_table, select_columns
@@ -35,6 +36,8 @@ PREDICT_COLUMNS = (
     "SamplesPerSec",
     "PeakMem",
     "Best",
+    "Sharding",
+    "ActCkpt",
 )
 PREDICT_DEFAULT = (
     "GPUType",
@@ -50,6 +53,36 @@ PREDICT_DEFAULT = (
     "Best",
 )
 
+
+#: what each precision name runs (`model list`; docs/oracle-llm.md); a GPU without tensor cores for one runs
+#: it in FP32 (TF32 and BF16) or on its CUDA cores (FP16 on Pascal)
+PRECISION_ROWS = [
+    {
+        "Precision": "fp32-strict",
+        "Matmuls": "FP32",
+        "Convolutions": "FP32",
+        "PyTorch": "allow_tf32 off for both",
+    },
+    {
+        "Precision": "fp32",
+        "Matmuls": "FP32",
+        "Convolutions": "TF32 (Ampere+)",
+        "PyTorch": "defaults: cudnn.allow_tf32, matmul precision highest",
+    },
+    {"Precision": "tf32", "Matmuls": "TF32", "Convolutions": "TF32", "PyTorch": "matmul precision high"},
+    {
+        "Precision": "amp-bf16 (bf16)",
+        "Matmuls": "BF16",
+        "Convolutions": "BF16",
+        "PyTorch": "autocast bf16; norms, softmax, loss FP32",
+    },
+    {
+        "Precision": "amp-fp16 (fp16)",
+        "Matmuls": "FP16",
+        "Convolutions": "FP16",
+        "PyTorch": "autocast fp16; norms, softmax, loss FP32",
+    },
+]
 
 #: `--hardware FILE` on every command that builds the oracle (see easlurm.model.build).
 HARDWARE_OPTION = click.option(
@@ -145,6 +178,8 @@ class PredictRequest:
     parsable: bool
     noheader: bool
     as_json: bool
+    shard: str = "none"
+    act_ckpt: str | None = None
 
 
 @click.command("predict")
@@ -158,7 +193,8 @@ class PredictRequest:
 @click.option(
     "--precision",
     default=None,
-    help="fp32, tf32, bf16 or fp16; default: each GPU's own (bf16 where its tensor cores run it, else fp16 "
+    help="fp32-strict, fp32 (PyTorch's defaults: convolutions TF32 from Ampere on), tf32, amp-bf16 (bf16) or "
+    "amp-fp16 (fp16); default: each GPU's own (bf16 where its tensor cores run it, else fp16 "
     "where that is faster than fp32, else fp32).",
 )
 @click.option("--gpus", default="1", show_default=True, help="GPU counts, comma list (e.g. 1,2,4,8).")
@@ -175,6 +211,19 @@ class PredictRequest:
 @click.option("--image-size", type=int_range(1, 1 << 16), default=None, help="Image size (vision models).")
 @click.option("--optimizer", default="adamw", show_default=True, help="adamw, adam or sgd.")
 @click.option("--params", "params_path", default=None, help="Oracle parameter YAML (default: oracle.params).")
+@click.option(
+    "--shard",
+    default="none",
+    show_default=True,
+    help="State sharding over the job's GPUs: none (DDP), zero1, zero2, zero3 (fsdp), or auto (the cheapest "
+    "that fits, with or without activation checkpointing).",
+)
+@click.option(
+    "--activation-checkpointing",
+    "act_ckpt",
+    default=None,
+    help="none, full (each block's forward recomputed) or selective; default none (auto with --shard auto).",
+)
 @HARDWARE_OPTION
 @output_options(PREDICT_COLUMNS)
 @click.pass_context
@@ -198,15 +247,16 @@ def predict_cmd(ctx: click.Context, **options: Any) -> None:
     runs = _note_precisions(oracle, keys, asked)
     by_gpu = _workloads_by_gpu(req, asked, runs)
     workload = next(iter(by_gpu.values()))
-    if len(set(by_gpu.values())) == 1:
-        pred = oracle.predict(workload, pl)
-    else:
-        pred = oracle.predict_rows([by_gpu[str(g)] for g in pl.gpu], pl)
+    choice = cheapest_training(oracle, [by_gpu[str(g)] for g in pl.gpu], pl, _training_options(req))
+    pred: Any = choice.prediction
     edp = np.where(pred.feasible, pred.edp, np.inf)
     best = int(np.argmin(edp)) if np.isfinite(edp).any() else -1
     records = _prediction_records(pl, pred, best)
-    for r in records:
+    for r, shard, ckpt in zip(records, choice.sharding, choice.act_ckpt):
         r["precision"] = runs[r["gpu"]].value
+        r["sharding"], r["activation_checkpointing"] = shard.value, ckpt or "none"
+    if "Sharding" not in columns and (req.shard != "none" or req.act_ckpt) and not req.fmt:
+        columns = [*columns, "Sharding", "ActCkpt"]
     if req.as_json:
         doc = {
             "schema_version": 1,
@@ -275,7 +325,17 @@ def _prediction_row(r: dict[str, Any]) -> dict[str, Any]:
         "SamplesPerSec": None if r["samples_per_s"] is None else f"{r['samples_per_s']:.1f}",
         "PeakMem": None if r["peak_mem_gib"] is None else f"{r['peak_mem_gib']:.1f}GiB",
         "Best": "*" if r["best_edp"] else "",
+        "Sharding": r.get("sharding"),
+        "ActCkpt": r.get("activation_checkpointing"),
     }
+
+
+def _training_options(req: PredictRequest) -> list[tuple[Any, str]]:
+    """--shard and --activation-checkpointing as the (sharding, checkpointing) pairs to predict."""
+    try:
+        return training_options(req.shard, req.act_ckpt)
+    except ModelError as exc:
+        raise ConfigError(f"--shard/--activation-checkpointing: {exc}") from exc
 
 
 def _workload(req: PredictRequest, precision: str) -> Any:
@@ -358,6 +418,8 @@ def list_cmd(ctx: click.Context, hardware_path: str | None, names: bool) -> None
         for k in cat
     ]
     click.echo(render_table(["GPU", "Name", "BF16TFLOPs", "HBMGBs", "MemGB", "TDP"], gpus))
+    click.echo()
+    click.echo(render_table(["Precision", "Matmuls", "Convolutions", "PyTorch"], PRECISION_ROWS))
 
 
 # --- easlurm model evaluate: per-row error and MAPE of the oracle and a data-driven baseline, with CV ---

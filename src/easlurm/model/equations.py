@@ -17,8 +17,15 @@ RESERVED_BYTES = 1.5e9
 USABLE_MEMORY_FRACTION = 0.92
 
 
-#: a precision's code in WorkloadArrays.prec_code and its bit in HardwareArrays.tensor_mask
-PRECISION_CODE = {Precision.FP32: 0, Precision.TF32: 1, Precision.BF16: 2, Precision.FP16: 3}
+#: a precision's code in WorkloadArrays.prec_code and its bit in HardwareArrays.tensor_mask (both FP32 names
+#: share code 0: they differ in what their convolutions run at, `Precision.conv`, kept in conv_code)
+PRECISION_CODE = {
+    Precision.FP32_STRICT: 0,
+    Precision.FP32: 0,
+    Precision.TF32: 1,
+    Precision.BF16: 2,
+    Precision.FP16: 3,
+}
 
 
 @dataclass(frozen=True)
@@ -57,25 +64,45 @@ class WorkloadArrays:
     input_real: np.ndarray
     input_px: np.ndarray
     dw: np.ndarray  # depthwise convolution FLOPs per sample (Workload.flops_dw)
+    conv_code: np.ndarray  # the code convolutions are asked at (TF32 under `fp32`, PyTorch's defaults)
+    #: sharding stage (0 DDP .. 3 ZeRO-3/FSDP) and the unsharded state it divides (bytes): FP32 weights with
+    #: autocast's copies, FP32 gradients, optimizer state; parameter bytes all-gathered (compute precision)
+    shard: np.ndarray
+    param_mem: np.ndarray
+    grad_mem: np.ndarray
+    opt_mem: np.ndarray
+    param_comm: np.ndarray
+    units: np.ndarray  # blocks a sharded job gathers and reduces one at a time (Workload.blocks, + the rest)
 
     @staticmethod
     def row(w: Workload, params: OracleParams) -> tuple[float, ...]:
-        """One workload's features in field order (memoised by the oracle)."""
-        code = PRECISION_CODE[w.precision]
-        prec = w.precision.value
+        """One workload's features in field order (memoised by the oracle).
+
+        Activation checkpointing recomputes each block's forward in the backward pass: the forward FLOPs
+        once more, and the forward's share of HBM traffic, kernels and host operations; the activations
+        kept shrink to the checkpointed blocks' inputs (`Workload.ckpt_act_mem_bytes`)."""
+        code = PRECISION_CODE[w.precision.gemm]
+        prec = w.precision.key
+        ck = 1.0 if w.act_ckpt == "full" else 0.0
+        sel = 1.0 if w.act_ckpt == "selective" else 0.0
+        redo = 1.0 + (ck * w.flops_forward + sel * w.flops_alu_f) / max(w.flops_total, 1e-30)
+        act_mem = w.act_mem_bytes
+        if w.act_ckpt and w.ckpt_act_mem_bytes > 0:
+            # selective keeps the matmul outputs: counted as half way between keeping all and full checkpointing
+            act_mem = w.ckpt_act_mem_bytes if ck else (w.act_mem_bytes + w.ckpt_act_mem_bytes) / 2.0
         return (
-            w.flops_gemm,
-            w.flops_conv,
-            w.flops_alu,
-            w.act_bytes,
+            w.flops_gemm + ck * w.flops_gemm_f,
+            w.flops_conv + ck * w.flops_conv_f,
+            w.flops_alu + (ck + sel) * w.flops_alu_f,
+            w.act_bytes * redo,
             w.weight_bytes,
-            w.kernels,
+            w.kernels * redo,
             w.gemm_m,
             w.gemm_k,
             w.gemm_n,
             w.conv_c,
             w.conv_spatial,
-            w.act_mem_bytes,
+            act_mem,
             w.working_set_bytes,
             w.working_set_fixed_bytes,
             w.static_mem_bytes,
@@ -84,14 +111,21 @@ class WorkloadArrays:
             w.grad_bytes,
             float(code),
             *(params.scalar(w.family, prec, op) for op in ("gemm", "conv", "alu", "mem")),
-            w.flops_attn,
-            w.conv_io_bytes,
-            w.host_ops if w.host_ops > 0 else w.kernels / 3.0,
+            w.flops_attn + ck * w.flops_attn_f,
+            w.conv_io_bytes * redo,
+            (w.host_ops if w.host_ops > 0 else w.kernels / 3.0) * redo,
             w.opt_ops,
             w.opt_temp_bytes,
             1.0 if w.real_input else 0.0,
             float(w.image_size**2) if w.real_input and w.image_size else 0.0,
-            w.flops_dw,
+            w.flops_dw + ck * w.flops_dw_f,
+            float(PRECISION_CODE[w.precision.conv]),
+            float(w.sharding.stage),
+            w.param_mem_bytes,
+            w.grad_mem_bytes,
+            w.opt_state_bytes,
+            w.param_comm_bytes,
+            float(w.blocks + 1),
         )
 
     @classmethod
@@ -225,10 +259,24 @@ def with_arch_factors(p: Mapping[str, float], hw: HardwareArrays) -> Mapping[str
     return out
 
 
-def peak_memory(w: WorkloadArrays, micro: np.ndarray, p: Mapping[str, float]) -> np.ndarray:
+def peak_memory(
+    w: WorkloadArrays, micro: np.ndarray, p: Mapping[str, float], n: np.ndarray | float = 1.0
+) -> np.ndarray:
     """Peak memory of one GPU: FP32 weights, gradients and optimizer state, the optimizer's temporaries, and the
-    activations kept for the backward pass of one micro-batch."""
-    return w.static_mem + w.opt_temp + p["mem_act_scale"] * w.act_mem * micro
+    activations kept for the backward pass of one micro-batch; sharded over `n` GPUs per `static_memory`."""
+    return static_memory(w, n) + p["mem_act_scale"] * w.act_mem * micro
+
+
+def static_memory(w: WorkloadArrays, n: np.ndarray | float) -> np.ndarray:
+    """One GPU's batch-independent memory when the job's `n` data-parallel GPUs shard it (ZeRO stages): stage
+    1 divides the optimizer state and its temporaries, stage 2 the gradients too, stage 3 the parameters,
+    which are then gathered two layers at a time (the layer computed and the one prefetched)."""
+    n = np.maximum(np.asarray(n, np.float64), 1.0)
+    s = w.shard
+    opt = np.where(s >= 1, (w.opt_mem + w.opt_temp) / n, w.opt_mem + w.opt_temp)
+    grad = np.where(s >= 2, w.grad_mem / n, w.grad_mem)
+    param = np.where(s >= 3, w.param_mem / n + 2.0 * w.ws_fixed, w.param_mem)
+    return opt + grad + param
 
 
 def clock_floor_w(tdp_w: Any, p0_w: Any, min_limit_w: Any, p: Mapping[str, float]) -> Any:
@@ -253,8 +301,10 @@ def all_reduce(
     n: np.ndarray,
     n_nodes: np.ndarray | None,
     p: Mapping[str, float],
+    bucket_bytes: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(all buckets, last bucket) time of a bucketed ring all-reduce of the gradients over n GPUs (eq. 4.8).
+    Buckets are DDP's `ddp_bucket_mb` unless `bucket_bytes` says otherwise (FSDP's per-block collectives).
 
     The ring runs at its slowest link: NVLink or PCIe inside a node, and between nodes the network adapters
     the job's GPUs on a node share (rings across nodes are as many as the adapters in use, at most one per
@@ -272,7 +322,7 @@ def all_reduce(
         bw_out = np.minimum(k, hw.nics_per_node) * nic_bw * eff_net
         bw = np.where(spread, np.minimum(bw, bw_out), bw)
         hop = np.where(spread, np.maximum(p["l_hop_net_s"], p["l_hop_s"]), p["l_hop_s"])
-    bucket = p["ddp_bucket_mb"] * 1e6
+    bucket = p["ddp_bucket_mb"] * 1e6 if bucket_bytes is None else np.maximum(bucket_bytes, 1.0)
     buckets = np.maximum(np.ceil(grad_bytes / bucket), 1.0)
     steps = 2.0 * (n - 1.0)
     share = steps / n
@@ -293,10 +343,13 @@ class _PassTimes:
     host: np.ndarray  # the host's dispatch of one micro-batch
     opt: np.ndarray  # the optimizer step
     ar: np.ndarray  # the gradient all-reduce, all buckets
-    ar_last: np.ndarray  # ... its last bucket
+    ar_last: np.ndarray  # ... its last bucket (sharded: the gradients' reduce-scatter, and its last bucket)
     over: np.ndarray  # fixed per-step overhead and synchronisation
     input: np.ndarray  # the host's preparation of each GPU's samples (real data loaders)
     g_acc: np.ndarray  # micro-batches per step (gradient accumulation)
+    shard: np.ndarray  # sharding stage (0 DDP .. 3 ZeRO-3/FSDP)
+    ag: np.ndarray  # one all-gather of the parameters (sharded stages), all buckets
+    ag_last: np.ndarray  # ... its last bucket
 
 
 def evaluate(
@@ -343,7 +396,7 @@ def evaluate(
     if np.any(over):
         step, busy_c, busy_m, busy_g, t_comm = _step_at(t, clock * ones, p)
     power = n * np.minimum(p_full, limit)
-    mem = peak_memory(w, micro, p)
+    mem = peak_memory(w, micro, p, n)
     power = np.where(feasible, power, np.nan)
     with np.errstate(divide="ignore", invalid="ignore"):
         frac_c, frac_m, frac_g = (
@@ -373,7 +426,7 @@ def _micro_batches(
     not even one sample fits or the batch has fewer samples than GPUs."""
     per_gpu = np.ceil(b / n)
     act_per_sample = p["mem_act_scale"] * w.act_mem
-    free = hw.mem_bytes * USABLE_MEMORY_FRACTION - RESERVED_BYTES - w.static_mem - w.opt_temp
+    free = hw.mem_bytes * USABLE_MEMORY_FRACTION - RESERVED_BYTES - static_memory(w, n)
     mb_max = np.floor(free / act_per_sample)
     feasible = (b >= n) & (mb_max >= 1.0)
     g_acc = np.ceil(per_gpu / np.maximum(mb_max, 1.0))
@@ -384,17 +437,25 @@ def _micro_batches(
 def _compute_paths(
     w: WorkloadArrays, hw: HardwareArrays
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(on tensor cores, precision code run, its peak FLOP/s, 16-bit tensor-core convolutions): the GPU, not
-    the request, decides how a precision runs."""
-    asked = w.prec_code.astype(np.intp)
-    on_tc = (hw.tensor_mask >> asked) & 1 == 1
-    on_tc = on_tc & (asked > 0)
+    """(on tensor cores, precision code run, its peak FLOP/s, 16-bit tensor-core convolutions) of the GEMMs:
+    the GPU, not the request, decides how a precision runs. Power takes the tensor-core flag of the class
+    that does most of the work (convolutions run TF32 under `fp32` where matmuls stay FP32)."""
+    on_tc, code, peak = _path(w.prec_code, hw)
+    on_tc_conv, code_conv, _ = _path(w.conv_code, hw)
+    # cuDNN runs 16-bit tensor-core convolutions in NHWC: NCHW models pay layout transforms around each
+    mixed = on_tc_conv & (code_conv >= 2)
+    on_tc = np.where(w.conv > w.gemm + w.attn, on_tc_conv, on_tc)
+    return on_tc, code, peak, mixed
+
+
+def _path(asked_code: np.ndarray, hw: HardwareArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(on tensor cores, code run, peak FLOP/s) of work asked at a precision code on each row's GPU."""
+    asked = asked_code.astype(np.intp)
+    on_tc = ((hw.tensor_mask >> asked) & 1 == 1) & (asked > 0)
     # without tensor cores for it, TF32 and BF16 run as FP32; FP16 keeps its (packed CUDA-core) peak
     code = np.where(on_tc | (asked == 3), asked, 0)
     peak = np.choose(code, (hw.peak_fp32, hw.peak_tf32, hw.peak_bf16, hw.peak_bf16))
-    # cuDNN runs 16-bit tensor-core convolutions in NHWC: NCHW models pay layout transforms around each
-    mixed = on_tc & (code >= 2)
-    return on_tc, code, peak, mixed
+    return on_tc, code, peak
 
 
 def _pass_times(
@@ -424,11 +485,13 @@ def _pass_times(
     e_conv = (
         p["beta_conv"] * _sat(w.conv_c / p["r_conv_c"]) * _sat(w.conv_spatial * micro / p["r_conv_spatial"])
     )
-    # one efficiency per precision, GEMM and conv
+    # one efficiency per precision, GEMM and conv; convolutions may run at another precision (`fp32`: TF32)
     c_prec = np.choose(code, (p["c_fp32"], p["c_tf32"], 1.0, 1.0))
+    _, code_conv, peak_conv = _path(w.conv_code, hw)
+    c_prec_conv = np.choose(code_conv, (p["c_fp32"], p["c_tf32"], 1.0, 1.0))
     t_tc = micro * (
         c_prec * w.gemm / (peak * e_gemm) * (p["c_gemm"] * w.s_gemm)
-        + c_prec * w.conv / (peak * e_conv) * (p["c_conv"] * w.s_conv)
+        + c_prec_conv * w.conv / (peak_conv * e_conv) * (p["c_conv"] * w.s_conv)
         + w.attn / (peak_attn * p["beta_attn"])
     )
     t_alu = micro * w.alu / (hw.peak_fp32 * p["beta_alu"]) * (p["c_alu"] * w.s_alu)
@@ -441,11 +504,18 @@ def _pass_times(
     t_mem = hbm_bytes / hw.hbm_bw * f_l2 * c_mem
     t_kern = w.kernels * p["t_kern_s"]
     t_host = w.host_ops * p["t_host_op_s"]
-    t_opt = np.maximum(
+    # a sharded optimizer (ZeRO stage >= 1) updates each GPU's shard of the parameters only
+    t_opt = np.where(w.shard >= 1, 1.0 / np.maximum(n, 1.0), 1.0) * np.maximum(
         np.maximum(w.opt_flops / (hw.peak_fp32 * p["beta_alu"]), w.opt_bytes / hw.hbm_bw * c_mem),
         w.opt_ops * p["t_host_op_s"],
     )
     t_ar, t_ar_last = all_reduce(w.grad_bytes, hw, n, n_nodes, p)
+    # sharded stages reduce-scatter the gradients and all-gather parameters: each moves (n-1)/n of its bytes
+    # around the ring, half an all-reduce's traffic, one block at a time (as FSDP wraps them)
+    t_rs, t_rs_last = all_reduce(w.grad_bytes / 2.0, hw, n, n_nodes, p, w.grad_bytes / 2.0 / w.units)
+    t_ag, t_ag_last = all_reduce(w.param_comm / 2.0, hw, n, n_nodes, p, w.param_comm / 2.0 / w.units)
+    sharded = w.shard >= 1
+    t_ar, t_ar_last = np.where(sharded, t_rs, t_ar), np.where(sharded, t_rs_last, t_ar_last)
     t_over = p["t_fixed_s"] + p["t_sync_s"] * np.log2(n)
     # a real data loader prepares each GPU's samples on the host while the GPU trains on the previous batch:
     # the step takes at least their preparation time, and the GPU waits (at its active floor) for the rest
@@ -453,7 +523,21 @@ def _pass_times(
         p["t_input_step_s"] + per_gpu * (p["t_input_sample_s"] + p["t_input_px_s"] * w.input_px)
     )
     return _PassTimes(
-        t_tc, t_alu, t_dw, t_mem, t_kern, t_host, t_opt, t_ar, t_ar_last, t_over, t_input, g_acc
+        t_tc,
+        t_alu,
+        t_dw,
+        t_mem,
+        t_kern,
+        t_host,
+        t_opt,
+        t_ar,
+        t_ar_last,
+        t_over,
+        t_input,
+        g_acc,
+        w.shard,
+        t_ag,
+        t_ag_last,
     )
 
 
@@ -470,8 +554,31 @@ def _step_at(
     # buckets all-reduce while the last micro-batch's backward runs; the last bucket waits for its end
     hidden = p["bwd_frac"] * t_micro
     t_comm = np.maximum(t.ar - t.ar_last - hidden, 0.0) + t.ar_last
+    if np.any(t.shard > 0):
+        t_comm = t_comm + _sharded_comm(t, t_micro, hidden)
     busy = (t_c * t.g_acc, t_m * t.g_acc + t.opt, t_gpu * t.g_acc + t.opt)
     return np.maximum(t_pass + t.opt + t_comm + t.over, t.input), *busy, t_comm
+
+
+def _sharded_comm(t: _PassTimes, t_micro: np.ndarray, hidden: np.ndarray) -> np.ndarray:
+    """Exposed communication a sharded step adds to the gradient term of `_step_at` (s).
+
+    Stage 1 reduce-scatters the gradients once per step, stage 2 after every micro-batch (its gradient
+    shard cannot hold a sum); stages 1 and 2 all-gather the updated parameters after the optimizer step,
+    exposed. Stage 3 (FSDP) gathers each layer's parameters before its forward, hidden under the forward
+    but for the first layer, and again in the backward, where they share the backward with the
+    reduce-scatter."""
+    s = t.shard
+    per_micro = np.maximum(t.g_acc - 1.0, 0.0) * (
+        np.maximum(t.ar - t.ar_last - hidden, 0.0) + t.ar_last
+    )  # stage >= 2: the micro-batches before the last reduce-scatter too
+    fwd = t_micro - hidden
+    gather_fwd = np.maximum(t.ag - t.ag_last - fwd, 0.0) + t.ag_last
+    # stage 3's backward gathers again: only what the reduce-scatter's overlap leaves of the backward hides it
+    gather_bwd = np.maximum(t.ag - np.maximum(hidden - t.ar, 0.0), 0.0)
+    return np.where(s >= 2, per_micro, 0.0) + np.where(
+        s >= 3, t.g_acc * (gather_fwd + gather_bwd), np.where(s >= 1, t.ag, 0.0)
+    )
 
 
 def _energy_terms(
@@ -492,7 +599,11 @@ def _energy_terms(
     while the energy of the same work is close on GPUs of one process generation (docs/oracle-gpus.md)."""
     dyn = (hw.tdp_w - hw.p0_w) * p["c_p"]
     # FLOPs per sample on the CUDA cores; packed FP16 (Pascal) does two per FP32 operation
-    simt_flops = np.where(on_tc, 0.0, w.gemm + w.conv + w.attn) * np.where(code == 3, 0.5, 1.0)
+    on_gemm, _, _ = _path(w.prec_code, hw)
+    on_conv, _, _ = _path(w.conv_code, hw)
+    simt_flops = (np.where(on_gemm, 0.0, w.gemm + w.attn) + np.where(on_conv, 0.0, w.conv)) * np.where(
+        code == 3, 0.5, 1.0
+    )
     simt_j = p["e_simt_pj"] * 1e-12 * micro * g_acc * simt_flops
     return dyn, simt_j
 

@@ -92,8 +92,10 @@ class GpuSpec:
         return precision
 
     def peak_flops(self, precision: Precision) -> float:
-        """Dense GEMM/convolution peak in FLOP/s for a training precision as this GPU runs it."""
+        """Dense GEMM peak in FLOP/s for a training precision as this GPU runs it (`fp32`'s convolutions
+        take the TF32 peak where the GPU has one: `peak_flops(precision.conv)`)."""
         tflops = {
+            Precision.FP32_STRICT: self.fp32_tflops,
             Precision.FP32: self.fp32_tflops,
             Precision.TF32: self.tf32_tflops,
             Precision.BF16: self.bf16_tflops,

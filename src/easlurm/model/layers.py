@@ -24,6 +24,9 @@ class WorkloadBuilder:
     precision: Precision = Precision.BF16
     _t: dict[str, float] = field(default_factory=dict)
     _n_params: int = 0
+    #: repeat count -> [activation bytes held per sample by layers repeated that often, the smallest tensor
+    #: one of them holds]: the repeated blocks activation checkpointing recomputes (`ckpt_act_mem`)
+    _stack: dict[int, list[float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.precision = Precision.parse(self.precision)
@@ -75,8 +78,28 @@ class WorkloadBuilder:
     ) -> None:
         t = self._t
         t["act_bytes"] += repeat * (fwd_elems + bwd_elems) * self._s
-        t["act_mem"] += repeat * out_elems * self._s
+        self._held(out_elems * self._s, repeat, smallest=True)
         t["ws"] = max(t["ws"], ws_elems * self._s)
+
+    def _held(self, nbytes: float, repeat: int, smallest: bool = False) -> None:
+        """Activation bytes per sample one layer keeps for its backward pass, `repeat` times."""
+        self._t["act_mem"] += repeat * nbytes
+        if repeat > 1 and nbytes > 0:
+            held = self._stack.setdefault(repeat, [0.0, float("inf")])
+            held[0] += repeat * nbytes
+            if smallest:
+                held[1] = min(held[1], nbytes)
+
+    def ckpt_act_mem(self) -> float:
+        """Activation bytes per sample kept under per-block activation checkpointing: each block of the
+        deepest-held repeated stack keeps only its input (the smallest tensor its layers hold), and one
+        block's activations are alive while it is recomputed; layers outside the stack keep theirs."""
+        if not self._stack:
+            return self._t["act_mem"]
+        repeat, (held, smallest) = max(self._stack.items(), key=lambda kv: kv[1][0])
+        if smallest == float("inf"):
+            smallest = held / repeat
+        return self._t["act_mem"] - held + held / repeat + repeat * smallest
 
     def _ops(self, kernels: float, host_ops: float, repeat: int) -> None:
         """GPU kernels of forward + backward, and forward operations dispatched by the host (Python + ATen)."""
@@ -249,7 +272,7 @@ class WorkloadBuilder:
         t["elem"] += repeat * elems
         self._weights(channels, repeat, False)
         t["act_bytes"] += repeat * elems * 4.0 * (7 * 2.5 + 12 * 3.0)
-        t["act_mem"] += repeat * elems * 4.0 * 4.0
+        self._held(elems * 4.0 * 4.0, repeat)
         t["ws"] = max(t["ws"], 2 * elems * 4.0)
         self._ops(19.0, 7.0, repeat)
 
@@ -282,7 +305,7 @@ class WorkloadBuilder:
         t["elem"] += repeat * elems
         s = self._s
         t["act_bytes"] += repeat * elems * (2.0 * s + 1.0 + 2.0 * s + 1.0)
-        t["act_mem"] += repeat * elems * 1.0
+        self._held(elems * 1.0, repeat)
         self._ops(2.0, 1.0, repeat)
 
     def elementwise(self, elems: float, operands: int = 2, repeat: int = 1) -> None:
@@ -383,4 +406,6 @@ class WorkloadBuilder:
             flops_dw_b=t["dw_b"],
             seq_len=seq_len,
             image_size=image_size,
+            ckpt_act_mem_bytes=self.ckpt_act_mem(),
+            blocks=max(self._stack.items(), key=lambda kv: kv[1][0])[0] if self._stack else 1,
         )

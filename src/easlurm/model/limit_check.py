@@ -47,7 +47,7 @@ class LimitResponse:
 
 def limit_responses(oracle: Any, gpus: Iterable[str]) -> list[LimitResponse]:
     """The minimum-limit response of each GPU type under `oracle`'s parameters and catalogue."""
-    work = get_workload("resnet50", precision="fp32")
+    work = get_workload("resnet50", precision="fp32-strict")
     out = []
     for key in gpus:
         spec = oracle.catalogue.get(key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -9,32 +10,141 @@ from easlurm.errors import ModelError
 
 
 class Precision(StrEnum):
-    """Training precision; BF16/FP16 mean mixed precision (FP32 master weights and optimizer)."""
+    """Training precision as PyTorch runs it; the value is the name a user writes (SPEC, `predict`, CSVs).
 
+    - `fp32-strict`: FP32 everywhere, TF32 off (`torch.backends.cudnn.allow_tf32 = False`,
+      `torch.set_float32_matmul_precision("highest")`).
+    - `fp32`: PyTorch's defaults (torch >= 1.12): cuDNN convolutions in TF32 on GPUs with TF32 tensor cores
+      (`cudnn.allow_tf32` defaults to True), matmuls and linear layers in FP32 (the default float32 matmul
+      precision is "highest"). On GPUs without TF32 tensor cores it is `fp32-strict`.
+    - `tf32`: convolutions and matmuls in TF32 (`set_float32_matmul_precision("high")`, NGC containers).
+    - `amp-bf16`, `amp-fp16`: autocast over FP32 master weights and optimizer; GEMMs and convolutions in
+      16 bit, while autocast keeps norms, softmax and losses in FP32 (`layers.py` counts their FP32 traffic).
+
+    Old names map here (`PRECISION_ALIASES`): bf16, fp16 and mixed-* are the AMP names they always meant.
+    """
+
+    FP32_STRICT = "fp32-strict"
     FP32 = "fp32"
     TF32 = "tf32"
-    BF16 = "bf16"
-    FP16 = "fp16"
+    BF16 = "amp-bf16"
+    FP16 = "amp-fp16"
 
     @property
     def act_bytes(self) -> int:
         """Bytes per activation element as stored in HBM."""
-        return 2 if self in (Precision.BF16, Precision.FP16) else 4
+        return 2 if self.mixed else 4
 
     @property
     def mixed(self) -> bool:
         return self in (Precision.BF16, Precision.FP16)
 
+    @property
+    def key(self) -> str:
+        """The short name parameter files and calibration scalars use ('<precision>.<op>'): fp32, tf32, bf16
+        or fp16. Both FP32 names share 'fp32': their GEMMs run alike, and shipped parameters mean what they
+        meant (their FP32 rows ran with TF32 off, or on GPUs without TF32)."""
+        return _PARAM_KEYS[self]
+
+    @property
+    def gemm(self) -> Precision:
+        """What the matmuls (linear layers, unfused attention) of this precision run at."""
+        return Precision.FP32_STRICT if self is Precision.FP32 else self
+
+    @property
+    def conv(self) -> Precision:
+        """What the convolutions of this precision run at (cuDNN takes TF32 under PyTorch's defaults)."""
+        return Precision.TF32 if self is Precision.FP32 else self
+
     @classmethod
     def parse(cls, text: str | Precision) -> Precision:
         if isinstance(text, Precision):
             return text
-        key = str(text).strip().lower().replace("amp-", "").replace("mixed-", "")
+        key = str(text).strip().lower().replace("_", "-")
+        key = PRECISION_ALIASES.get(key, key)
         try:
             return cls(key)
         except ValueError:
             known = ", ".join(p.value for p in cls)
-            raise ModelError(f"unknown precision {text!r} (known: {known})") from None
+            raise ModelError(
+                f"unknown precision {text!r} (known: {known}; old names bf16, fp16 are amp-bf16, amp-fp16)"
+            ) from None
+
+
+_PARAM_KEYS = {
+    Precision.FP32_STRICT: "fp32",
+    Precision.FP32: "fp32",
+    Precision.TF32: "tf32",
+    Precision.BF16: "bf16",
+    Precision.FP16: "fp16",
+}
+
+#: names accepted for a precision besides its value: the old short names (same meaning) and common spellings
+PRECISION_ALIASES = {
+    "bf16": "amp-bf16",
+    "fp16": "amp-fp16",
+    "mixed-bf16": "amp-bf16",
+    "mixed-fp16": "amp-fp16",
+    "fp32-highest": "fp32-strict",
+}
+
+
+class Sharding(StrEnum):
+    """How data-parallel GPUs hold the model (ZeRO stages; PyTorch FSDP's FULL_SHARD is zero3 and
+    SHARD_GRAD_OP zero2): each stage divides one more kind of state by the GPUs of the job."""
+
+    NONE = "none"  # DDP: every GPU holds everything; gradients all-reduced
+    ZERO1 = "zero1"  # optimizer state sharded; gradients reduce-scattered, parameters all-gathered
+    ZERO2 = "zero2"  # + gradients sharded
+    ZERO3 = "zero3"  # + parameters sharded, all-gathered layer by layer in forward and backward
+
+    @property
+    def stage(self) -> int:
+        return _SHARD_STAGES.index(self)
+
+    @classmethod
+    def parse(cls, text: str | Sharding) -> Sharding:
+        if isinstance(text, Sharding):
+            return text
+        key = str(text).strip().lower().replace("_", "-")
+        key = SHARDING_ALIASES.get(key, key)
+        try:
+            return cls(key)
+        except ValueError:
+            known = ", ".join([*(s.value for s in cls), "fsdp"])
+            raise ModelError(f"unknown sharding {text!r} (known: {known})") from None
+
+
+_SHARD_STAGES = (Sharding.NONE, Sharding.ZERO1, Sharding.ZERO2, Sharding.ZERO3)
+
+#: other names of the stages (PyTorch FSDP's sharding strategies, DeepSpeed's stage numbers)
+SHARDING_ALIASES = {
+    "ddp": "none",
+    "no": "none",
+    "0": "none",
+    "no-shard": "none",
+    "1": "zero1",
+    "2": "zero2",
+    "3": "zero3",
+    "fsdp": "zero3",
+    "full-shard": "zero3",
+    "shard-grad-op": "zero2",
+}
+
+
+#: activation checkpointing names: what each means for the oracle (Workload.act_ckpt)
+CKPT_NAMES = {"": "", "0": "", "no": "", "none": "", "false": "", "1": "full", "full": "full", "true": "full"}
+CKPT_NAMES["selective"] = "selective"
+
+
+def parse_ckpt(value: str | bool | None) -> str:
+    """'' (none), 'full' or 'selective' from a flag or a name (1/0, full, selective, none)."""
+    if isinstance(value, bool) or value is None:
+        return "full" if value else ""
+    name = CKPT_NAMES.get(str(value).strip().lower())
+    if name is None:
+        raise ModelError(f"unknown activation checkpointing {value!r} (known: 0, 1, full, selective)")
+    return name
 
 
 class Optimizer(StrEnum):
@@ -117,6 +227,19 @@ class Workload:
     #: the samples come from a real data loader (decoding, augmentation on host workers); False: synthetic
     #: tensors already on the GPU, as the benchmarks the oracle is mostly fitted on
     real_input: bool = False
+    #: activation bytes per sample kept under per-block activation checkpointing (0: not known, no saving)
+    ckpt_act_mem_bytes: float = 0.0
+    #: repeated blocks of the model (transformer layers): the units FSDP wraps and gathers one at a time
+    blocks: int = 1
+    #: how the job is trained (docs/oracle-llm.md): state sharded over its data-parallel GPUs, and
+    #: activation checkpointing: "" none, "full" (each block's forward recomputed in the backward pass),
+    #: "selective" (matmul outputs kept, the element-wise operations recomputed)
+    sharding: Sharding = Sharding.NONE
+    act_ckpt: str = ""
+
+    def trained_with(self, sharding: str | Sharding, act_ckpt: str | bool = "") -> Workload:
+        """The same model trained with this sharding and activation checkpointing (True: full)."""
+        return dataclasses.replace(self, sharding=Sharding.parse(sharding), act_ckpt=parse_ckpt(act_ckpt))
 
     @property
     def flops_gemm(self) -> float:
@@ -180,7 +303,26 @@ class Workload:
 
     @property
     def static_mem_bytes(self) -> float:
-        """Memory that does not depend on batch: FP32 weights, gradients and optimizer states."""
-        states = _OPT_FLOPS_STATES[self.optimizer][1]
-        extra = 2.0 if self.precision.mixed else 0.0  # low-precision weight copies cached by autocast
-        return self.n_params * (8.0 + 4.0 * states + extra)
+        """Memory that does not depend on batch: FP32 weights, gradients and optimizer states (unsharded)."""
+        return self.param_mem_bytes + self.grad_mem_bytes + self.opt_state_bytes
+
+    @property
+    def param_mem_bytes(self) -> float:
+        """FP32 weights, and the low-precision copies autocast caches."""
+        return self.n_params * (4.0 + (2.0 if self.precision.mixed else 0.0))
+
+    @property
+    def grad_mem_bytes(self) -> float:
+        """FP32 gradients."""
+        return 4.0 * self.n_params
+
+    @property
+    def opt_state_bytes(self) -> float:
+        """The optimizer's FP32 state tensors (Adam: two per parameter)."""
+        return 4.0 * _OPT_FLOPS_STATES[self.optimizer][1] * self.n_params
+
+    @property
+    def param_comm_bytes(self) -> float:
+        """Parameter bytes a sharded job all-gathers: in the compute precision (FSDP's mixed-precision
+        param_dtype, DeepSpeed's 16-bit copies), FP32 otherwise."""
+        return self.n_params * float(self.precision.act_bytes)

@@ -43,7 +43,7 @@ SMALL_SHAREABLE: tuple[JobTemplate, ...] = (
 LARGE_SHAREABLE: tuple[JobTemplate, ...] = (
     JobTemplate("gpt2", "bf16", (16, 32), (1,), shareable=True),
     JobTemplate("vit-l16", "bf16", (128, 256), (1,), shareable=True),
-    JobTemplate("resnet50", "fp32", (128, 256), (1,), shareable=True),
+    JobTemplate("resnet50", "fp32-strict", (128, 256), (1,), shareable=True),
     JobTemplate("bert-large", "bf16", (128, 256), (1,), shareable=True),
 )
 #: two nodes of four H100 whose GPUs may be time-sliced between two jobs (Slurm gres/shard)

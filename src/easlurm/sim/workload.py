@@ -34,9 +34,9 @@ class JobTemplate:
 
 #: ViT-Base (FP32), ALBERT-base v2 (BF16), ResNet-50 (FP32), as in thesis 5.5.1
 THESIS_TEMPLATES: tuple[JobTemplate, ...] = (
-    JobTemplate("vit-b16", "fp32", (64, 128, 256, 512)),
+    JobTemplate("vit-b16", "fp32-strict", (64, 128, 256, 512)),
     JobTemplate("albert-base", "bf16", (32, 64, 128, 256)),
-    JobTemplate("resnet50", "fp32", (128, 256, 512, 1024)),
+    JobTemplate("resnet50", "fp32-strict", (128, 256, 512, 1024)),
 )
 
 

@@ -83,7 +83,7 @@ def test_mps_overlaps_a_compute_heavy_with_a_memory_heavy_job_that_time_slicing_
 ) -> None:
     """Each job keeps the GPU busy most of the step (time-slicing loses) but one is mostly compute and the
     other mostly HBM, so concurrent MPS kernels gain."""
-    a, b = solo(oracle, "resnet50", 64, "fp32"), solo(oracle, "albert-base", 64)
+    a, b = solo(oracle, "resnet50", 64, "fp32-strict"), solo(oracle, "albert-base", 64)
     ts = corun(a, b, facts(oracle), Sharing.TIME_SLICE, oracle.params)
     mps = corun(a, b, facts(oracle), Sharing.MPS, oracle.params)
     assert ts.throughput < 1.0 < mps.throughput

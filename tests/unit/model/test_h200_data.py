@@ -13,7 +13,7 @@ def test_h200_rows_read_with_power_and_three_precisions() -> None:
     rows = read_measurements(DATA / "h200_training_steps.csv")
     assert len(rows) == 15
     assert {m.gpu for m in rows} == {"h200"} and "h200" in load_catalogue()
-    assert {m.precision for m in rows} == {"fp32", "tf32", "bf16"}
+    assert {m.precision for m in rows} == {"fp32-strict", "tf32", "amp-bf16"}
     assert all(m.avg_power_w is not None and 0 < m.avg_power_w <= 700 for m in rows)
 
 
@@ -22,7 +22,7 @@ def test_strict_fp32_resnet50_runs_about_twice_as_long_as_tf32() -> None:
     rows = read_measurements(DATA / "h200_training_steps.csv")
     t = {(m.batch, m.precision): m.step_time_s for m in rows if m.model == "resnet50"}
     for batch in (64, 256):
-        assert 1.8 < t[batch, "fp32"] / t[batch, "tf32"] < 2.4
+        assert 1.8 < t[batch, "fp32-strict"] / t[batch, "tf32"] < 2.4
 
 
 def test_device_facts_name_torch_fp32_defaults() -> None:

@@ -135,9 +135,11 @@ def test_the_srun_steps_power_is_read_for_a_parallel_task() -> None:
 def test_comm_exposed_column_round_trips_and_old_files_read_without_it(tmp_path: Path) -> None:
     path = tmp_path / "m.csv"
     rows = [
-        Measurement("resnet50", 64, "bf16", 4, "h100-sxm", 0.031, avg_power_w=2000.0, comm_exposed_s=0.004),
-        Measurement("resnet50", 64, "bf16", 2, "h100-sxm", 0.030, comm_exposed_s=0.0),
-        Measurement("resnet50", 64, "bf16", 1, "h100-sxm", 0.029),
+        Measurement(
+            "resnet50", 64, "amp-bf16", 4, "h100-sxm", 0.031, avg_power_w=2000.0, comm_exposed_s=0.004
+        ),
+        Measurement("resnet50", 64, "amp-bf16", 2, "h100-sxm", 0.030, comm_exposed_s=0.0),
+        Measurement("resnet50", 64, "amp-bf16", 1, "h100-sxm", 0.029),
     ]
     write_measurements(rows, path)
     assert read_measurements(path) == rows

@@ -30,7 +30,7 @@ TIMING = Timing(warmup_s=0.0, window_s=0.15, min_warmup_steps=0)
 def test_pairs_parse_with_defaults_and_per_job_settings() -> None:
     pairs = parse_pairs("bert-base:32+resnet50:64, gpt2:4:fp32:infer+ViT_B/16:16:tf32", "bf16")
     (a, b), (c, d) = pairs
-    assert (a.model, a.batch, a.precision, a.mode, a.seq_len) == ("bert-base", 32, "bf16", "train", 128)
+    assert (a.model, a.batch, a.precision, a.mode, a.seq_len) == ("bert-base", 32, "amp-bf16", "train", 128)
     assert (b.model, b.batch, b.image_size) == ("resnet50", 64, 224)
     assert (c.model, c.precision, c.mode) == ("gpt2", "fp32", "infer")
     assert (d.model, d.precision, d.mode) == ("vit-b16", "tf32", "train")
@@ -172,8 +172,8 @@ def test_pairs_start_together_and_share_the_device_until_both_are_timed(
     table = list(csv.DictReader(lines[1:]))
     assert list(table[0]) == list(PAIR_COLUMNS)
     assert [(t["pair"], t["job"], t["model"], t["partner"]) for t in table] == [
-        ("1", "a", "bert-base", "resnet50:5:bf16:train"),
-        ("1", "b", "resnet50", "bert-base:3:bf16:train"),
+        ("1", "a", "bert-base", "resnet50:5:amp-bf16:train"),
+        ("1", "b", "resnet50", "bert-base:3:amp-bf16:train"),
     ]
     assert float(table[0]["gpu_power_shared_w"]) == pytest.approx(250.0, rel=1e-2)
     assert float(table[1]["slowdown"]) == pytest.approx(
@@ -198,7 +198,7 @@ def test_a_failing_job_leaves_its_pairs_out_and_says_why(
     rows = measure_pairs(pairs, "cpu", runner=runner, timing=TIMING, energy_j=fake_gpu, context="fork")
     assert {r.pair for r in rows} == {2}
     text = caplog.text
-    assert "gpt2 batch 2 bf16 train: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB" in text
+    assert "gpt2 batch 2 amp-bf16 train: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB" in text
     assert "more detail" not in text and "left out: pair 1" in text
 
 

@@ -58,5 +58,8 @@ def test_cli_writes_the_pairs_csv(capsys: pytest.CaptureFixture[str], tmp_path) 
     assert lines[0].startswith("# easlurm model measure --pairs")
     rows = list(csv.DictReader(lines[1:]))
     assert list(rows[0]) == list(PAIR_COLUMNS)
-    assert [(r["pair"], r["job"], r["precision"]) for r in rows] == [("1", "a", "bf16"), ("1", "b", "fp32")]
+    assert [(r["pair"], r["job"], r["precision"]) for r in rows] == [
+        ("1", "a", "amp-bf16"),
+        ("1", "b", "fp32"),
+    ]
     assert "wrote" in captured.out

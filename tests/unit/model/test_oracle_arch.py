@@ -180,7 +180,7 @@ def test_shipped_parameters_hold_low_tdp_boards_at_their_tdp_on_fp32_work():
     """docs/oracle-gpus.md: with energy per FLOP on the CUDA cores, FP32 ResNet-50 needs more than a T4's or an
     A10's TDP, so both are predicted at it, slower than their rate; on tensor cores the T4 stays under it."""
     oracle = Oracle(load_params())
-    fp32 = get_workload("resnet50", precision="fp32")
+    fp32 = get_workload("resnet50", precision="fp32-strict")
     for gpu, tdp in (("t4", 70.0), ("a10", 150.0)):
         _, power = _step(oracle, fp32, gpu, batch=128)
         assert power == pytest.approx(tdp)

@@ -50,7 +50,7 @@ def test_a_p0_idle_high_against_the_minimum_limit_no_longer_stalls_the_board() -
     floor = clock_floor_w(a40.tdp_w, a40.p0_w, a40.min_power_limit_w, params.values)
     assert floor == pytest.approx(params["p_floor_limit_frac"] * a40.min_power_limit_w)
     oracle = Oracle(params, cat)
-    work = get_workload("resnet50", precision="fp32")
+    work = get_workload("resnet50", precision="fp32-strict")
     pred = oracle.predict(work, Placements.of(1, 64, "a40", [math.nan, 125.0, 100.0]))
     t_tdp, t_125, t_100 = (float(t) for t in pred.step_time_s)
     assert t_tdp < t_125 < t_100 < HI * t_tdp
@@ -85,7 +85,7 @@ def test_slowdown_at_the_minimum_limit_matches_the_public_sweeps() -> None:
             }
             top, low = max(by_limit), spec.min_power_limit_w
             measured = by_limit[low] / by_limit[top]
-            work = get_workload("resnet50", precision="fp32")
+            work = get_workload("resnet50", precision="fp32-strict")
             t = oracle.predict(work, Placements.of(1, batch, gpu, [top, low])).step_time_s
             predicted = float(t[1] / t[0])
             assert predicted == pytest.approx(measured, rel=0.10), (gpu, batch, predicted, measured)
@@ -155,7 +155,10 @@ def test_the_response_follows_datasheet_physics_from_the_minimum_limit_to_tdp(ca
     cat = load_catalogue() if catalogue == "shipped" else load_user_catalogue(EXAMPLE)
     oracle = Oracle(load_params(), cat)
     below_p0 = 0
-    for work in (get_workload("resnet50", precision="fp32"), get_workload("bert-base", precision="bf16")):
+    for work in (
+        get_workload("resnet50", precision="fp32-strict"),
+        get_workload("bert-base", precision="bf16"),
+    ):
         for key in cat:
             spec = cat.get(key)
             limits = np.linspace(spec.min_power_limit_w, spec.tdp_w, 10)

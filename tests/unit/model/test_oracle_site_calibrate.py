@@ -25,7 +25,7 @@ FAST = {"maxiter": 12, "popsize": 5}
 def site_rows():
     """The H100 rows of two transformer models at 16-bit and TF32 (a small site)."""
     rows = read_measurements(H100_CSV)
-    return [m for m in rows if m.model in ("bert-base", "gpt2") and m.precision in ("bf16", "tf32")]
+    return [m for m in rows if m.model in ("bert-base", "gpt2") and m.precision_key in ("bf16", "tf32")]
 
 
 @pytest.fixture(scope="module")

@@ -56,11 +56,11 @@ def test_lambda_batches_are_global_and_fp32_is_tf32_from_ampere_on() -> None:
     catalogue = load_catalogue()
     rn50 = {(m.gpu, m.n_gpus, m.precision): m for m in rows if m.model == "resnet50"}
     assert rn50[("a100-80gb", 8, "tf32")].batch == 8 * rn50[("a100-80gb", 1, "tf32")].batch == 5120
-    assert rn50[("h100-sxm", 1, "fp16")].batch == 1280  # the 80 GB template, as the H100 PCIe row
+    assert rn50[("h100-sxm", 1, "amp-fp16")].batch == 1280  # the 80 GB template, as the H100 PCIe row
     for m in rows:
         arch = catalogue.get(m.gpu).architecture
         assert m.precision in (
-            ("fp32", "fp16") if arch in ("pascal", "volta", "turing") else ("tf32", "fp16")
+            ("fp32", "amp-fp16") if arch in ("pascal", "volta", "turing") else ("tf32", "amp-fp16")
         )
         assert m.avg_power_w is None  # the tables' watt column is nominal power, not a measurement
 

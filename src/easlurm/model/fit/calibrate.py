@@ -87,7 +87,7 @@ class _Problem:
         self.t = np.array([m.step_time_s for m in self.rows])
         self.p = np.array([math.nan if m.avg_power_w is None else m.avg_power_w for m in self.rows])
         self.has_p = ~np.isnan(self.p)
-        groups = [(w.family, w.precision.value) for w in wls]
+        groups = [(w.family, w.precision.key) for w in wls]
         names = {n for n in set(base.scalars) | set(self.free) if n not in PARAM_SPECS and not is_factor(n)}
         self.masks = {n: np.array([n.split(".")[0] in g for g in groups]) for n in names}
         self.log_scale = [
@@ -247,7 +247,7 @@ def fit_memory(
 
 def targeted_scalars(rows: Sequence[Measurement]) -> list[str]:
     """Scalars as in the thesis: per precision other than the most common one, and ALBERT's memory."""
-    precs = Counter(m.precision.lower() for m in rows)
+    precs = Counter(m.precision_key for m in rows)
     fams = {m.family for m in rows}
     wls = [m.workload() for m in rows]
     has_conv = any(w.flops_conv > 0.3 * w.flops_total for w in wls)
@@ -305,7 +305,7 @@ def arch_free(rows: Sequence[Measurement], catalogue: Catalogue | None = None) -
             names.append("beta_gemm")
         if any(w.flops_conv > 0.3 * w.flops_total for w in wls):
             names.append("beta_conv")
-        precs = {m.precision.lower() for m in mine}
+        precs = {m.precision_key for m in mine}
         if "fp32" in precs and len(precs) > 1:
             names.append("c_fp32")
         out += [f"{arch}.{n}" for n in names]
@@ -349,14 +349,14 @@ def default_free(rows: Sequence[Measurement], catalogue: Catalogue | None = None
         free += ["t_sync_s", *comm_free(rows, catalogue)]
     if any(m.avg_power_w is not None for m in rows):
         free += ["c_p", "u_comp", "u_mem", "u_idle"]
-        if any(m.precision.lower() == "fp32" for m in rows):
+        if any(m.precision_key == "fp32" for m in rows):
             free += ["e_simt_pj"]
         if any(m.power_limit_w is not None for m in rows):
             free += ["cap_alpha", "p_floor_frac", "mem_clock_knee"]
     real = [w for w in wls if w.real_input]
     if real:
         free += ["t_input_step_s"]
-    precs = {m.precision.lower() for m in rows}
+    precs = {m.precision_key for m in rows}
     free += [f"c_{prec}" for prec in ("fp32", "tf32") if prec in precs and len(precs) > 1]
     free += [n for n in targeted_scalars(rows) if n.split(".")[0] not in precs]
     per_arch = arch_free(rows, catalogue)

@@ -16,7 +16,7 @@ from easlurm.errors import EaslurmError, ModelError, TraceError
 from easlurm.files import atomic_writer, reading
 from easlurm.inputs import MIB, csv_header, regular_file
 from easlurm.model.oracle import Placements
-from easlurm.model.workload import Workload
+from easlurm.model.workload import Precision, Sharding, Workload, parse_ckpt
 from easlurm.model.zoo import get_workload, model_family
 from easlurm.units import MAX_INT
 
@@ -48,14 +48,22 @@ MEMORY_FORMATS = ("", "nchw", "channels_last")
 #: where the samples come from: `synthetic` (tensors made on the GPU, the default) or `real` (a data loader
 #: decoding and augmenting on host workers, which may hold the GPU waiting)
 INPUTS = ("synthetic", "real")
-#: optional columns and their defaults, written only when a row leaves the default
-OPTIONAL_COLUMNS = {"memory_format": "", "input": "synthetic"}
+#: optional columns and their defaults, written only when a row leaves the default: `sharding` (none, zero1,
+#: zero2, zero3; fsdp is zero3) and `activation_checkpointing` (full, selective; 1 is full) say how an LLM job
+#: was trained
+OPTIONAL_COLUMNS: dict[str, Any] = {
+    "memory_format": "",
+    "input": "synthetic",
+    "sharding": "",
+    "activation_checkpointing": "",
+}
 
 
 @dataclass(frozen=True)
 class Measurement:
     """One measured configuration. `batch` is the global batch per optimizer step; `avg_power_w` is the mean
-    power of all the job's GPUs together (None when not measured)."""
+    power of all the job's GPUs together (None when not measured). `precision` is the canonical name of
+    what ran (`Precision`): a CSV's old names (bf16, fp16) are read as the AMP names they meant."""
 
     model: str
     batch: int
@@ -79,6 +87,8 @@ class Measurement:
     #: at 0: the communication the computation does not hide (None when unknown, e.g. one GPU)
     comm_exposed_s: float | None = None
     input: str = "synthetic"
+    sharding: str = ""
+    activation_checkpointing: str = ""
 
     def workload(self) -> Workload:
         w = get_workload(
@@ -88,6 +98,8 @@ class Measurement:
             image_size=self.image_size,
             optimizer=self.optimizer,
         )
+        if self.sharding or self.activation_checkpointing:
+            w = w.trained_with(Sharding.parse(self.sharding or "none"), self.activation_checkpointing)
         if self.memory_format == "channels_last":
             w = dataclasses.replace(w, conv_io_bytes=0.0)
         if self.input == "real":
@@ -97,6 +109,11 @@ class Measurement:
     @property
     def family(self) -> str:
         return model_family(self.model)
+
+    @property
+    def precision_key(self) -> str:
+        """The short precision name of parameter files and calibration scalars (fp32, tf32, bf16, fp16)."""
+        return Precision.parse(self.precision).key
 
 
 def _opt_number(
@@ -120,6 +137,30 @@ def _opt_number(
     if value > MAX_MEASURED:
         raise TraceError(f"{where}: {field} must be at most {MAX_MEASURED:g}, got {raw!r}")
     return value
+
+
+def _precision(raw: str, where: str) -> str:
+    """A row's precision as its canonical name (old names mapped: bf16 -> amp-bf16, fp16 -> amp-fp16)."""
+    try:
+        return Precision.parse(raw).value
+    except ModelError as exc:
+        raise TraceError(f"{where}: precision: {exc}") from exc
+
+
+def _sharding(raw: str | None, where: str) -> str:
+    if raw is None or not raw.strip():
+        return ""
+    try:
+        return Sharding.parse(raw).value
+    except ModelError as exc:
+        raise TraceError(f"{where}: sharding: {exc}") from exc
+
+
+def _ckpt(raw: str | None, where: str) -> str:
+    try:
+        return parse_ckpt(raw or "")
+    except ModelError as exc:
+        raise TraceError(f"{where}: activation_checkpointing: {exc}") from exc
 
 
 def read_measurements(path: str | Path) -> list[Measurement]:
@@ -150,7 +191,7 @@ def read_measurements(path: str | Path) -> list[Measurement]:
             m = Measurement(
                 model=rec["model"].strip(),
                 batch=int(_opt_number(rec["batch"], "batch", where, True) or 0),
-                precision=rec["precision"].strip(),
+                precision=_precision(rec["precision"], where),
                 n_gpus=int(_opt_number(rec["n_gpus"], "n_gpus", where, True) or 0),
                 gpu=rec["gpu"].strip(),
                 step_time_s=float(_opt_number(rec["step_time_s"], "step_time_s", where) or 0.0),
@@ -165,6 +206,8 @@ def read_measurements(path: str | Path) -> list[Measurement]:
                 n_nodes=_opt_number(rec.get("n_nodes"), "n_nodes", where, True),  # type: ignore[arg-type]
                 comm_exposed_s=_opt_number(rec.get("comm_exposed_s"), "comm_exposed_s", where, zero=True),
                 input=(rec.get("input") or "").strip().lower() or "synthetic",
+                sharding=_sharding(rec.get("sharding"), where),
+                activation_checkpointing=_ckpt(rec.get("activation_checkpointing"), where),
             )
             if m.input not in INPUTS:
                 raise TraceError(f"{where}: input must be synthetic or real, got {m.input!r}")

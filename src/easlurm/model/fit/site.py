@@ -45,7 +45,7 @@ def site_free(rows: Sequence[Measurement], catalogue: Catalogue) -> list[str]:
     for key in sorted({catalogue.resolve(m.gpu) for m in rows}):
         mine = [m for m in rows if catalogue.resolve(m.gpu) == key]
         names = [*SITE_TIME, *_work_terms(mine)]
-        precs = {m.precision.lower() for m in mine}
+        precs = {m.precision_key for m in mine}
         names += [f"c_{p}" for p in ("fp32", "tf32") if p in precs and len(precs) > 1]
         if any(m.avg_power_w is not None for m in mine):
             names += [*SITE_POWER, *(["e_simt_pj"] if "fp32" in precs else [])]
