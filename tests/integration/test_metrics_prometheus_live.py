@@ -1,7 +1,8 @@
 """Per-job metrics in a real Prometheus (Debian's `prometheus`, scraping `easlurm metrics serve` every
 second): a profiled job on the local cluster (fake NVML, one GPU busy, one idle) shows its series with its
 job id, its idle GPU, and data for every query of docs/grafana-jobs.json; once it ends its series are
-gone (an instant query honours Prometheus's staleness markers) and its step record holds the idle episode."""
+gone (an instant query honours Prometheus's staleness markers), its step record holds the idle episode,
+and the site's idle action ran once for it with the job, the GPU and the seconds idle."""
 
 from __future__ import annotations
 
@@ -64,11 +65,15 @@ def stack(slurm_box: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     metrics, registry = tmp / "metrics", tmp / "procs"
     metrics.mkdir(mode=0o755)
     registry.mkdir(mode=0o777)
+    action = tmp / "idle-action"  # the site's command: what it is told, one line per episode
+    action.write_text('#!/bin/sh\necho "$EASLURM_JOB_ID $EASLURM_GPU $EASLURM_IDLE_S" >> "$0.out"\n')
+    action.chmod(0o755)
     procs: list[subprocess.Popen[str]] = []
     extra = (
         f"env=EASLURM_METRICS__DIR={metrics}",
         "env=EASLURM_METRICS__INTERVAL_S=1",
         "env=EASLURM_IDLE__AFTER_S=3",
+        f"env=EASLURM_IDLE__ACTION={action}",
         f"env=EASLURM_FAKE_NVML_PROCS_DIR={registry}",
     )
     try:
@@ -174,3 +179,7 @@ def test_a_jobs_series_appear_with_its_id_and_vanish_after_it_ends(
     wait_for(step_file.exists, 30, "the batch step record")
     (ep,) = StepRecord.from_dict(json.loads(step_file.read_text())).idle_episodes
     assert ep["gpu"] == f"gpu{idle_gpu}" and ep["energy_j"] > 0 and ep["end"] - ep["start"] >= 3
+    ((got_job, got_gpu, idle_s),) = [
+        ln.split() for ln in (stack["tmp"] / "idle-action.out").read_text().splitlines()
+    ]
+    assert (got_job, got_gpu) == (job, idle_gpu) and int(idle_s) >= 3

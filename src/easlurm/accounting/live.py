@@ -167,6 +167,7 @@ class LiveWatch:
             processes=r.processes,
             idle=tracker.idle,
             idle_s=tracker.idle_s(now),
+            idle_energy_j=tracker.idle_energy_j(energy_j),
         )
 
     def _act(self, gpu: int, idle_s: float) -> None:

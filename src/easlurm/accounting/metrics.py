@@ -48,6 +48,10 @@ FAMILIES: dict[str, tuple[str, str]] = {
         "gauge",
         "How long a job step's GPU has been idle so far (s, 0 when not).",
     ),
+    "easlurm_job_gpu_idle_energy_joules_total": (
+        "counter",
+        "Energy a job step's GPU drew while idle, over its idle episodes so far (J).",
+    ),
 }
 #: Written by `easlurm metrics serve` from the live files, never by an agent.
 NODE_IDLE = "easlurm_node_idle_allocated_gpus"
@@ -68,6 +72,7 @@ class GpuMetrics:
     processes: int | None = None
     idle: bool = False
     idle_s: float = 0.0
+    idle_energy_j: float | None = None
 
 
 def metrics_file(directory: Path, job_id: int, step_key: str, node_id: int) -> Path:
@@ -104,6 +109,7 @@ def render_step(
             ("easlurm_job_gpu_processes", g.processes),
             ("easlurm_job_gpu_idle", 1.0 if g.idle else 0.0),
             ("easlurm_job_gpu_idle_seconds", g.idle_s),
+            ("easlurm_job_gpu_idle_energy_joules_total", g.idle_energy_j),
         ):
             if v is not None:
                 values[name].append((lab, float(v)))

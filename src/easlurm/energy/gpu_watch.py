@@ -105,6 +105,20 @@ class IdleTracker:
         last.end = ep.end
         last.energy_j = None if last.energy_j is None or ep.energy_j is None else last.energy_j + ep.energy_j
 
+    def idle_energy_j(self, energy_j: float | None) -> float | None:
+        """Energy of this GPU's idle episodes so far, the open one up to `energy_j` (J since the step
+        began) included; None while an episode's energy is unknown."""
+        total = 0.0
+        for ep in self.episodes:
+            if ep.energy_j is None:
+                return None
+            total += ep.energy_j
+        if self.idle:
+            if energy_j is None or self.quiet_energy_j is None:
+                return None
+            total += max(energy_j - self.quiet_energy_j, 0.0)
+        return total
+
     def idle_s(self, t: float) -> float:
         """Seconds idle so far at `t` (0 when not idle)."""
         return t - self.quiet_since if self.idle and self.quiet_since is not None else 0.0

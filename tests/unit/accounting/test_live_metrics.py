@@ -118,6 +118,8 @@ def test_watch_writes_the_steps_metrics_and_marks_the_idle_gpu(tmp_path: Path) -
     assert got[("easlurm_job_gpu_power_limit_watts", lab1)] == 400.0
     assert (got[("easlurm_job_gpu_idle", lab0)], got[("easlurm_job_gpu_idle", lab1)]) == (0.0, 1.0)
     assert got[("easlurm_job_gpu_idle_seconds", lab1)] == 30.0
+    assert got[("easlurm_job_gpu_idle_energy_joules_total", lab1)] == 60.0 * 30
+    assert got[("easlurm_job_gpu_idle_energy_joules_total", lab0)] == 0.0
     assert {k for _, labels in got for k, _ in labels} == {"jobid", "step", "node", "gpu"}
     episodes = w.stop(end_time=1045.0)
     assert not path.exists()  # no series left behind

@@ -36,11 +36,13 @@ def test_idle_starts_after_the_time_and_keeps_its_start_and_energy() -> None:
     assert t.observe(1030.0, quiet(util=5.0), 40.0) is None  # at the threshold: still quiet
     assert t.observe(1060.0, quiet(), 70.0) == 60.0  # reported once, with the seconds idle
     assert t.idle and t.idle_s(1080.0) == 80.0
+    assert t.idle_energy_j(90.0) == 80.0  # the open episode so far
     assert t.observe(1090.0, quiet(), 100.0) is None
     assert t.observe(1100.0, quiet(util=80.0, procs=1), 150.0) is None
     assert not t.idle
     (ep,) = t.episodes
     assert (ep.gpu, ep.start, ep.end, ep.energy_j) == ("gpu0", 1000.0, 1100.0, 140.0)
+    assert t.idle_energy_j(500.0) == 140.0  # closed episodes only
 
 
 @pytest.mark.parametrize(
