@@ -179,6 +179,16 @@ CASES: dict[str, Case] = {
         config=("jobs:\n  - {model: resnet50, batch: 32, steps: " + HUGE + "}\n"),
     ),
     # --- values that must be refused, as flags and as configuration keys
+    "unknown-store-republish": C(
+        "spank.store",
+        "-c",
+        "{cfg}",
+        "accounting",
+        "republish",
+        "--spool",
+        "{tmp}",
+        config="spank:\n  store: db\n",
+    ),
     "negative-noise-run": C("--noise-sigma", "sim", "run", "--policy", "zeus", "--noise-sigma", "-1"),
     "negative-noise-replay": C("--noise-sigma", "sim", "replay", T, "--noise-sigma", "-1", "--out", OUT),
     "negative-max-jobs-replay": C("--max-jobs", "sim", "replay", T, "--max-jobs", "-3", "--out", OUT),
