@@ -21,6 +21,9 @@ from easlurm.errors import EaslurmError
 
 log = logging.getLogger(__name__)
 
+#: How long the step's end waits for a read in progress (a wedged driver must not hold up the record).
+STOP_WAIT_S = 2.0
+
 
 @dataclass(frozen=True)
 class WatchSettings:
@@ -129,16 +132,18 @@ class LiveWatch:
         now = time.time() if now is None else now
         mono = time.monotonic() if mono is None else mono
         try:
-            with self._lock:
+            with self._lock:  # the step's end waits for a write in progress, then removes the file
                 readings = self.reader.read(mono)
+                if self._stop.is_set():
+                    return  # the step ended while this read hung: its episodes are closed, its file gone
                 energy = self.energy_of()
                 rows = [self._observe(r, now, energy.get(f"gpu{r.index}")) for r in readings]
-            if self.file is not None:
-                st = self.step
-                text = render_step(
-                    st.job_id, st.step_key, st.node_name, rows, os.getpid(), self.settings.interval_s
-                )
-                write_step(self.file, text)
+                if self.file is not None:
+                    st = self.step
+                    text = render_step(
+                        st.job_id, st.step_key, st.node_name, rows, os.getpid(), self.settings.interval_s
+                    )
+                    write_step(self.file, text)
         except Exception as exc:  # the watch must never cost the step its record
             log.warning("job %d: GPU watch read failed: %s", self.step.job_id, exc)
 
@@ -201,9 +206,15 @@ class LiveWatch:
         file; the step's idle episodes, by start time."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=max(5.0, self.settings.interval_s))
+            self._thread.join(timeout=STOP_WAIT_S)
         end = time.time() if end_time is None else end_time
-        with self._lock:
+        free = self._lock.acquire(timeout=STOP_WAIT_S)  # not free: a read hangs in the driver
+        if not free:
+            log.warning(
+                "job %d: a GPU read still hangs at the step's end; episodes closed without it",
+                self.step.job_id,
+            )
+        try:
             try:
                 energy = self.energy_of()
             except Exception:
@@ -211,7 +222,11 @@ class LiveWatch:
             for index, tracker in self.trackers.items():
                 reading = energy.get(f"gpu{index}")
                 tracker.close(end, None if reading is None else reading[1])
-            self.reader.close()
+            if free:
+                self.reader.close()
+        finally:
+            if free:
+                self._lock.release()
         if self.file is not None:
             remove_step(self.file)
         for th in self.actions:

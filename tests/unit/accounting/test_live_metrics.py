@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from easlurm.accounting.live import LiveWatch, WatchedStep, WatchSettings, run_action
+from easlurm.accounting.live import STOP_WAIT_S, LiveWatch, WatchedStep, WatchSettings, run_action
 from easlurm.accounting.metrics import (
     GpuMetrics,
     collect,
@@ -146,6 +147,40 @@ def test_power_is_the_rate_between_energy_readings_not_between_ticks(tmp_path: P
         )
     w.stop(end_time=1009.0)
     assert seen == [None, None, None] + [250.0] * 6
+
+
+def test_a_read_hanging_in_the_driver_does_not_hold_up_the_steps_record(tmp_path: Path) -> None:
+    """The step ends while the watch's read hangs (a wedged driver): stop returns within its bound, with
+    the episode closed at the step's end and the metrics file gone."""
+    hang = threading.Event()
+
+    class Wedged(ScriptedReader):
+        def read(self, now_s: float) -> list[GpuReading]:
+            if self.n >= 3:
+                hang.wait()
+            return super().read(now_s)
+
+    w, energy = watch(tmp_path, [[busy(0), idle(1)]])
+    w.reader = Wedged([[busy(0), idle(1)]])
+    for k in range(3):
+        energy.update(gpu0=(10.0 * k, 300.0 * 10 * k), gpu1=(10.0 * k, 60.0 * 10 * k))
+        w.tick(now=1000.0 + 10 * k, mono=10.0 * k)
+    stuck = threading.Thread(target=w.tick, daemon=True)
+    stuck.start()
+    t0 = time.monotonic()
+    episodes = w.stop(end_time=1030.0)
+    assert time.monotonic() - t0 < 3 * STOP_WAIT_S
+    hang.set()
+    stuck.join(timeout=10)
+    assert episodes == [{"gpu": "gpu1", "start": 1000.0, "end": 1030.0, "energy_j": 1200.0}]
+    assert not metrics_file(tmp_path, 42, "0", 1).exists()  # the late read wrote nothing back
+
+
+def test_no_nvml_no_watch_and_the_step_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    settings = WatchSettings(IdleRule(1.0, 20.0))
+    with caplog.at_level(logging.WARNING):
+        got = LiveWatch.for_step(WatchedStep(7, "0", 0, "n1", [0]), settings, dict, "no_such_nvml_module")
+    assert got is None and "GPUs not watched" in caplog.text
 
 
 def test_the_action_runs_once_per_episode_with_the_job_gpu_and_seconds(tmp_path: Path) -> None:
