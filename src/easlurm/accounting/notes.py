@@ -95,7 +95,7 @@ def efficiency_notes(
         "memory_unused": _memory(run, rules),
         "idle_gpus": _idle(run, rules),
     }
-    return [n for r in rules.rules if (n := found.get(r)) is not None]
+    return [n for r in NOTE_RULES if r in rules.rules and (n := found[r]) is not None]
 
 
 def _own(run: RunFigures) -> list[DeviceLine]:

@@ -18,8 +18,16 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from easlurm.accounting.notes import NoteRules, RunFigures, efficiency_notes, idle_energy_j
 from easlurm.accounting.sacct_rows import job_total, run_numbers, split_job_id
-from easlurm.accounting.seff import GpuLimits, device_lines, hosts_of, idle_gpus, shard_gpu_type
+from easlurm.accounting.seff import (
+    GpuLimits,
+    device_lines,
+    hosts_of,
+    idle_episodes,
+    idle_gpus,
+    shard_gpu_type,
+)
 from easlurm.accounting.step_record import StepRecord
 from easlurm.errors import ConfigError
 from easlurm.slurm.sacct_jobs import job_of_row
@@ -65,6 +73,8 @@ class RunEnergy:
     partial: bool = False
     #: node records set aside as impossible (easlurm.accounting.record_checks), as "step/node: why"
     invalid: tuple[str, ...] = ()
+    #: the efficiency-note rules that found something in this run (NOTE_RULES names; none unless asked)
+    notes: tuple[str, ...] = ()
 
     @property
     def midpoint_s(self) -> float | None:
@@ -91,6 +101,8 @@ class GroupTotals:
     requeue_energy_j: float = 0.0
     idle_gpu_energy_j: float = 0.0
     co2_g: float | None = None
+    #: efficiency notes: rule -> the runs it found something in ("JOB" or "JOB+rN")
+    notes: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def mean_power_w(self) -> float | None:
@@ -189,9 +201,12 @@ def job_runs(
     records: Mapping[str, Sequence[StepRecord]],
     limits_of: Mapping[str, GpuLimits] | None = None,
     node_gpu_types: Mapping[str, str | None] | None = None,
+    rules: NoteRules | None = None,
 ) -> list[RunEnergy]:
     """One RunEnergy per job row (each run of a requeued job is its own). A shard job, whose AllocTRES
-    names no GPU type, takes its nodes' (`node_gpu_types`, as the card does), else counts as "shard"."""
+    names no GPU type, takes its nodes' (`node_gpu_types`, as the card does), else counts as "shard".
+    A run's idle-GPU energy is its recorded idle episodes' (the card's), else its GPUs at idle power over
+    the whole run; with `rules`, each run carries the efficiency notes those rules find (no oracle)."""
     rows = [dict(r) for r in sacct_rows]
     runs = run_numbers(rows)
     last: dict[str, int] = {}
@@ -212,16 +227,18 @@ def job_runs(
         energy = None if total is None else total.total_energy_j
         gpu_hours = n_gpus * elapsed / 3600.0
         idle_j = None
+        found: tuple[str, ...] = ()
         if total is not None:
             shares = [
                 d.share for n in total.nodes for d in n.devices if d.kind == "gpu" and d.share is not None
             ]
             if not n_gpus and shares:  # a shard job: its share of each GPU it used
                 gpu_hours = sum(shares) * elapsed / 3600.0
-            limits = (limits_of or {}).get(gtype or "")
-            if limits is not None:
-                idle = idle_gpus(device_lines(total, limits), limits)
-                idle_j = sum(d.energy_j or 0.0 for d in idle)
+            steps = [s for s in records.get(job, ()) if s.run == run]
+            figures = run_figures(total, steps, (limits_of or {}).get(gtype or ""), n_gpus)
+            idle_j = idle_energy_j(figures)
+            if rules is not None:
+                found = tuple(n.rule for n in efficiency_notes(figures, rules))
         out.append(
             RunEnergy(
                 job_id=job,
@@ -241,9 +258,26 @@ def job_runs(
                 measured_s=None if total is None else total.duration_s,
                 partial=total is not None and total.partial,
                 invalid=() if total is None else _invalid_notes(records.get(job, ()), run),
+                notes=found,
             )
         )
     return out
+
+
+def run_figures(
+    total: StepRecord, steps: Sequence[StepRecord], limits: GpuLimits | None, n_gpus: int
+) -> RunFigures:
+    """What the note rules read about a run: its job total's GPUs and the agents' idle episodes."""
+    lines = device_lines(total, limits)
+    return RunFigures(
+        gpus=[d for d in lines if d.kind == "gpu" and not d.modelled],
+        limits=limits,
+        episodes=idle_episodes(steps),
+        idle_gpus=idle_gpus(lines, limits),
+        measured_s=total.duration_s,
+        gpu_energy_j=total.gpu_energy_j,
+        n_gpus=n_gpus,
+    )
 
 
 def _invalid_notes(records: Sequence[StepRecord], run: int) -> tuple[str, ...]:
@@ -270,6 +304,8 @@ def aggregate(
         for g in (groups.setdefault(_KEY[by](r) or "-", GroupTotals(_KEY[by](r) or "-")), total):
             g.jobs.add(r.job_id)
             g.runs += 1
+            for rule in r.notes:
+                g.notes.setdefault(rule, []).append(r.job_id + (f"+r{r.run}" if r.run else ""))
             g.gpu_hours += r.gpu_hours
             if r.energy_j is None:
                 continue
@@ -358,18 +394,48 @@ def render_json(
     groups: Sequence[GroupTotals],
     total: GroupTotals,
     intensity: str | None,
+    notes: bool = False,
 ) -> str:
+    """The report as one document; with `notes`, each group and the total carry `efficiency_notes`."""
+
+    def doc(g: GroupTotals) -> dict[str, Any]:
+        d = g.to_dict()
+        if notes:
+            d["efficiency_notes"] = notes_document(g)
+        return d
+
     return json.dumps(
         {
             "schema_version": SCHEMA_VERSION,
             "group_by": by.value,
             "period": dict(period),
             "grid_intensity": intensity,
-            "groups": [g.to_dict() for g in groups],
-            "total": total.to_dict(),
+            "groups": [doc(g) for g in groups],
+            "total": doc(total),
         },
         indent=1,
     )
+
+
+def notes_document(g: GroupTotals) -> dict[str, Any]:
+    """{rule: {"runs": N, "jobs": [...]}} in NOTE_RULES order."""
+    return {rule: {"runs": len(jobs), "jobs": list(jobs)} for rule, jobs in g.notes.items()}
+
+
+#: at most this many job ids are named per group and rule in the text and Markdown notes
+NOTE_JOBS_SHOWN = 5
+
+
+def notes_rows(groups: Sequence[GroupTotals], total: GroupTotals) -> tuple[list[str], list[list[str]]]:
+    """The `--notes` table: one row per group and rule, with its runs, idle-GPU energy (kWh) and jobs."""
+    header = ["Group", "Note", "Runs", "IdleGPU_kWh", "Jobs"]
+    rows = []
+    for g in [*groups, total]:
+        for rule, jobs in sorted(g.notes.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+            shown = ",".join(jobs[:NOTE_JOBS_SHOWN]) + (" ..." if len(jobs) > NOTE_JOBS_SHOWN else "")
+            idle = format(g.idle_gpu_energy_j / J_PER_KWH, ".4g") if rule == "idle_gpus" else "-"
+            rows.append([g.key, rule, str(len(jobs)), idle, shown if g is not total else "-"])
+    return header, rows
 
 
 def plot_report(groups: Sequence[GroupTotals], out: Path, title: str) -> Path | None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from easlurm.accounting.notes import NoteRules
 from easlurm.accounting.power_cli import node_report
 from easlurm.accounting.power_state import render_csv as render_nodes_csv
 from easlurm.accounting.power_state import render_json as render_nodes_json
@@ -21,6 +22,7 @@ from easlurm.accounting.report import (
     RunEnergy,
     aggregate,
     job_runs,
+    notes_rows,
     parse_intensity_csv,
     plot_report,
     render_csv,
@@ -46,7 +48,8 @@ from easlurm.table import render_table
     "with a grid intensity (g/kWh, or a CSV time series; report.grid_intensity_* in the configuration). "
     "Every run of a requeued job counts; jobs without records count in jobs and GPU-hours only. "
     "--by node: each node's time powered down by Slurm's power saving, its power cycles and the energy "
-    "drawn off and avoided (as `easlurm power report`).",
+    "drawn off and avoided (as `easlurm power report`). --notes: the efficiency notes the site's rules "
+    "(notes.*) find in each group's runs, with the energy of their idle allocated GPUs.",
 )
 @click.option("-S", "--starttime", default="now-7days", show_default=True, help="Period start (sacct -S).")
 @click.option("-E", "--endtime", default="now", show_default=True, help="Period end (sacct -E).")
@@ -69,6 +72,13 @@ from easlurm.table import render_table
     default=None,
     help="Grid intensity time series: CSV of time,g_per_kwh (each value holds from its time on).",
 )
+@click.option(
+    "--notes",
+    "with_notes",
+    is_flag=True,
+    help="Also the efficiency notes per group: low GPU utilisation, power limit never approached, memory "
+    "mostly unused, idle allocated GPUs (the rules and thresholds in notes.*; no oracle here).",
+)
 @click.option("--markdown", "as_markdown", is_flag=True, help="A Markdown document.")
 @click.option("--csv", "as_csv", is_flag=True, help="CSV, SI units (J, W, g).")
 @output_options(table=False, json_help="One JSON document (SI units in key names).")
@@ -90,6 +100,7 @@ def report_cmd(
     jobs: str | None,
     co2_g_per_kwh: float | None,
     co2_csv: str | None,
+    with_notes: bool,
     as_markdown: bool,
     as_csv: bool,
     as_json: bool,
@@ -102,6 +113,8 @@ def report_cmd(
         raise ConfigError("--markdown, --csv and --json are exclusive")
     if co2_g_per_kwh is not None and co2_csv is not None:
         raise ConfigError("--co2 and --co2-csv are exclusive")
+    if with_notes and (as_csv or by == "node"):
+        raise ConfigError(f"--notes: not with {'--csv' if as_csv else '--by node'} (--json carries them)")
     if by == "node":
         job_flags = {"-u": user, "-A": account, "-r": partition, "-j": jobs, "--co2": co2_g_per_kwh}
         job_flags.update({"--co2-csv": co2_csv, "--plot": plot_path, "--spool": spool})
@@ -118,7 +131,7 @@ def report_cmd(
     selection = {"starttime": starttime, "endtime": endtime, "user": user, "allusers": not user}
     selection.update({"account": account, "partition": partition, "jobs": jobs, "duplicates": True})
     spool_dir = None if no_spool else Path(spool or cfg.get("spank.spool"))
-    runs = _job_runs(cfg, client, selection, spool_dir)
+    runs = _job_runs(cfg, client, selection, spool_dir, NoteRules.from_config(cfg) if with_notes else None)
     group_by = GroupBy(by)
     groups, total = aggregate(runs, group_by, intensity)
     title = f"easlurm energy report by {by}, {starttime} to {endtime}"
@@ -140,7 +153,9 @@ def report_cmd(
                 notes.append(f"Plot: {out}")
     fmt = "json" if as_json else "csv" if as_csv else "markdown" if as_markdown else "table"
     period: dict[str, Any] = {"start": starttime, "end": endtime}
-    _print_report(fmt, group_by, period, (groups, total), source, title, notes, intensity is not None)
+    _print_report(
+        fmt, group_by, period, (groups, total), source, title, notes, intensity is not None, with_notes
+    )
     if plot_error is not None:
         raise ConfigError(plot_error)
 
@@ -154,22 +169,36 @@ def _print_report(
     title: str,
     notes: list[str],
     co2: bool,
+    with_notes: bool = False,
 ) -> None:
-    """The report on stdout as `fmt` (json, csv, markdown or table)."""
+    """The report on stdout as `fmt` (json, csv, markdown or table), with the efficiency notes per group
+    after it (`with_notes`)."""
     groups, total = totals
     if fmt == "json":
-        click.echo(render_json(group_by, period, groups, total, source))
+        click.echo(render_json(group_by, period, groups, total, source, with_notes))
         return
     if fmt == "csv":
         click.echo(render_csv(groups, total), nl=False)
         return
     header, cells = table_rows(groups, total, co2)
+    note_header, note_cells = notes_rows(groups, total)
+    heading = f"Efficiency notes by {group_by.value} (rules and thresholds: notes.*)"
     if fmt == "markdown":
         click.echo(render_markdown(title, header, cells, notes), nl=False)
+        if with_notes:
+            click.echo(
+                "\n" + render_markdown(heading, note_header, note_cells, []).removeprefix("# "), nl=False
+            )
         return
     click.echo(render_table(header, [dict(zip(header, c)) for c in cells]))
     for n in notes:
         click.echo(n)
+    if with_notes:
+        click.echo(f"\n{heading}:")
+        if note_cells:
+            click.echo(render_table(note_header, [dict(zip(note_header, c)) for c in note_cells]))
+        else:
+            click.echo("none: no run of the period meets a rule")
 
 
 def check_plot_path(path: Path) -> None:
@@ -219,7 +248,9 @@ def _grid_intensity(
     return None, None
 
 
-def _job_runs(cfg: Any, client: Any, selection: dict[str, Any], spool_dir: Path | None) -> list[Any]:
+def _job_runs(
+    cfg: Any, client: Any, selection: dict[str, Any], spool_dir: Path | None, rules: NoteRules | None = None
+) -> list[Any]:
     """Every run of the selected jobs (sacct, with the spool's records for jobs without AdminComment),
     each with its GPU type's limits; shards name no GPU type in AllocTRES, so their nodes' GRES is asked
     for only then."""
@@ -230,7 +261,7 @@ def _job_runs(cfg: Any, client: Any, selection: dict[str, Any], spool_dir: Path 
     accounted = [job_of_row(r, strict=False) for r in rows]
     by_node = node_gpu_types(client) if any(j.shards and not j.alloc_gpus[1] for j in accounted) else {}
     types = sorted({j.alloc_gpus[1] or "" for j in accounted} | {t for t in by_node.values() if t})
-    return job_runs(rows, records, gpu_limits(apply_oracle_config(cfg), types), by_node)
+    return job_runs(rows, records, gpu_limits(apply_oracle_config(cfg), types), by_node, rules)
 
 
 def _node_section(

@@ -4,11 +4,13 @@ records without episodes fall back to the post-hoc idle check, and bad settings 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from easlurm.accounting.notes import NoteRules, RunFigures, card_figures, efficiency_notes
+from easlurm.accounting.report import GroupBy, aggregate, job_runs, notes_rows, render_json
 from easlurm.accounting.seff import GpuLimits, build_card, card_document
 from easlurm.accounting.seff_cli import render_card
 from easlurm.accounting.step_record import DeviceRecord, NodeRecord, StepRecord
@@ -218,3 +220,45 @@ def test_bad_note_and_mail_settings_are_one_line_exit_2(
     assert main(["-c", str(cfg_file), "seff", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and names in err and str(cfg_file) in err and "Traceback" not in err
+
+
+def report_rows(job: str, user: str, account: str, n_gpus: int) -> list[dict[str, str]]:
+    out = []
+    for r in rows(n_gpus):
+        jid = r["JobIDRaw"].replace("7", job, 1)
+        out.append({**r, "JobIDRaw": jid, "JobID": jid, "User": user, "Account": account})
+    return out
+
+
+def test_report_counts_notes_and_idle_energy_per_user_and_account() -> None:
+    """alice's job recorded an idle episode (its energy is the run's idle-GPU energy); bob's has none
+    recorded, so his GPU at idle power over the run counts (as before episodes); the notes per group name
+    each run a rule found something in."""
+    alice = two_gpu_job([{"gpu": "gpu1", "start": T0, "end": T0 + 300, "energy_j": 16500.0}])
+    bob = [
+        StepRecord(
+            9, "batch", 1, [NodeRecord(0, "a100-1", T0, 600.0, [gpu("gpu0", 300.0, 90.0, 30 * GB)])], "gpu"
+        ),
+    ]
+    sacct = report_rows("7", "alice", "physics", 2) + report_rows("9", "bob", "chemistry", 1)
+    runs = job_runs(
+        sacct,
+        {"7": alice, "9": bob},
+        A100,
+        rules=NoteRules(rules=("idle_gpus", "low_gpu_util"), low_gpu_util_pct=50.0),
+    )
+    by_job = {r.job_id: r for r in runs}
+    assert by_job["7"].idle_gpu_energy_j == pytest.approx(16500.0)  # the episode, not gpu1's whole run
+    assert by_job["7"].notes == ("low_gpu_util", "idle_gpus") and by_job["9"].notes == ()
+    groups, total = aggregate(runs, GroupBy.ACCOUNT)
+    by = {g.key: g for g in groups}
+    assert by["physics"].notes == {"low_gpu_util": ["7"], "idle_gpus": ["7"]} and by["chemistry"].notes == {}
+    assert total.idle_gpu_energy_j == pytest.approx(16500.0)
+    header, cells = notes_rows(groups, total)
+    assert header == ["Group", "Note", "Runs", "IdleGPU_kWh", "Jobs"]
+    assert ["physics", "idle_gpus", "1", format(16500 / 3.6e6, ".4g"), "7"] in cells
+    doc = json.loads(render_json(GroupBy.ACCOUNT, {}, groups, total, None, notes=True))
+    assert doc["total"]["efficiency_notes"]["idle_gpus"] == {"runs": 1, "jobs": ["7"]}
+    assert (
+        "efficiency_notes" not in json.loads(render_json(GroupBy.ACCOUNT, {}, groups, total, None))["total"]
+    )
