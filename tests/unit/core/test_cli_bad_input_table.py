@@ -373,6 +373,19 @@ CASES: dict[str, Case] = {
     ),
     "starttime-power-report": C("-S/--starttime", "power", "report", "-S", "yesterday"),
     "by-node-jobs-report": C("-u", "report", "--by", "node", "-u", "root"),
+    # --- idle allocated GPUs and per-job metrics (docs/metrics.md): the node agents' settings, the server
+    "cfg-idle-util-metrics-show": C(
+        "idle.gpu_util_pct", "-c", "{cfg}", "metrics", "show", config="idle:\n  gpu_util_pct: -1\n"
+    ),
+    "cfg-idle-after-config": C("idle.after_s", "-c", "{cfg}", "config", config="idle:\n  after_s: 0\n"),
+    "cfg-idle-action-config": C("idle.action", "-c", "{cfg}", "config", config="idle:\n  action: ''\n"),
+    "cfg-metrics-interval-config": C(
+        "metrics.interval_s", "-c", "{cfg}", "config", config="metrics:\n  interval_s: 0\n"
+    ),
+    "cfg-metrics-dir-metrics-show": C(
+        "metrics.dir", "-c", "{cfg}", "metrics", "show", config="metrics:\n  dir: [a]\n"
+    ),
+    "missing-dir-metrics-serve": C("--dir", "metrics", "serve", "--dir", "{tmp}/none"),
     # --- rule "a mapping where a mapping is expected" (easlurm.inputs.mapping): lists, strings, integers
     "not-mapping-params-predict": C(
         "top level must be a mapping", "predict", "--model", "resnet50", "--params", "{list}"
