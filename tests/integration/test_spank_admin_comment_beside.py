@@ -1,5 +1,5 @@
 """easlurm beside jobstats in AdminComment, live: a job whose AdminComment holds a jobstats-like value
-(`JS1:` + base64 of gzipped JSON, set by an operator with scontrol while it runs) runs a profiled step;
+(`JS1:` + base64 of gzipped JSON, set by an operator with scontrol while it runs) runs two profiled steps;
 after the job, sacct shows the jobstats value first, byte for byte and still readable by jobstats' own
 decoding, and easlurm's record after it, which `easlurm sacct` (without the spool) and seff read. With
 `spank.store: spool` easlurm writes nothing there and reads its records from the spool."""
@@ -18,6 +18,7 @@ import pytest
 from spank_support import plugin_with_fake_sensors, run_easlurm
 
 from easlurm.accounting.admin_codec import READABLE, SEPARATOR
+from easlurm.accounting.step_record import decode_admin_comment
 
 pytestmark = pytest.mark.slurm
 
@@ -44,6 +45,7 @@ def run_job_with_site_value(box: Any, tmp_path: Path) -> str:
             #!/bin/sh
             while [ ! -e {go} ]; do sleep 0.1; done
             srun --energy-profile=gpu,cpu sleep 1 || exit 3
+            srun --energy-profile=gpu,cpu true || exit 4
             sleep 4  # a loaded host's agent may publish after srun returns: while the job still runs
             """)
     )
@@ -62,21 +64,24 @@ def test_easlurm_record_beside_a_jobstats_value(slurm_box: Any, tmp_path: Path) 
     with plugin_with_fake_sensors(slurm_box, timeout_ms=5000):
         job = run_job_with_site_value(slurm_box, tmp_path)
     deadline = time.monotonic() + 30
-    while READABLE not in (value := admin_comment(slurm_box, job)):
+    while len(decode_admin_comment(value := admin_comment(slurm_box, job))) < 2:
         assert time.monotonic() < deadline, value[:200]
         time.sleep(0.5)
+    # the second publication read the first back and replaced easlurm's part only
     assert value.startswith(JOBSTATS + SEPARATOR + READABLE + "easlurm2:"), value[:200]
+    assert value.count(SEPARATOR) == 1 and value.count(READABLE) == 1
     assert jobstats_reads(value) == SUMMARY
     res = run_easlurm(slurm_box, "sacct", "-j", job, "--no-spool", "--json")
     assert res.returncode == 0, res.stderr
     rows = {r["job_id"]: r for r in json.loads(res.stdout)["rows"]}
-    step = rows[f"{job}.0"]
-    assert step["energy_record"] and step["gpu_energy_j"] > 0
-    assert "spool" not in (step["energy_flags"] or "")  # read from AdminComment
+    for key in ("0", "1"):
+        step = rows[f"{job}.{key}"]
+        assert step["energy_record"] and step["gpu_energy_j"] > 0
+        assert "spool" not in (step["energy_flags"] or "")  # read from AdminComment
     res = run_easlurm(slurm_box, "seff", job, "--json", "--no-spool")
     assert res.returncode == 0, res.stderr
     card = json.loads(res.stdout)
-    assert card["total_energy_j"] == pytest.approx(step["total_energy_j"], rel=1e-9)
+    assert card["total_energy_j"] == pytest.approx(rows[job]["total_energy_j"], rel=1e-9)
 
 
 def test_store_spool_leaves_admin_comment_to_the_site(slurm_box: Any, tmp_path: Path) -> None:
