@@ -56,6 +56,8 @@ FAMILIES: dict[str, tuple[str, str]] = {
 #: Written by `easlurm metrics serve` from the live files, never by an agent.
 NODE_IDLE = "easlurm_node_idle_allocated_gpus"
 NODE_IDLE_HELP = "Distinct allocated GPUs of a node that are idle now (over every live job step)."
+FILES = "easlurm_metrics_files"
+FILES_HELP = "Agents' files in the metrics directory by state (live: served; gone: agent not running; stale)."
 
 
 @dataclass(frozen=True)
@@ -137,26 +139,34 @@ def remove_step(path: Path) -> None:
 # ----------------------------------------------------------------------------------------- serving
 
 
-def live_text(path: Path, now: float | None = None) -> str | None:
-    """The file's text when its agent still runs and wrote it recently, else None."""
+def file_state(path: Path, now: float | None = None) -> tuple[str, str | None]:
+    """("live", text) when the file's agent still runs and wrote it recently; else ("gone", None) (no
+    agent header, the agent is not running or its PID names another process now), ("stale", None) (not
+    rewritten for STALE_INTERVALS intervals: a hung agent) or ("vanished", None) (removed at step end
+    between the listing and the read)."""
     try:
         text = path.read_text(encoding="ascii", errors="replace")
         mtime = path.stat().st_mtime
     except OSError:
-        return None  # removed at step end between the listing and the read
+        return "vanished", None
     m = _HEADER.match(text)
     if m is None or not pid_alive(int(m.group(1))):
-        return None
+        return "gone", None
     if m.group(2) != "-" and proc_start(int(m.group(1))) != m.group(2):
-        return None  # the agent is gone and its PID was reused
+        return "gone", None  # the agent is gone and its PID was reused
     try:
         interval = float(m.group(3))
     except ValueError:
-        return None
+        return "gone", None
     now = time.time() if now is None else now
     if now - mtime > max(STALE_INTERVALS * interval, STALE_MIN_S):
-        return None
-    return text
+        return "stale", None
+    return "live", text
+
+
+def live_text(path: Path, now: float | None = None) -> str | None:
+    """The file's text when its agent still runs and wrote it recently, else None."""
+    return file_state(path, now)[1]
 
 
 def merge(texts: Iterable[str]) -> str:
@@ -198,10 +208,20 @@ def sweep(directory: Path, now: float | None = None) -> list[Path]:
 
 
 def collect(directory: Path, now: float | None = None) -> str:
-    """What `easlurm metrics serve` answers: the live files of `directory`, merged."""
+    """What `easlurm metrics serve` answers: the live files of `directory`, merged, and how many files
+    it found in each state (files of agents that are gone say that agents were killed)."""
     try:
         paths = sorted(directory.glob(f"{FILE_PREFIX}*.prom"))
     except OSError:
         paths = []
-    texts = (live_text(p, now) for p in paths)
-    return merge(t for t in texts if t is not None)
+    counts = dict.fromkeys(("live", "gone", "stale"), 0)
+    texts = []
+    for p in paths:
+        state, text = file_state(p, now)
+        if state in counts:
+            counts[state] += 1
+        if text is not None:
+            texts.append(text)
+    own = [f"# HELP {FILES} {FILES_HELP}", f"# TYPE {FILES} gauge"]
+    own += [f'{FILES}{{state="{state}"}} {n}' for state, n in counts.items()]
+    return merge(texts) + "\n".join(own) + "\n"

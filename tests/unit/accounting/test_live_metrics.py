@@ -238,10 +238,13 @@ def test_serve_merges_live_files_and_skips_dead_and_stale_ones(tmp_path: Path) -
     text = collect(tmp_path)
     assert text.count("# TYPE easlurm_job_gpu_power_watts gauge") == 1
     assert sweep(tmp_path) == [metrics_file(tmp_path, 3, "0", 0), metrics_file(tmp_path, 4, "0", 0)]
-    assert collect(tmp_path) == text  # the live files stay
+    after = collect(tmp_path)
+    assert after.split("# HELP easlurm_metrics_files")[0] == text.split("# HELP easlurm_metrics_files")[0]
+    assert 'easlurm_metrics_files{state="live"} 3' in after and 'state="gone"} 0' in after  # the live stay
     got = samples(text)
     jobs = {dict(labels).get("jobid") for _, labels in got}
-    assert jobs == {"1", "2", None}  # None: the node series
+    assert jobs == {"1", "2", None}  # None: the node series and the files' count
+    assert [got[("easlurm_metrics_files", (("state", s),))] for s in ("live", "gone", "stale")] == [3, 1, 1]
     assert got[("easlurm_node_idle_allocated_gpus", (("node", "n1"),))] == 1.0
     assert got[("easlurm_node_idle_allocated_gpus", (("node", "n2"),))] == 0.0
     assert ("easlurm_node_idle_allocated_gpus", (("node", "n3"),)) not in got
@@ -366,4 +369,5 @@ def test_a_file_whose_pid_now_names_another_process_is_not_served(tmp_path: Path
     assert collect(tmp_path)
     first, rest = text.split("\n", 1)
     write_step(path, re.sub(r"start=\d+", "start=1", first) + "\n" + rest)
-    assert collect(tmp_path) == ""
+    assert "easlurm_job_" not in collect(tmp_path)
+    assert 'easlurm_metrics_files{state="gone"} 1' in collect(tmp_path)
