@@ -81,8 +81,17 @@ def card_cmd(ctx: click.Context, job_id: str) -> None:
     show_default=True,
     help="Seconds between looks at mails that wait for their job's end.",
 )
+@click.option(
+    "--linger",
+    "linger_s",
+    type=click.FloatRange(0, 3600),
+    default=10.0,
+    show_default=True,
+    help="Seconds to stay once the queue is empty: jobs ending one after another then find a drain running "
+    "(each start is a Python process).",
+)
 @click.pass_context
-def drain_cmd(ctx: click.Context, spool: str | None, poll_s: float) -> None:
+def drain_cmd(ctx: click.Context, spool: str | None, poll_s: float, linger_s: float) -> None:
     cfg = load_ctx_config(ctx)
     mailer = mail_template(cfg.get("mail.mailer"), "mail.mailer")
     limiter = RateLimit(float(cfg.get("mail.rate_per_min")))
@@ -93,6 +102,7 @@ def drain_cmd(ctx: click.Context, spool: str | None, poll_s: float) -> None:
         limiter,
         float(cfg.get("mail.max_wait_s")),
         poll_s,
+        linger_s=linger_s,
         say=lambda line: click.echo(line, err=True),
     )
     sent = drainer.run()
@@ -101,7 +111,8 @@ def drain_cmd(ctx: click.Context, spool: str | None, poll_s: float) -> None:
 
 class Drain:
     """The one process that empties the queue: batches of jobs asked of sacct at once, a rate limit on the
-    mailer, mails that wait for their job's end looked at every `poll_s`."""
+    mailer, mails that wait for their job's end looked at every `poll_s`, and `linger_s` spent looking at an
+    empty queue before it exits."""
 
     def __init__(
         self,
@@ -114,11 +125,13 @@ class Drain:
         client: Any = None,
         clock: Callable[[], float] = time.time,
         say: Callable[[str], None] = lambda _: None,
+        linger_s: float = 0.0,
     ) -> None:
         self.ctx, self.spool, self.mailer, self.limiter = ctx, spool, list(mailer), limiter
         self.max_wait_s, self.poll_s, self.clock = max_wait_s, poll_s, clock
         self.client = client or CliSchedClient()
         self.say = say
+        self.linger_s = linger_s
         self._cluster_types: list[str] | None = None
 
     def run(self) -> int:
@@ -138,10 +151,16 @@ class Drain:
 
     def _drain_held(self) -> int:
         sent = 0
+        idle_since: float | None = None
         while True:
             entries = [e for e in (read_entry(p) for p in queued(self.spool)[:BATCH]) if e is not None]
             if not entries:
-                return sent
+                idle_since = idle_since or time.monotonic()
+                if time.monotonic() - idle_since >= self.linger_s:
+                    return sent
+                time.sleep(min(self.poll_s, 0.5))
+                continue
+            idle_since = None
             card_jobs = sorted({e.job_id for e in entries if e.wants_card})
             rows = _rows_by_job(self.client, card_jobs) if card_jobs else {}
             progressed = False

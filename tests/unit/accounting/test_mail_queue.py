@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -206,3 +207,16 @@ def test_the_box_mailprog_queues_and_its_drain_captures(tmp_path: Path) -> None:
         "argv: [-s] [Slurm Job_id=77 Name=t Began, Queued time 00:00:01] [erin]"
     )
     assert queued(box.paths.spool / "mail") == []
+
+
+def test_a_lingering_drain_sends_what_arrives_while_the_queue_was_empty(tmp_path: Path) -> None:
+    """Jobs ending one after another find the drain still running (no new Python process each time)."""
+    spool = tmp_path / "spool"
+    write_entry(spool, "21", "fay", "Slurm Job_id=21 Began", "Began")
+    d = drain(tmp_path, capture_mailer(tmp_path))
+    d.linger_s = 1.5
+    late = threading.Timer(0.5, lambda: write_entry(spool, "22", "fay", "Slurm Job_id=22 Began", "Began"))
+    late.start()
+    t0 = time.monotonic()
+    assert d.run() == 2
+    assert time.monotonic() - t0 >= 1.5 and len(sent_mails(tmp_path)) == 2
