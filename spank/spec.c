@@ -4,23 +4,33 @@
 #include <stdio.h>
 #include <string.h>
 
-enum value_kind { V_DURATION, V_NAME, V_INT, V_INTLIST };
+enum value_kind { V_DURATION, V_NAME, V_INT, V_INTLIST, V_CHOICE };
 
 struct key_rule {
 	const char *name;
 	enum value_kind kind;
 	double min_ms; /* durations only */
 	double max_ms;
+	const char *const *choices; /* V_CHOICE only: the values allowed, NULL-terminated */
 };
+
+/* How the job trains (src/easlurm/energy/spec.py's CHOICES says the same). */
+static const char *const PRECISIONS[] = {"fp32-strict", "fp32", "tf32", "amp-bf16", "amp-fp16", "bf16", "fp16",
+					 NULL};
+static const char *const SHARDS[] = {"none", "zero1", "zero2", "zero3", "fsdp", "auto", NULL};
+static const char *const CKPTS[] = {"0", "1", "full", "selective", NULL};
 
 /* One line per key: the scheduler's workload hints are added here (and in src/easlurm/energy/spec.py). */
 static const struct key_rule KEYS[] = {
-	{"interval", V_DURATION, 10.0, 60000.0},
-	{"deadline", V_DURATION, 1.0, 366.0 * 86400000.0},
-	{"model", V_NAME, 0, 0},
-	{"steps", V_INT, 0, 0},
-	{"batch", V_INTLIST, 0, 0},
-	{"gpus", V_INTLIST, 0, 0},
+	{"interval", V_DURATION, 10.0, 60000.0, NULL},
+	{"deadline", V_DURATION, 1.0, 366.0 * 86400000.0, NULL},
+	{"model", V_NAME, 0, 0, NULL},
+	{"steps", V_INT, 0, 0, NULL},
+	{"batch", V_INTLIST, 0, 0, NULL},
+	{"gpus", V_INTLIST, 0, 0, NULL},
+	{"precision", V_CHOICE, 0, 0, PRECISIONS},
+	{"shard", V_CHOICE, 0, 0, SHARDS},
+	{"ckpt", V_CHOICE, 0, 0, CKPTS},
 };
 #define NKEYS (sizeof(KEYS) / sizeof(KEYS[0]))
 
@@ -30,7 +40,7 @@ static const char *const WORDS[] = {"all", "gpu", "cpu", "dram", "urgent", "shar
 /* What an unknown item or key error lists: every word and key (the Python twin says the same). */
 #define EVERY_ITEM                                                                                         \
 	"(devices: all,gpu,cpu,dram; flags: urgent,share,nolimit; keys: "                                  \
-	"interval,deadline,model,steps,batch,gpus)"
+	"interval,deadline,model,steps,batch,gpus,precision,shard,ckpt)"
 
 #define NAME_MAX_LEN 64
 #define LIST_MAX 16
@@ -187,6 +197,11 @@ static int check_item(const char *item, size_t n, unsigned *seen_keys, unsigned 
 				return fail(err, errlen, "bad list (e.g. 1:2:4:8, at most 16 integers)",
 					    item, n);
 			return 0;
+		case V_CHOICE:
+			for (const char *const *c = KEYS[k].choices; *c; c++)
+				if (strlen(*c) == vlen && memcmp(*c, v, vlen) == 0)
+					return 0;
+			return fail(err, errlen, "bad value (see the documented values of the key)", item, n);
 		}
 	}
 	return fail_list(err, errlen, "unknown key", item, klen);

@@ -81,7 +81,7 @@ def test_model_typo_is_refused_at_submission(slurm_box: Any, tmp_path: Path, nam
         assert res.returncode != 0
         assert (
             "unknown key 'modle' (devices: all,gpu,cpu,dram; flags: urgent,share,nolimit; keys: "
-            "interval,deadline,model,steps,batch,gpus)" in res.stderr
+            "interval,deadline,model,steps,batch,gpus,precision,shard,ckpt)" in res.stderr
         ), res.stderr
 
 

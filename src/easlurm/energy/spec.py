@@ -2,7 +2,7 @@
 
 The same strict grammar as the SPANK plugin's spank/spec.c (spank/spec_cases.tsv keeps the two equal):
 a comma list of device words (all, gpu, cpu, dram), flags (urgent, share, nolimit) and keys
-(interval, deadline, model, steps, batch, gpus). With the oracle's model names (ModelNames, the text
+(interval, deadline, model, steps, batch, gpus, precision, shard, ckpt). With the oracle's model names (ModelNames, the text
 `easlurm model list --names` writes and the plugin's `models=` file holds), `model=` must be one of them,
 as spank/spec.c checks it at submission. Pure: no I/O.
 """
@@ -28,11 +28,21 @@ SPEC_MAX_CHARS = 1024
 INTERVAL_RANGE_S = (0.010, 60.0)
 DEADLINE_RANGE_S = (0.001, 366 * 86400.0)
 _WORDS = ("all", "gpu", "cpu", "dram", "urgent", "share", "nolimit")
-_KEYS = ("interval", "deadline", "model", "steps", "batch", "gpus")
+_KEYS = ("interval", "deadline", "model", "steps", "batch", "gpus", "precision", "shard", "ckpt")
 #: What an unknown item or key error lists: every word and key (spank/spec.c's EVERY_ITEM).
 EVERY_ITEM = (
-    "(devices: all,gpu,cpu,dram; flags: urgent,share,nolimit; keys: interval,deadline,model,steps,batch,gpus)"
+    "(devices: all,gpu,cpu,dram; flags: urgent,share,nolimit; "
+    "keys: interval,deadline,model,steps,batch,gpus,precision,shard,ckpt)"
 )
+#: How the job trains, for the oracle (docs/oracle-llm.md): the values each key takes (spank/spec.c's
+#: PRECISIONS, SHARDS, CKPTS). precision: what PyTorch runs (bf16 and fp16 are the AMP names); shard: the
+#: ZeRO stage over the job's GPUs (fsdp = zero3; auto: the oracle picks the cheapest that fits, with or
+#: without activation checkpointing unless ckpt= says); ckpt: activation checkpointing (1 = full).
+CHOICES = {
+    "precision": ("fp32-strict", "fp32", "tf32", "amp-bf16", "amp-fp16", "bf16", "fp16"),
+    "shard": ("none", "zero1", "zero2", "zero3", "fsdp", "auto"),
+    "ckpt": ("0", "1", "full", "selective"),
+}
 #: How many of the nearest known names an unknown model= names (EAS_MODEL_NEAREST).
 MODEL_NEAREST = 3
 _NAME_MAX = 64
@@ -54,11 +64,15 @@ class ProfileSpec:
     share: bool = False
     #: run at the GPUs' default power limit: the scheduler chooses no limit for this job
     nolimit: bool = False
+    #: how the job trains (CHOICES): precision, sharding and activation checkpointing, as written
+    precision: str | None = None
+    shard: str | None = None
+    ckpt: str | None = None
 
     def hints(self) -> dict[str, Any]:
         """The workload hints only (JSON-safe), for the scheduler."""
         out: dict[str, Any] = {}
-        for key in ("model", "steps", "deadline_s"):
+        for key in ("model", "steps", "deadline_s", "precision", "shard", "ckpt"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         if self.batch:
@@ -139,6 +153,11 @@ def _parse(text: str | None) -> ProfileSpec:
     model = values.get("model")
     if model is not None and not _NAME.match(model):
         raise ConfigError(f"--energy-profile: bad name in 'model={model[:40]}' (1..64 of A-Za-z0-9._-)")
+    for key, allowed in CHOICES.items():
+        if key in values and values[key] not in allowed:
+            raise ConfigError(
+                f"--energy-profile: bad value in '{key}={values[key][:40]}' (one of {','.join(allowed)})"
+            )
     gpus = _int_list(values["gpus"], "gpus") if "gpus" in values else ()
     if "share" in words and gpus not in ((), (1,)):
         raise ConfigError(
@@ -159,6 +178,9 @@ def _parse(text: str | None) -> ProfileSpec:
         urgent="urgent" in words,
         share="share" in words,
         nolimit="nolimit" in words,
+        precision=values.get("precision"),
+        shard=values.get("shard"),
+        ckpt=values.get("ckpt"),
     )
 
 

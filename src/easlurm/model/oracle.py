@@ -339,7 +339,13 @@ class Oracle:
         )
 
     def predict(self, workload: Workload, placements: Placements) -> Prediction:
-        """Predictions for one workload over all placements (cached for small placement sets)."""
+        """Predictions for one workload over all placements (cached for small placement sets). A job that
+        leaves its sharding or activation checkpointing to the oracle (`Workload.chooses_training`) is
+        predicted with the cheapest of its options that fits, per placement (`cheapest_of`)."""
+        if workload.chooses_training:
+            options = workload.training_options
+            preds = [self.predict(workload.trained_with(s, c), placements) for s, c in options]
+            return cheapest_of(preds)[0]
         cacheable = self.cache_size > 0 and len(placements) <= _CACHE_MAX_ROWS and self._cacheable()
         key: tuple[Any, ...] | None = None
         if cacheable:
@@ -369,6 +375,8 @@ class Oracle:
 
         Identical workloads (common in a queue) are evaluated once and their rows gathered.
         """
+        if any(w.chooses_training for w in workloads):  # those pick an option per placement: one at a time
+            return concat_predictions([self.predict(w, placements) for w in workloads])
         uniq: dict[Workload, int] = {}
         index = np.fromiter(
             (uniq.setdefault(w, len(uniq)) for w in workloads), dtype=np.intp, count=len(workloads)
@@ -387,14 +395,58 @@ class Oracle:
         """Row i is workloads[i] on placement i (calibration data: one measurement per row)."""
         if len(workloads) != len(placements):
             raise ModelError(f"{len(workloads)} workloads for {len(placements)} placements")
+        if any(w.chooses_training for w in workloads):
+            return self._rows_choosing(workloads, placements)
         res = self._post(self._run(self._features(workloads), placements), placements)
         return self._prediction(res, placements.batch, self._shared(placements))
+
+    def _rows_choosing(self, workloads: Sequence[Workload], placements: Placements) -> Prediction:
+        """predict_rows where some jobs choose their training: each distinct workload on its own rows."""
+        groups: dict[Workload, list[int]] = {}
+        for i, w in enumerate(workloads):
+            groups.setdefault(w, []).append(i)
+        parts = [
+            (np.array(idx), self.predict(w, placements.take(np.array(idx)))) for w, idx in groups.items()
+        ]
+        order = np.argsort(np.concatenate([idx for idx, _ in parts]), kind="stable")
+        whole = concat_predictions([p for _, p in parts])
+        return _take_prediction(whole, order)
 
     def _cacheable(self) -> bool:
         return True
 
     def clear_cache(self) -> None:
         self._cache.clear()
+
+
+def cheapest_of(preds: Sequence[Prediction]) -> tuple[Prediction, np.ndarray]:
+    """Per row, the prediction with the least energy per step among those that fit (ties: the first), and
+    the index of the one taken; a row none fits keeps the first's (infeasible) figures."""
+    energy = np.vstack([np.where(np.asarray(p.feasible, bool), p.energy_j, np.inf) for p in preds])
+    pick = np.argmin(energy, axis=0)  # argmin keeps the first of equal energies
+    rows = np.arange(energy.shape[1])
+    fields_: dict[str, Any] = {}
+    for f in fields(Prediction):
+        cols = [getattr(p, f.name) for p in preds]
+        fields_[f.name] = None if cols[0] is None else np.vstack(cols)[pick, rows]
+    return Prediction(**fields_), pick
+
+
+def concat_predictions(preds: Sequence[Prediction]) -> Prediction:
+    """Predictions one after the other (rows of the first, then of the second...)."""
+    out: dict[str, Any] = {}
+    for f in fields(Prediction):
+        cols = [getattr(p, f.name) for p in preds]
+        out[f.name] = None if any(c is None for c in cols) else np.concatenate(cols)
+    return Prediction(**out)
+
+
+def _take_prediction(pred: Prediction, index: np.ndarray) -> Prediction:
+    out: dict[str, Any] = {}
+    for f in fields(pred):
+        col = getattr(pred, f.name)
+        out[f.name] = None if col is None else col[index]
+    return Prediction(**out)
 
 
 def astuple_shallow(res: StepResult) -> tuple[np.ndarray, ...]:

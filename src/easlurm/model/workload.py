@@ -97,9 +97,13 @@ class Sharding(StrEnum):
     ZERO1 = "zero1"  # optimizer state sharded; gradients reduce-scattered, parameters all-gathered
     ZERO2 = "zero2"  # + gradients sharded
     ZERO3 = "zero3"  # + parameters sharded, all-gathered layer by layer in forward and backward
+    #: the job lets the oracle choose: the cheapest stage that fits (`Oracle.predict`)
+    AUTO = "auto"
 
     @property
     def stage(self) -> int:
+        if self is Sharding.AUTO:
+            raise ModelError("sharding 'auto' has no stage: the oracle resolves it per placement")
         return _SHARD_STAGES.index(self)
 
     @classmethod
@@ -111,7 +115,7 @@ class Sharding(StrEnum):
         try:
             return cls(key)
         except ValueError:
-            known = ", ".join([*(s.value for s in cls), "fsdp"])
+            known = ", ".join([*(s.value for s in cls if s is not Sharding.AUTO), "fsdp", "auto"])
             raise ModelError(f"unknown sharding {text!r} (known: {known})") from None
 
 
@@ -132,19 +136,28 @@ SHARDING_ALIASES = {
 }
 
 
-#: activation checkpointing names: what each means for the oracle (Workload.act_ckpt)
+#: activation checkpointing names: what each means for the oracle (Workload.act_ckpt); 'auto' lets the
+#: oracle choose none or full, the cheaper that fits
 CKPT_NAMES = {"": "", "0": "", "no": "", "none": "", "false": "", "1": "full", "full": "full", "true": "full"}
-CKPT_NAMES["selective"] = "selective"
+CKPT_NAMES.update(selective="selective", auto="auto")
 
 
 def parse_ckpt(value: str | bool | None) -> str:
-    """'' (none), 'full' or 'selective' from a flag or a name (1/0, full, selective, none)."""
+    """'' (none), 'full', 'selective' or 'auto' from a flag or a name (1/0, full, selective, none, auto)."""
     if isinstance(value, bool) or value is None:
         return "full" if value else ""
     name = CKPT_NAMES.get(str(value).strip().lower())
     if name is None:
-        raise ModelError(f"unknown activation checkpointing {value!r} (known: 0, 1, full, selective)")
+        raise ModelError(f"unknown activation checkpointing {value!r} (known: 0, 1, full, selective, auto)")
     return name
+
+
+def options_of(sharding: Sharding, act_ckpt: str) -> list[tuple[Sharding, str]]:
+    """(sharding, checkpointing) pairs: every stage where sharding is auto, none and full checkpointing
+    where it is auto, else the one given."""
+    stages = list(_SHARD_STAGES) if sharding is Sharding.AUTO else [sharding]
+    ckpts = ["", "full"] if act_ckpt == "auto" else [act_ckpt]
+    return [(s, c) for s in stages for c in ckpts]
 
 
 class Optimizer(StrEnum):
@@ -240,6 +253,17 @@ class Workload:
     def trained_with(self, sharding: str | Sharding, act_ckpt: str | bool = "") -> Workload:
         """The same model trained with this sharding and activation checkpointing (True: full)."""
         return dataclasses.replace(self, sharding=Sharding.parse(sharding), act_ckpt=parse_ckpt(act_ckpt))
+
+    @property
+    def training_options(self) -> list[tuple[Sharding, str]]:
+        """The (sharding, checkpointing) pairs this job allows: itself, or every stage and/or none and full
+        checkpointing where it says auto (the oracle predicts the cheapest that fits)."""
+        return options_of(self.sharding, self.act_ckpt)
+
+    @property
+    def chooses_training(self) -> bool:
+        """True where the job leaves its sharding or checkpointing to the oracle."""
+        return self.sharding is Sharding.AUTO or self.act_ckpt == "auto"
 
     @property
     def flops_gemm(self) -> float:

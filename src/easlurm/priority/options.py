@@ -114,6 +114,8 @@ class PredictionCache:
                 job.power_limit_options_w,
                 type_key,
                 limit_fractions,
+                job.sharding,
+                job.act_ckpt,
             )
             slot = self._slots.get(key)
             if slot is None:
@@ -171,12 +173,14 @@ class PredictionCache:
         return self._size, 0
 
     def _workload(self, job: PendingJob) -> Any:
-        wkey = (job.model, job.precision, job.seq_len, job.image_size)
+        wkey = (job.model, job.precision, job.seq_len, job.image_size, job.sharding, job.act_ckpt)
         wl = self._workloads.get(wkey)
         if wl is None:
             wl = get_workload(
                 job.model, precision=job.precision, seq_len=job.seq_len, image_size=job.image_size
             )
+            if job.sharding != "none" or job.act_ckpt:  # the oracle resolves auto per option
+                wl = wl.trained_with(job.sharding, job.act_ckpt)
             self._workloads[wkey] = wl
         return wl
 

@@ -6,7 +6,7 @@ import logging
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ from easlurm.accounting.step_record import ADMIN_COMMENT_PREFIX, decode_admin_co
 from easlurm.energy.spec import ProfileSpec, parse_spec
 from easlurm.errors import ConfigError, EaslurmError
 from easlurm.model.oracle import Placements
+from easlurm.model.workload import Precision, Sharding, parse_ckpt
 from easlurm.model.zoo import get_workload
 from easlurm.priority.holds import foreign_hold, held_for_own_begin
 from easlurm.priority.sharing import colocations, sharing_mode
@@ -211,7 +212,7 @@ def pending_job(
     types: tuple[str, ...] | None = None if job.gpu_type is None or moves else (job.gpu_type,)
     if pinned_types is not None:
         types = pinned_types
-    return PendingJob(
+    pending = PendingJob(
         job_id=job.job_id,
         user=job.user,
         submit_s=job.submit_s,
@@ -229,6 +230,20 @@ def pending_job(
         default_power_limit=spec.nolimit,
         time_limit_s=job.time_limit_s,
     )
+    return replace(pending, **training_hints(spec)) if spec.precision or spec.shard or spec.ckpt else pending
+
+
+def training_hints(spec: ProfileSpec) -> dict[str, Any]:
+    """How a declared job trains (SPEC precision=, shard=, ckpt=) as PendingJob fields; a job that says
+    shard=auto and nothing of checkpointing lets the oracle choose that too (docs/oracle-llm.md)."""
+    out: dict[str, str] = {}
+    if spec.precision is not None:
+        out["precision"] = Precision.parse(spec.precision).value
+    if spec.shard is not None:
+        out["sharding"] = Sharding.parse(spec.shard).value
+    if spec.ckpt is not None or spec.shard == "auto":
+        out["act_ckpt"] = parse_ckpt("auto" if spec.ckpt is None else spec.ckpt)
+    return out
 
 
 class PendingMemo:

@@ -121,6 +121,10 @@ class JobRequest:
     precision: str = "bf16"
     seq_len: int | None = None
     image_size: int | None = None
+    #: how the job trains where it says (SPEC shard=, ckpt=; docs/oracle-llm.md): a ZeRO stage, or auto (the
+    #: oracle predicts each option with the cheapest stage that fits), and activation checkpointing
+    sharding: str = "none"
+    act_ckpt: str = ""
     #: the job declared it may share a GPU with another declared job (SPEC `share`)
     shareable: bool = False
     #: the job asked to run at its GPUs' default power limit (SPEC `nolimit`): no policy caps it

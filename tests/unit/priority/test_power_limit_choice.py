@@ -37,7 +37,7 @@ def job(job_id: str = "j", **kw: Any) -> PendingJob:
         remaining_steps=2000.0,
         batch_options=(256,),
         gpu_options=(4,),
-        precision="fp32",
+        precision="fp32-strict",
         malleable=False,
     )
     base.update(kw)
@@ -61,7 +61,7 @@ def predict(oracle: Oracle, limits_w: list[float]) -> tuple[np.ndarray, np.ndarr
     """(time, power) of the test job (4 H100, batch 256) at each limit (NaN: the default)."""
     n = len(limits_w)
     pred = oracle.predict(
-        get_workload("resnet50", precision="fp32"),
+        get_workload("resnet50", precision="fp32-strict"),
         Placements.of(
             np.full(n, 4), np.full(n, 256), np.array(["h100-sxm"] * n, dtype=object), np.array(limits_w)
         ),
@@ -167,7 +167,7 @@ def test_a_noisy_oracle_errs_alike_at_every_limit_of_a_placement() -> None:
 
     limits = [math.nan, 300.0, 400.0, 500.0]
     pl = Placements.of(np.array([4, 4, 4, 4, 2]), 256, "h100-sxm", np.array([*limits, math.nan]))
-    wl = get_workload("resnet50", precision="fp32")
+    wl = get_workload("resnet50", precision="fp32-strict")
     clean, noisy = Oracle().predict(wl, pl), NoisyOracle(sigma=0.1, seed=3).predict(wl, pl)
     ratio = noisy.step_time_s / clean.step_time_s
     assert np.allclose(ratio[:4], ratio[0]) and not np.isclose(ratio[4], ratio[0])

@@ -31,7 +31,7 @@ def job(job_id: str, **kw: object) -> PendingJob:
         remaining_steps=2000.0,
         batch_options=(256, 128, 512),
         gpu_options=(4, 1, 2, 8),
-        precision="fp32",
+        precision="fp32-strict",
     )
     base.update(kw)
     return PendingJob(**base)  # type: ignore[arg-type]
@@ -94,7 +94,7 @@ def test_pollux_takes_the_fastest_placement_and_zeus_the_least_edp(oracle: Oracl
     options = [(n, g) for n in (1, 2, 4, 8) for g in ("a100-40gb", "h100-sxm")]
     times = {o: run_time(oracle, p, o[0], 256, o[1]) for o in options}
     assert (fast.n_gpus, fast.gpu_type) == min(times, key=lambda o: times[o])
-    w = get_workload("resnet50", precision="fp32")
+    w = get_workload("resnet50", precision="fp32-strict")
     pred = oracle.predict(w, Placements.of([o[0] for o in options], 256, [o[1] for o in options]))
     edp = pred.power_w * (p.remaining_samples / pred.samples_per_s) ** 2
     assert (lean.n_gpus, lean.gpu_type) == options[int(np.argmin(edp))]
@@ -149,7 +149,7 @@ def test_aurachronos_preempts_the_cheapest_victim_for_an_urgent_job(oracle: Orac
 
 
 def test_charon_holds_what_does_not_fit_the_budget_and_charon_pl_caps_it(oracle: Oracle) -> None:
-    p = job("big", model="vit-b16", gpu_options=(8,), batch_options=(512,), precision="fp32")
+    p = job("big", model="vit-b16", gpu_options=(8,), batch_options=(512,), precision="fp32-strict")
     s = snap((p,), nodes=(H100,), power_budget_w=3000.0)
     d = get_policy("charon").decide(s, oracle)
     assert not d.starts and d.hold == ("big",)
@@ -166,7 +166,7 @@ def test_charon_takes_a_smaller_placement_that_fits_the_budget_and_charon_thesis
 ) -> None:
     """A job whose minimum-EDP placement (8 H100) exceeds the power left starts on what the budget
     allows (here the idle A100 node) instead of leaving it idle; the thesis's Charon holds it."""
-    p = job("big", model="vit-b16", gpu_options=(8, 4, 2, 1), batch_options=(512,), precision="fp32")
+    p = job("big", model="vit-b16", gpu_options=(8, 4, 2, 1), batch_options=(512,), precision="fp32-strict")
     s = snap((p,), power_budget_w=3000.0)
     thesis = get_policy("charon-thesis").decide(s, oracle)
     assert not thesis.starts and thesis.hold == ("big",)
@@ -232,7 +232,9 @@ def test_learned_margin_follows_the_measured_over_predicted_power_of_running_job
 
 def test_charon_pads_starts_by_the_learned_margin_and_a_requeued_jobs_observed_error(oracle: Oracle) -> None:
     jobs = tuple(job(f"j{i}", gpu_options=(2,), batch_options=(512,)) for i in range(2))
-    pred = oracle.predict(get_workload("resnet50", precision="fp32"), Placements.of([2], [512], ["h100-sxm"]))
+    pred = oracle.predict(
+        get_workload("resnet50", precision="fp32-strict"), Placements.of([2], [512], ["h100-sxm"])
+    )
     delta = float(pred.power_w[0]) - 2 * 70.0  # what one start adds, predicted
     h = dataclasses.replace(H100, free_gpus=4)
 
@@ -252,7 +254,7 @@ def test_charon_pads_starts_by_the_learned_margin_and_a_requeued_jobs_observed_e
 
 
 def test_charon_caps_a_start_at_the_power_left_and_holds_an_urgent_job_it_cannot_cap(oracle: Oracle) -> None:
-    p = job("big", model="vit-b16", gpu_options=(8,), batch_options=(512,), precision="fp32")
+    p = job("big", model="vit-b16", gpu_options=(8,), batch_options=(512,), precision="fp32-strict")
     # the oracle predicts about 4.97 kW for this placement: admitted under 5.1 kW, capped at the ~638 W per GPU left
     s = snap((p,), nodes=(H100,), power_budget_w=5100.0)
     d = get_policy("charon").decide(s, oracle)

@@ -51,7 +51,7 @@ def _snapshot() -> ClusterSnapshot:
                 remaining_steps=600.0,
                 urgent=True,
                 deadline_s=4000.0,
-                precision="fp32",
+                precision="fp32-strict",
             ),
         ),
         user_gpu_s={"u1": 550.0},

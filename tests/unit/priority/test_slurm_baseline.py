@@ -32,7 +32,7 @@ def job(job_id: str, **kw: object) -> PendingJob:
         total_steps=2000,
         batch_options=(256,),
         gpu_options=(1,),
-        precision="fp32",
+        precision="fp32-strict",
     )
     base.update(kw)
     return PendingJob(**base)  # type: ignore[arg-type]

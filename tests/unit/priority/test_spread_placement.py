@@ -26,7 +26,7 @@ def node(name: str, free: int, total: int = 8) -> NodeState:
 
 def job(model: str = "bert-large", gpus: tuple[int, ...] = (4,), **kw: Any) -> PendingJob:
     batch = (256,) if model == "resnet50" else (64,)
-    precision = "fp32" if model == "resnet50" else "bf16"
+    precision = "fp32-strict" if model == "resnet50" else "bf16"
     return PendingJob("j", "u0", 0.0, model, 2000, batch, gpus, precision=precision, **kw)
 
 

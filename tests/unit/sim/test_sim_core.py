@@ -146,7 +146,7 @@ def _job(job_id: str, **kw: Any) -> JobSpec:
         total_steps=3000,
         batch_options=(256,),
         gpu_options=(8,),
-        precision="fp32",
+        precision="fp32-strict",
     )
     base.update(kw)
     return JobSpec(**base)

@@ -26,7 +26,7 @@ def _job(i: int, submit_s: float = 0.0) -> JobSpec:
         total_steps=200,
         batch_options=(256,),
         gpu_options=(8,),
-        precision="fp32",
+        precision="fp32-strict",
     )
 
 

@@ -103,7 +103,7 @@ def _fragmenting_jobs() -> list[JobSpec]:
         _job(
             f"hog{i}",
             model="resnet50",
-            precision="fp32",
+            precision="fp32-strict",
             gpu_options=(6,),
             batch_options=(192,),
             total_steps=3000,

@@ -282,3 +282,20 @@ def test_c_and_python_give_the_same_message(spec_lib: ctypes.CDLL, spec: str) ->
     with pytest.raises(ConfigError) as err:
         parse_spec(spec, ModelNames.parse(text))
     assert str(err.value) == "--energy-profile: " + _c_error(spec_lib, spec, text)
+
+
+def test_training_hints_name_precision_sharding_and_checkpointing() -> None:
+    """docs/oracle-llm.md: how the job trains reaches the scheduler as written; the C checker takes the
+    same values (spec_cases.tsv)."""
+    spec = parse_spec("model=llama3-8b,steps=100,batch=16,gpus=8,precision=amp-bf16,shard=auto,ckpt=1")
+    assert (spec.precision, spec.shard, spec.ckpt) == ("amp-bf16", "auto", "1")
+    assert {k: spec.hints()[k] for k in ("precision", "shard", "ckpt")} == {
+        "precision": "amp-bf16",
+        "shard": "auto",
+        "ckpt": "1",
+    }
+    assert "precision" not in parse_spec("model=resnet50").hints()
+    with pytest.raises(
+        ConfigError, match=r"bad value in 'shard=zero4' \(one of none,zero1,zero2,zero3,fsdp,auto\)"
+    ):
+        parse_spec("shard=zero4")

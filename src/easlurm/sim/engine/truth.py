@@ -29,12 +29,14 @@ class Truth:
         self._coruns: dict[tuple[Any, ...], Any] = {}
 
     def workload(self, spec: JobSpec) -> Any:
-        key = (spec.model, spec.precision, spec.seq_len, spec.image_size)
+        key = _template(spec)
         wl = self._workloads.get(key)
         if wl is None:
             wl = get_workload(
                 spec.model, precision=spec.precision, seq_len=spec.seq_len, image_size=spec.image_size
             )
+            if spec.sharding != "none" or spec.act_ckpt:  # the oracle resolves auto per placement
+                wl = wl.trained_with(spec.sharding, spec.act_ckpt)
             self._workloads[key] = wl
         return wl
 
@@ -50,10 +52,7 @@ class Truth:
         """(samples per second, power of all the job's GPUs in W) with the GPUs spread over `n_nodes`."""
         pl = math.nan if limit_w is None else float(limit_w)
         key = (
-            spec.model,
-            spec.precision,
-            spec.seq_len,
-            spec.image_size,
+            *_template(spec),
             n_gpus,
             batch,
             gpu_type,
@@ -108,10 +107,7 @@ class Truth:
         counts = nodes_by_type or {}
         allowed = [t for t in types if spec.gpu_types is None or type_allowed(t, spec.gpu_types)]
         key = (
-            spec.model,
-            spec.precision,
-            spec.seq_len,
-            spec.image_size,
+            *_template(spec),
             spec.gpu_options,
             spec.batch_options,
             spec.malleable,
@@ -138,4 +134,4 @@ class Truth:
 
 
 def _template(spec: JobSpec) -> tuple[Any, ...]:
-    return (spec.model, spec.precision, spec.seq_len, spec.image_size)
+    return (spec.model, spec.precision, spec.seq_len, spec.image_size, spec.sharding, spec.act_ckpt)
