@@ -64,6 +64,8 @@ class WorkloadArrays:
     input_real: np.ndarray
     input_px: np.ndarray
     dw: np.ndarray  # depthwise convolution FLOPs per sample (Workload.flops_dw)
+    conv_tail: np.ndarray  # summed reduction depth of the convolution kernels (Workload.conv_tail_depth)
+    conv_tiles: np.ndarray  # their output tiles per sample, weighted by depth (Workload.conv_tail_tiles)
     conv_code: np.ndarray  # the code convolutions are asked at (TF32 under `fp32`, PyTorch's defaults)
     #: sharding stage (0 DDP .. 3 ZeRO-3/FSDP) and the unsharded state it divides (bytes): FP32 weights with
     #: autocast's copies, FP32 gradients, optimizer state; parameter bytes all-gathered (compute precision)
@@ -119,6 +121,8 @@ class WorkloadArrays:
             1.0 if w.real_input else 0.0,
             float(w.image_size**2) if w.real_input and w.image_size else 0.0,
             w.flops_dw + ck * w.flops_dw_f,
+            w.conv_tail_depth,
+            w.conv_tail_tiles,
             float(PRECISION_CODE[w.precision.conv]),
             float(w.sharding.stage),
             w.param_mem_bytes,
@@ -502,7 +506,14 @@ def _pass_times(
     c_mem = p["c_mem"] * w.s_mem
     hbm_bytes = w.act_bytes * micro + w.weight_bytes + np.where(mixed, p["k_layout"], 0.0) * w.conv_io * micro
     t_mem = hbm_bytes / hw.hbm_bw * f_l2 * c_mem
-    t_kern = w.kernels * p["t_kern_s"]
+    # each convolution kernel's last wave of output tiles leaves most SMs idle: on average half a wave, whose
+    # time grows with the kernel's reduction depth at one SM's rate, whatever the batch; a kernel with fewer
+    # tiles than SMs runs smaller ones. Small images have few tiles per kernel, so it weighs on them
+    # (docs/oracle-gpus.md, small-image convolutions). Like the gaps between kernels it is GPU time, not busy
+    # compute: it draws no compute power and MPS can fill it
+    tiles = micro * w.conv_tiles / p["r_conv_wave_tiles"]
+    t_wave = w.conv_tail * p["t_conv_wave_s"] * tiles / (1.0 + tiles) * hw.peak_fp32 / peak_conv
+    t_kern = w.kernels * p["t_kern_s"] + t_wave
     t_host = w.host_ops * p["t_host_op_s"]
     # a sharded optimizer (ZeRO stage >= 1) updates each GPU's shard of the parameters only
     t_opt = np.where(w.shard >= 1, 1.0 / np.maximum(n, 1.0), 1.0) * np.maximum(

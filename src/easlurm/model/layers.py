@@ -10,6 +10,10 @@ from easlurm.model.workload import Optimizer, Precision, Workload
 #: reduction depth (C_in*k*k/groups) under which a grouped convolution is bandwidth-bound (no tensor cores)
 DENSE_CONV_MIN_DEPTH = 64.0
 
+#: output elements of one tile of an FP32 implicit-GEMM convolution kernel (128 x 64, between the 64 x 64 and
+#: 128 x 128 tiles such kernels run): the unit the last wave is counted in (`t_conv_wave_s`)
+CONV_TILE_ELEMS = 128.0 * 64.0
+
 #: ALU FLOPs per element of an activation function (forward; backward costs about the same).
 ACT_FLOPS = {"relu": 1.0, "gelu": 14.0, "silu": 5.0, "tanh": 5.0, "sigmoid": 4.0, "identity": 0.0}
 
@@ -55,6 +59,8 @@ class WorkloadBuilder:
             "host_ops",
             "dw_f",
             "dw_b",
+            "conv_tail",
+            "conv_tiles",
         ]:
             self._t[key] = 0.0
 
@@ -191,6 +197,11 @@ class WorkloadBuilder:
             t["cc"] += w * depth
             t["cs"] += w * pixels
             t["conv_io"] += repeat * 3.0 * (in_elems + out_elems) * self._s
+            # the reduction depths of its forward, weight-gradient and input-gradient kernels (the last wave
+            # of each kernel's output tiles: `t_conv_wave_s`); a stem on the RGB image has no input gradient
+            kdepth = 2.0 * depth + (c_out * kernel * kernel / groups if c_in > 3 else 0.0)
+            t["conv_tail"] += repeat * kdepth
+            t["conv_tiles"] += repeat * kdepth * pixels * c_out / CONV_TILE_ELEMS
         if bias:
             t["alu_f"] += repeat * c_out * pixels
             t["alu_b"] += repeat * c_out * pixels
@@ -404,6 +415,8 @@ class WorkloadBuilder:
             host_ops=t["host_ops"],
             flops_dw_f=t["dw_f"],
             flops_dw_b=t["dw_b"],
+            conv_tail_depth=t["conv_tail"],
+            conv_tail_tiles=t["conv_tiles"] / max(t["conv_tail"], 1e-30),
             seq_len=seq_len,
             image_size=image_size,
             ckpt_act_mem_bytes=self.ckpt_act_mem(),

@@ -45,6 +45,20 @@ PARAM_SPECS: dict[str, tuple[float, float, float, str]] = {
     "k_layout": (2.0, 0.0, 10.0, "extra HBM passes of NCHW activations around tensor-core convolutions"),
     "lambda_miss": (1.0, 0.01, 1.0, "incompressible L2 miss rate"),
     "t_kern_s": (3e-6, 1e-7, 3e-5, "GPU time per kernel beyond its work (launch gap, tail)"),
+    # half a wave of 128x64 output tiles per unit of reduction depth on one SM at the FP32 rate of a Pascal to
+    # Ampere SM (64 FP32 lanes at ~1.5 GHz, ~190 GFLOP/s): 0.5 * 2 * 128 * 64 / 1.9e11 s (docs/oracle-gpus.md)
+    "t_conv_wave_s": (
+        4.3e-8,
+        1e-9,
+        1e-6,
+        "time per unit of reduction depth of a convolution kernel's last wave of output tiles (FP32 rate)",
+    ),
+    "r_conv_wave_tiles": (
+        80.0,
+        1.0,
+        1e4,
+        "output tiles of a convolution kernel at which its last wave costs half its full time (about an SM count)",
+    ),
     "t_host_op_s": (8e-5, 5e-6, 3e-4, "host time per forward operation, its backward and launches included"),
     "t_fixed_s": (2e-3, 0.0, 0.5, "fixed per-step overhead (sync, data loading)"),
     # real data loading (docs/oracle-gpus.md): wall-clock host time of a real loader per step (handing a

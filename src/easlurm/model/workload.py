@@ -237,6 +237,12 @@ class Workload:
     #: small fraction of the CUDA-core peak (`beta_dw`), whatever their FLOP count says
     flops_dw_f: float = 0.0
     flops_dw_b: float = 0.0
+    #: summed reduction depth of the convolution kernels (forward, weight and input gradients): each kernel's
+    #: last wave of output tiles leaves SMs idle for a time that grows with its depth, not with the batch
+    conv_tail_depth: float = 0.0
+    #: the output tiles of one sample in those kernels, weighted by depth: a kernel with fewer tiles than SMs
+    #: runs smaller ones, and its last wave costs less
+    conv_tail_tiles: float = 0.0
     #: the samples come from a real data loader (decoding, augmentation on host workers); False: synthetic
     #: tensors already on the GPU, as the benchmarks the oracle is mostly fitted on
     real_input: bool = False

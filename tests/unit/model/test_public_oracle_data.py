@@ -20,6 +20,7 @@ CONVERTERS = {
     "convert-lambda-benchmarks": ("lambda", "lambda_pytorch.csv"),
     "convert-zeus-power-traces": ("zeus", "zeus_power_limits.csv"),
     "convert-dle-tables": ("dle", "dle_training.csv"),
+    "convert-gavel-throughputs": ("gavel", "gavel_cifar.csv"),
 }
 #: converters of tables that are not measurements: script -> (raw folder, committed CSV)
 TABLE_CONVERTERS = {"convert-nvidia-smi-idle": ("nvidia_smi", "nvidia_smi_idle.csv")}

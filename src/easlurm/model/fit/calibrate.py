@@ -29,6 +29,7 @@ from easlurm.model.params import (
     is_factor,
     is_gpu_factor,
 )
+from easlurm.model.zoo import SMALL_IMAGE
 
 log = logging.getLogger(__name__)
 
@@ -343,6 +344,9 @@ def default_free(rows: Sequence[Measurement], catalogue: Catalogue | None = None
         free += ["beta_attn"]
     if any(w.flops_conv > 0.3 * w.flops_total for w in wls):
         free += ["beta_conv", "k_layout"]
+        # small images (CIFAR) have few output tiles per convolution: their rows inform the last wave's cost
+        if any(w.flops_conv > 0.3 * w.flops_total and (w.image_size or 1e9) <= SMALL_IMAGE for w in wls):
+            free += ["t_conv_wave_s"]
     if any(w.flops_dw > 0.01 * w.flops_total for w in wls):
         free += ["beta_dw"]
     if any(m.n_gpus > 1 for m in rows):
