@@ -8,7 +8,7 @@ from typing import Any
 
 from easlurm.config import read_yaml_file
 from easlurm.errors import ConfigError, ModelError
-from easlurm.model.workload import Precision
+from easlurm.model.workload import Precision, Sharding, parse_ckpt
 from easlurm.model.zoo import canonical_name
 from easlurm.sim.job import JobSpec
 from easlurm.units import MAX_INT, parse_duration_s
@@ -22,7 +22,9 @@ jobs:
     steps: 20000          # at the first batch
     batch: [16, 32]       # or one number; the first is the requested one
     gpus: 1               # or a list; the first is the requested count
-    precision: bf16       # optional
+    precision: amp-bf16   # optional (fp32-strict, fp32, tf32, amp-bf16, amp-fp16; bf16 and fp16 are AMP)
+    shard: auto           # optional: none, zero1, zero2, zero3 (fsdp), auto (docs/oracle-llm.md)
+    ckpt: full            # optional activation checkpointing: none, full, selective (auto with shard: auto)
     deadline: 2h          # optional, after the submit time (makes the job urgent)
     share: true           # may share a GPU with another shareable job (docs/colocation.md)
     nolimit: true         # run at the GPUs' default power limit (no policy caps it)
@@ -48,6 +50,8 @@ _KEYS = {
     "power_limits",
     "nolimit",
     "time_limit",
+    "shard",
+    "ckpt",
 }
 
 
@@ -127,7 +131,22 @@ def _job(entry: Any, where: str, index: int) -> JobSpec:
         shareable=share,
         default_power_limit=nolimit,
         time_limit_s=time_limit_s,
+        **_training(entry, where),
     )
+
+
+def _training(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """`shard` and `ckpt` as JobSpec's sharding and act_ckpt; a job with shard auto and no ckpt lets the
+    oracle choose both."""
+    try:
+        shard = Sharding.parse(str(entry.get("shard", "none"))).value
+    except ModelError as exc:
+        raise ConfigError(f"{where}.shard: {exc}") from None
+    ckpt = entry.get("ckpt", "auto" if shard == "auto" else "")
+    try:
+        return {"sharding": shard, "act_ckpt": parse_ckpt(ckpt if isinstance(ckpt, bool) else str(ckpt))}
+    except ModelError as exc:
+        raise ConfigError(f"{where}.ckpt: {exc}") from None
 
 
 def _int(value: Any, where: str) -> int:

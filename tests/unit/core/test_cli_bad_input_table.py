@@ -443,6 +443,12 @@ CASES: dict[str, Case] = {
     "unknown-precision-joblist-run": C(
         "jobs[0].precision", "sim", "run", "--policy", "zeus", "--job-list", "{prec}"
     ),
+    "unknown-shard-predict": C("--shard", "predict", "--model", "resnet50", "--shard", "zero9"),
+    "unknown-ckpt-predict": C(
+        "--activation-checkpointing", "predict", "--model", "resnet50", "--activation-checkpointing", "half"
+    ),
+    "unknown-precision-evaluate": C("precision: unknown precision 'fp64'", "model", "evaluate", "{mprec}"),
+    "unknown-sharding-evaluate": C("sharding: unknown sharding 'zero9'", "model", "evaluate", "{mshard}"),
     # --- rule "no duplicate CSV headers, no copied rows" (the last column won; 0.0 % error on copies)
     "duplicate-header-csv-replay": C("duplicate column 'gpus'", "sim", "replay", "{duphdr}", "--out", OUT),
     "duplicate-column-evaluate": C("duplicate column 'model'", "model", "evaluate", "{mdup}"),
@@ -475,6 +481,8 @@ EXTRA: dict[str, str] = {
     + _PLAN
     + "}\n",
     "m30": _M_HEADER + "resnet50,1e30,bf16,1,h100-sxm,0.12\n",
+    "mprec": _M_HEADER + "resnet50,64,fp64,1,h100-sxm,0.12\n",
+    "mshard": _M_HEADER.replace("\n", ",sharding\n") + "resnet50,64,bf16,8,h100-sxm,0.12,zero9\n",
     "nanswf": _HEAD + _SWF_ROW + _SWF_ROW.replace("1 0 10", "2 nan 10", 1),
     "hugeswf": _HEAD + _SWF_ROW.replace(" 100 4 ", " 100 1000000000 ", 1),
     "bigcluster": "nodes:\n  - {gpu_type: a100-40gb, gpus: 8, count: 100000000000}\n",

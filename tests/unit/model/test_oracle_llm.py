@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from easlurm.cli import main
 from easlurm.errors import ModelError, TraceError
 from easlurm.model.equations import WorkloadArrays, static_memory
 from easlurm.model.fit.dataset import placements_of, read_measurements
@@ -159,3 +161,32 @@ def test_published_fsdp_llama_throughput(oracle: Oracle) -> None:
     assert np.all(np.abs(err) < 0.40), err
     measured = rows[1].step_time_s / rows[0].step_time_s
     assert float(pred.step_time_s[1] / pred.step_time_s[0]) == pytest.approx(measured, rel=0.10)
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_predict_shards_on_request_and_says_what_it_chose(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ("predict", "--model", "llama3-8b", "--batch", "8", "--gpus", "8", "--gpu", "h100-sxm")
+    rc, out, _ = _cli(capsys, *base, "--precision", "bf16", "--json")
+    (row,) = json.loads(out)["placements"]
+    assert rc == 0 and not row["feasible"] and row["sharding"] == "none"
+    rc, out, _ = _cli(capsys, *base, "--precision", "bf16", "--shard", "auto", "--json")
+    doc = json.loads(out)
+    (row,) = doc["placements"]
+    assert doc["precision"] == "amp-bf16"
+    assert row["feasible"] and row["sharding"] != "none" and row["peak_mem_gib"] < 80
+    rc, out, _ = _cli(capsys, *base, "--shard", "fsdp", "--activation-checkpointing", "full")
+    assert rc == 0 and "Sharding" in out and "zero3" in out and "full" in out
+    rc, _, err = _cli(capsys, *base, "--shard", "zero9")
+    assert rc == 2 and err.count("\n") == 1 and "--shard" in err
+
+
+def test_model_list_says_what_each_precision_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = _cli(capsys, "model", "list")
+    lines = {line.split()[0]: line for line in out.splitlines() if line.strip()}
+    assert rc == 0
+    assert "TF32 (Ampere+)" in lines["fp32"] and "FP32" in lines["fp32-strict"]
