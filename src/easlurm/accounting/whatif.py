@@ -197,9 +197,9 @@ def what_ifs(
     does not fit. Raises the oracle's errors (unknown model or GPU) for the caller to report."""
     if spec.model is None:
         return []
-    from easlurm.model.zoo import get_workload  # here: numpy (easlurm.model), only for a declared model
+    from easlurm.model.sharding import declared_workload  # here: numpy (easlurm.model), a declared model only
 
-    workload = get_workload(spec.model)
+    workload = declared_workload(spec.model, spec.precision, spec.shard, spec.ckpt)
     own = _predict(oracle, workload, base)
     if own is None:
         return []

@@ -7,6 +7,21 @@ from dataclasses import dataclass
 
 from easlurm.model.oracle import Oracle, Placements, Prediction, cheapest_of
 from easlurm.model.workload import Sharding, Workload, options_of, parse_ckpt
+from easlurm.model.zoo import get_workload
+
+
+def declared_workload(
+    model: str, precision: str | None = None, shard: str | None = None, ckpt: str | None = None
+) -> Workload:
+    """The workload a job declares (SPEC model=, precision=, shard=, ckpt=): the zoo model at its precision
+    (bf16 where it names none), trained as it says; shard=auto without ckpt= leaves both to the oracle."""
+    workload = get_workload(model, precision=precision or "bf16")
+    if shard is None and ckpt is None:
+        return workload
+    sharding = Sharding.parse(shard or "none")
+    if ckpt is None:
+        ckpt = "auto" if sharding is Sharding.AUTO else ""
+    return workload.trained_with(sharding, ckpt)
 
 
 @dataclass(frozen=True)

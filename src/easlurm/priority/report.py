@@ -44,6 +44,8 @@ def predict_starts(decision: Decision, snapshot: ClusterSnapshot, oracle: Any) -
             wl = get_workload(
                 job.model, precision=job.precision, seq_len=job.seq_len, image_size=job.image_size
             )
+            if job.sharding != "none" or job.act_ckpt:
+                wl = wl.trained_with(job.sharding, job.act_ckpt)
             limit = start.power_limit_w if start.power_limit_w is not None else math.nan
             per_node = oracle.catalogue.get(start.gpu_type).gpus_per_node
             m = oracle_nodes(np.array([start.n_gpus]), np.array([start.n_nodes]), per_node)

@@ -14,8 +14,8 @@ from easlurm.accounting.step_record import ADMIN_COMMENT_PREFIX, decode_admin_co
 from easlurm.energy.spec import ProfileSpec, parse_spec
 from easlurm.errors import ConfigError, EaslurmError
 from easlurm.model.oracle import Placements
+from easlurm.model.sharding import declared_workload
 from easlurm.model.workload import Precision, Sharding, parse_ckpt
-from easlurm.model.zoo import get_workload
 from easlurm.priority.holds import foreign_hold, held_for_own_begin
 from easlurm.priority.sharing import colocations, sharing_mode
 from easlurm.priority.snapshot import ClusterSnapshot, NodeState, PendingJob, RunningJob
@@ -430,7 +430,7 @@ def oracle_power(oracle: Any) -> Callable[[str, ProfileSpec, str, int, int, int]
         job_id: str, spec: ProfileSpec, gpu_type: str, n_gpus: int, batch: int, n_nodes: int = 0
     ) -> float | None:
         try:
-            wl = get_workload(str(spec.model))
+            wl = declared_workload(str(spec.model), spec.precision, spec.shard, spec.ckpt)
             pred = oracle.predict(wl, Placements.of([n_gpus], [batch], [gpu_type], [math.nan], [n_nodes]))
             return float(pred.power_w[0])
         except (EaslurmError, ValueError, KeyError) as exc:
