@@ -13,6 +13,7 @@ from easlurm.cli import main
 from easlurm.errors import ModelError, TraceError
 from easlurm.model.equations import WorkloadArrays, static_memory
 from easlurm.model.fit.dataset import placements_of, read_measurements
+from easlurm.model.layers import WorkloadBuilder
 from easlurm.model.oracle import Oracle, Placements
 from easlurm.model.params import load_params
 from easlurm.model.sharding import cheapest_training, training_options
@@ -61,6 +62,26 @@ def test_fp32_runs_convolutions_in_tf32_and_matmuls_in_fp32_where_the_gpu_has_tf
     assert step["bert-base", "tf32", "a100-40gb"] < 0.7 * step["bert-base", "fp32", "a100-40gb"]
     # without TF32 tensor cores (Volta) every FP32 name runs the same
     assert step["resnet50", "fp32", "v100"] == pytest.approx(step["resnet50", "fp32-strict", "v100"])
+
+
+def test_autocast_keeps_norms_softmax_and_losses_in_fp32() -> None:
+    """Under AMP the 16-bit share of the activation traffic is not all of it: a layer norm reads and writes
+    FP32 and casts back (34 bytes per element against 20 in FP32, 10 if it were all 16 bit), so a transformer
+    moves well over half its FP32 traffic, while a CNN (batch norms run in 16 bit) moves half."""
+    per_elem = {}
+    for prec in ("fp32", "amp-bf16"):
+        with_norm, without = WorkloadBuilder(prec), WorkloadBuilder(prec)
+        for b in (with_norm, without):
+            b.linear(128, 768, 768)
+        with_norm.norm(128 * 768, 768)
+        per_elem[prec] = (with_norm.build("n").act_bytes - without.build("l").act_bytes) / (128 * 768)
+    assert per_elem == {"fp32": 20.0, "amp-bf16": 34.0}
+    ratio = {
+        m: get_workload(m, precision="amp-bf16").act_bytes / get_workload(m, precision="fp32").act_bytes
+        for m in ("bert-base", "llama3-8b", "resnet50")
+    }
+    assert ratio["bert-base"] > 0.6 and ratio["llama3-8b"] > 0.7
+    assert ratio["resnet50"] == pytest.approx(0.5, abs=1e-3)
 
 
 def test_measurement_csvs_read_old_and_new_names(tmp_path: Path) -> None:
