@@ -138,17 +138,28 @@ def set_aside(entry_path: Path, spool: Path, why: str) -> None:
     log.warning("mail %s set aside: %s", entry_path.name, why)
 
 
+#: how long a drain tries for the lock before it leaves the queue to the drain that holds it (s): MailProg
+#: probes the lock (`flock -n drain.lock true`) while it waits for the drain to start, for a few ms each
+LOCK_PATIENCE_S = 1.0
+
+
 @contextmanager
-def drain_lock(spool: Path) -> Iterator[bool]:
-    """The one-drain-at-a-time lock: yields True when this process holds it, False when another does."""
+def drain_lock(spool: Path, patience_s: float = 0.0) -> Iterator[bool]:
+    """The one-drain-at-a-time lock: yields True when this process holds it, False when another does
+    (still after `patience_s` of tries)."""
     spool.mkdir(parents=True, exist_ok=True)
     fd = os.open(spool / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
+        deadline = time.monotonic() + patience_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    yield False
+                    return
+                time.sleep(0.02)
         yield True
     finally:
         os.close(fd)  # closing releases the lock

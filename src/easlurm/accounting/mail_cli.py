@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from easlurm.accounting.mail import (
+    LOCK_PATIENCE_S,
     MailEntry,
     RateLimit,
     drain_lock,
@@ -139,7 +140,7 @@ class Drain:
         held just before the release started no drain, and its mail must not wait for the next job's end."""
         sent = 0
         while True:
-            with drain_lock(self.spool) as held:
+            with drain_lock(self.spool, LOCK_PATIENCE_S) as held:
                 if not held:
                     return sent
                 self.say(f"{time.time():.3f} drain {os.getpid()}: holds the lock")

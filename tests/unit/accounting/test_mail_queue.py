@@ -220,3 +220,24 @@ def test_a_lingering_drain_sends_what_arrives_while_the_queue_was_empty(tmp_path
     t0 = time.monotonic()
     assert d.run() == 2
     assert time.monotonic() - t0 >= 1.5 and len(sent_mails(tmp_path)) == 2
+
+
+def test_a_drain_waits_out_a_short_probe_of_its_lock(tmp_path: Path) -> None:
+    """MailProg probes the lock (`flock -n drain.lock true`) while the drain starts: a drain that finds it
+    taken for a moment tries again (LOCK_PATIENCE_S) instead of leaving the queue to no one."""
+    spool = tmp_path / "spool"
+    write_entry(spool, "31", "gus", "Slurm Job_id=31 Began", "Began")
+    taken, release = threading.Event(), threading.Event()
+
+    def probe() -> None:
+        with drain_lock(spool) as held:
+            assert held
+            taken.set()
+            release.wait(5)
+
+    t = threading.Thread(target=probe)
+    t.start()
+    taken.wait(5)
+    threading.Timer(0.3, release.set).start()
+    assert drain(tmp_path, capture_mailer(tmp_path)).run() == 1
+    t.join()
