@@ -236,7 +236,7 @@ def _idle(run: RunFigures, rules: NoteRules) -> Note | None:
             energy += joules
             gpus[k] = {"idle_s": secs, "episodes": len(eps), "energy_j": joules}
             parts.append(f"{k} {format_duration(secs)} in {len(eps)} episode(s), {format_energy(joules)}")
-        how = "no process and near-zero utilisation, as the node agent recorded it"
+        how = "as the node agent recorded them (no process, near-zero utilisation)"
     else:
         long_enough = run.measured_s is not None and run.measured_s >= rules.idle_gpu_min_s
         if not run.idle_gpus or not long_enough:
@@ -244,12 +244,12 @@ def _idle(run: RunFigures, rules: NoteRules) -> Note | None:
         gpus = {_name(d): {"mean_power_w": d.mean_power_w, "energy_j": d.energy_j} for d in run.idle_gpus}
         energy = sum(d.energy_j or 0.0 for d in run.idle_gpus)
         parts = [f"{_name(d)} at {format_power(d.mean_power_w)} on average" for d in run.idle_gpus]
-        how = "idle power on average over the whole run (these records carry no idle episodes)"
+        how = "at idle power on average over the whole run (no idle episode recorded)"
     share = (
         "" if not run.gpu_energy_j else f", {100 * energy / run.gpu_energy_j:.0f} % of the job's GPU energy"
     )
     text = (
-        f"idle allocated GPUs ({how}): {'; '.join(parts)}; {format_energy(energy)} burned{share}. "
+        f"idle allocated GPUs, {how}: {'; '.join(parts)}; {format_energy(energy)} burned{share}. "
         "Ask for the GPUs the job uses"
     )
     return Note(

@@ -308,12 +308,12 @@ def seff_cmd(
 ) -> None:
     if not job_id.isdigit():
         raise ConfigError(f"seff: JOBID must be a job number, got {job_id[:40]!r}")
+    cfg = load_ctx_config(ctx)  # a bad setting (notes.*, a file, EASLURM_*) stops here, before Slurm is asked
     client = CliSchedClient(debug=debug, echo=lambda msg: click.echo(msg, err=True))
     rows = client.sacct(["--jobs", job_id, "--duplicates"], list(FIELDS))
     rows = [r for r in rows if r["JobIDRaw"].split(".")[0] == job_id]
     if not rows:
         raise ConfigError(f"seff: job {job_id} is not in the accounting records")
-    cfg = load_ctx_config(ctx)
     spool_dir = None if no_spool else Path(spool or cfg.get("spank.spool"))
     view = card_view(ctx, client, job_id, rows, spool_dir, run, no_whatif)
     if as_json:

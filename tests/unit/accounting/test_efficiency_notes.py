@@ -262,3 +262,14 @@ def test_report_counts_notes_and_idle_energy_per_user_and_account() -> None:
     assert (
         "efficiency_notes" not in json.loads(render_json(GroupBy.ACCOUNT, {}, groups, total, None))["total"]
     )
+
+
+def test_a_bad_setting_in_the_environment_stops_seff_before_slurm(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The environment layer is read lazily: seff reads it before asking sacct, so the line names the setting."""
+    monkeypatch.setenv("EASLURM_NOTES__RULES", "low_gpu_util,gpu_idle")
+    monkeypatch.setenv("SLURM_CONF", "/nonexistent/slurm.conf")
+    assert main(["seff", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "EASLURM_NOTES__RULES: notes.rules: unknown rule(s) gpu_idle" in err
