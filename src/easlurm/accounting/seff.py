@@ -428,7 +428,7 @@ def idle_episodes(steps: Sequence[StepRecord]) -> list[IdleEpisode] | None:
                     continue  # unreadable: written by another version
                 found = True
                 energy = _episode_field(ep, "energy_j")
-                gpu = str(_episode_field(ep, "gpu"))
+                gpu = str(_episode_field(ep, "gpu")).removeprefix(f"{node.host}:")  # a node-detail record's
                 gpu = f"gpu{gpu}" if gpu.isdigit() else gpu
                 raw.setdefault((node.host, gpu), []).append(
                     (start, end, None if energy is None else float(energy))

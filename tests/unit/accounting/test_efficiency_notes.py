@@ -273,3 +273,11 @@ def test_a_bad_setting_in_the_environment_stops_seff_before_slurm(
     assert main(["seff", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "EASLURM_NOTES__RULES: notes.rules: unknown rule(s) gpu_idle" in err
+
+
+def test_episodes_of_a_record_reduced_to_node_detail_name_the_gpu_once() -> None:
+    """A record the AdminComment cap reduced to node detail names an episode's GPU "host:gpu1"."""
+    recs = two_gpu_job([{"gpu": "a100-1:gpu1", "start": T0, "end": T0 + 90, "energy_j": 4950.0}])
+    card = build_card(rows(2), recs[:1], A100)
+    assert card.idle_episodes is not None
+    assert [(e.host, e.gpu) for e in card.idle_episodes] == [("a100-1", "gpu1")]
