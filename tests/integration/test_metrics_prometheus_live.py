@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from box_support import wait_for
-from spank_support import plugin_with_fake_sensors
+from spank_support import plugin_with_fake_sensors, run_easlurm
 
 from easlurm.accounting.step_record import StepRecord
 
@@ -183,3 +183,14 @@ def test_a_jobs_series_appear_with_its_id_and_vanish_after_it_ends(
         ln.split() for ln in (stack["tmp"] / "idle-action.out").read_text().splitlines()
     ]
     assert (got_job, got_gpu) == (job, idle_gpu) and int(idle_s) >= 3
+    # the card lists the episode with the energy it burned (records published from the agent)
+    card: dict[str, Any] = {}
+
+    def seff_lists_it() -> bool:
+        res = run_easlurm(slurm_box, "seff", job, "--json", timeout=60)
+        card.update(json.loads(res.stdout) if res.returncode == 0 else {})
+        return bool(card.get("idle_episodes"))
+
+    wait_for(seff_lists_it, 30, "the idle episode in easlurm seff")
+    (shown,) = card["idle_episodes"]
+    assert shown["gpu"] == f"gpu{idle_gpu}" and shown["energy_j"] == pytest.approx(ep["energy_j"])
