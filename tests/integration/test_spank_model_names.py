@@ -105,3 +105,30 @@ def test_without_a_readable_names_file_only_the_syntax_is_checked(slurm_box: Any
         assert "model= not checked" in res.stderr
         job = res.stdout.strip().split(";")[0]
         assert slurm_box.wait_job(job) == "COMPLETED"
+
+
+def test_training_keys_are_checked_at_submission(slurm_box: Any, tmp_path: Path, names_file: Path) -> None:
+    """precision=, shard= and ckpt= (docs/oracle-llm.md): the plugin takes the documented values, the job
+    runs; an unknown value is refused with one line naming the item, before any job exists."""
+    with plugin_with_fake_sensors(slurm_box, f"models={names_file}"):
+        good = _sbatch(
+            slurm_box, "model=llama3-8b,steps=10,batch=8,precision=amp-bf16,shard=auto,ckpt=1", tmp_path
+        )
+        assert good.returncode == 0, good.stderr
+        res = slurm_box.run(
+            [
+                "sbatch",
+                "-J",
+                "h7-shard",
+                "-p",
+                "cpu",
+                "--energy-profile=model=llama3-8b,shard=zero4",
+                "--wrap",
+                "true",
+            ],
+            check=False,
+        )
+        assert res.returncode != 0
+        assert "bad value (see the documented values of the key): 'shard=zero4'" in res.stderr, res.stderr
+        assert _jobs_named(slurm_box, "h7-shard") == ""
+        assert slurm_box.wait_job(good.stdout.strip().split(";")[0]) == "COMPLETED"
