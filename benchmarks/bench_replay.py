@@ -15,7 +15,7 @@ trace sizes on an undersized cluster (the queue grows without bound) and the rat
 per job, the larger trace's over the smaller's, is printed (1.00: cost linear in the trace; above:
 faster than linear). Figures are printed, never asserted.
 
-A million jobs: `--jobs 1000000 --timeout-s 3600 --keep p1m.psv` (the trace is 300 MB; one policy at a
+A million jobs: `--jobs 1000000 --timeout-s 7200 --keep p1m.psv` (the trace is 558 MB; one policy at a
 time with `--policies zeus --undersized ''`)
 """
 
