@@ -6,9 +6,11 @@
 leaves out of each record what a reader recomputes (derived totals) or defaults (None, empty lists).
 The records themselves are easlurm.accounting.step_record's; this module knows only their dict form.
 
-easlurm's part of the field never replaces what else it holds (a site's own value, Princeton jobstats'
-`JS1:<base64>` summary): AdminValue keeps the rest byte for byte and puts easlurm's part after it, behind
-READABLE (`energy:easlurm-sacct;`: where a plain-sacct reader finds the energy).
+easlurm's part of the field never replaces what else it holds (a site's own value, an operator's note):
+AdminValue keeps the rest byte for byte and puts easlurm's part after it, behind READABLE
+(`energy:easlurm-sacct;`: where a plain-sacct reader finds the energy). A value its reader base64-decodes
+to the end of the field (Princeton jobstats' `JS1:<base64>`) takes nothing after it: easlurm then leaves
+the field alone (AdminValue.takes_a_part_after).
 """
 
 from __future__ import annotations
@@ -54,10 +56,14 @@ MAX_RANGE_KEYS = 1_000_000
 #: What easlurm's part of an AdminComment begins with: a plain `sacct -o AdminComment` reader sees where
 #: the energy is (`easlurm sacct`). Lowercase, so it survives sacctmgr; readers find the document after it.
 READABLE = "energy:easlurm-sacct;"
-#: Between a site's value and easlurm's part after it. `AA==` is one base64 quantum (a zero byte, padded):
-#: a lenient base64 decoder of the site's value (jobstats' `JS1:`, Python's b64decode) stops at its
-#: padding and never reaches easlurm's part, and gzip reads the zero byte as trailing padding.
+#: Between a site's value and easlurm's part after it (the format values written earlier hold, still
+#: parsed). It protects no base64 reader: Python >= 3.12's b64decode reads on past padding and skips
+#: characters outside the alphabet, so nothing may follow a value read that way (_TAGGED_BASE64).
 SEPARATOR = ";AA==;"
+#: A site value that is a short tag and a base64 payload running to the end of the field (jobstats'
+#: `JS1:<base64 of gzip>`): its reader decodes everything after the tag, so easlurm puts nothing after it.
+#: (The payload's length is a multiple of 4, as an encoder writes it: `note:rack12` is no such value.)
+_TAGGED_BASE64 = re.compile(r"([A-Za-z0-9_.-]{1,16}):([A-Za-z0-9+/]+={0,2})")
 #: easlurm's part of a value, as written now (SEPARATOR and READABLE) or before (a bare document);
 #: the lowercase separator is sacctmgr's rewriting of it.
 _PART = re.compile(r"(?:;(?:AA|aa)==;)?(?:energy:easlurm-sacct;)?easlurm[12]:[0-9a-z]*")
@@ -192,6 +198,18 @@ class AdminValue:
     def foreign(self) -> str:
         """Everything that is not easlurm's (empty when easlurm has the field alone)."""
         return self.before + self.after
+
+    def base64_tag(self) -> str | None:
+        """The tag of a site value that a reader base64-decodes to the end of the field (`JS1` for
+        jobstats' summary), None for any other value."""
+        m = _TAGGED_BASE64.fullmatch(self.before)
+        return m.group(1) if m and len(m.group(2)) % 4 == 0 else None
+
+    def takes_a_part_after(self) -> bool:
+        """Whether easlurm's part may go after the site's value: not after one a reader base64-decodes to
+        the end of the field (everything easlurm writes is in the base64 alphabet, so it would decode
+        with it and break it)."""
+        return self.base64_tag() is None
 
     def overhead(self) -> int:
         """Characters the rest of the value takes beside a new document (READABLE included)."""

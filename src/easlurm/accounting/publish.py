@@ -2,8 +2,9 @@
 
 Every publication carries every step of the job (AdminComment holds one document per job: the newest
 steps in detail, each run's total over all), rebuilt from the spool's step files under the job lock;
-without a spool, from what slurmctld already holds. What else the field holds (a site's own value,
-jobstats' summary) is read first and kept byte for byte beside easlurm's part (admin_codec.AdminValue).
+without a spool, from what slurmctld already holds. What else the field holds (a site's own value) is
+read first and kept byte for byte beside easlurm's part (admin_codec.AdminValue); a value its reader
+base64-decodes to the end of the field (jobstats' summary) is left alone, nothing written.
 """
 
 from __future__ import annotations
@@ -147,6 +148,15 @@ def set_admin_comment(job_id: int, text: str, client: Any, current: AdminValue |
     says it has finished, unless sacctmgr would rewrite the site's part (it lowercases values)."""
     current = current if current is not None else admin_value(job_id, client)
     if current is None:
+        return False
+    if not current.takes_a_part_after():
+        log.error(
+            "job %d: not published: AdminComment holds %s: a base64 value its reader decodes to the end of the "
+            "field (jobstats); easlurm's record stays in the spool (easlurm sacct reads it from there; "
+            "spank.store: spool avoids AdminComment altogether)",
+            job_id,
+            current.base64_tag(),
+        )
         return False
     value = current.merged(text)
     if len(value) > ADMIN_COMMENT_MAX_CHARS:

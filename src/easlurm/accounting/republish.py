@@ -136,12 +136,26 @@ _SITE_VALUE_CASE = (
 )
 
 
+_BASE64_CASE = (
+    "not rewritten: AdminComment holds a base64 value its reader decodes to the end of the field "
+    "(jobstats); easlurm's record stays in the spool (easlurm sacct, seff and report read it there)"
+)
+
+
+def _why_not_beside(held: str | None) -> str | None:
+    """Why easlurm's part cannot go beside what the database holds (None: it can)."""
+    current = AdminValue.split(held)
+    if not current.takes_a_part_after():
+        return _BASE64_CASE
+    return None if current.survives_sacctmgr() else _SITE_VALUE_CASE
+
+
 def _beside(held: str | None, steps: list[StepRecord]) -> str | None:
     """The value to write: the steps' document beside what else the field holds (kept byte for byte),
-    or None when sacctmgr would rewrite that (it lowercases values)."""
-    current = AdminValue.split(held)
-    if not current.survives_sacctmgr():
+    or None when it cannot go there (_why_not_beside)."""
+    if _why_not_beside(held) is not None:
         return None
+    current = AdminValue.split(held)
     room = max(0, ADMIN_COMMENT_MAX_CHARS - current.overhead())
     return current.merged(encode_admin_comment(steps, max_chars=room))
 
@@ -280,7 +294,9 @@ class Republisher:
                     return JobResult(job_id, Status.UP_TO_DATE, steps, detail=note)
                 value = _beside(db.admin_comment, list(merged.values()))
                 if value is None:
-                    return JobResult(job_id, Status.FAILED, steps, missing, _SITE_VALUE_CASE)
+                    return JobResult(
+                        job_id, Status.FAILED, steps, missing, _why_not_beside(db.admin_comment) or ""
+                    )
                 self.client.set_admin_comment_db(int(job_id), value)
                 after = self.db_jobs([job_id]).get(job_id)
             except SlurmError as exc:

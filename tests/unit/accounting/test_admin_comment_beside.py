@@ -1,8 +1,9 @@
-"""easlurm's record beside what a site keeps in AdminComment (Princeton jobstats' `JS1:<base64 gzip>`, an
-operator's note): the rest of the value survives byte for byte in either order, easlurm's part replaces
-only itself, the whole stays under ADMIN_COMMENT_MAX_CHARS (never published past it), sacctmgr (which
-lowercases values) never rewrites a site's value, and a base64 reader of the site's value still decodes
-it with easlurm's part after it."""
+"""easlurm's record beside what a site keeps in AdminComment (an operator's note): the rest of the value
+survives byte for byte in either order, easlurm's part replaces only itself, the whole stays under
+ADMIN_COMMENT_MAX_CHARS (never published past it), and sacctmgr (which lowercases values) never rewrites a
+site's value. A value its reader base64-decodes to the end of the field (Princeton jobstats'
+`JS1:<base64 gzip>`) takes nothing after it (Python >= 3.12's b64decode reads on past padding): easlurm
+then writes nothing, and its record stays in the spool."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import pytest
 
 from easlurm.accounting.admin_codec import READABLE, SEPARATOR, AdminValue
 from easlurm.accounting.publish import publish_from_spool, set_admin_comment
-from easlurm.accounting.republish import _beside
+from easlurm.accounting.republish import _BASE64_CASE, _SITE_VALUE_CASE, _beside, _why_not_beside
 from easlurm.accounting.spool import Spool, write_record
 from easlurm.accounting.step_record import (
     ADMIN_COMMENT_MAX_CHARS,
@@ -46,7 +47,7 @@ def step(name: str = "0", gpus: int = 2) -> StepRecord:
 
 def jobstats_value(nodes: dict[str, Any]) -> str:
     """What jobstats' EpilogSlurmctld stores: JS1: and the base64 of the gzipped JSON summary."""
-    return "JS1:" + base64.b64encode(gzip.compress(json.dumps({"nodes": nodes}).encode())).decode()
+    return "JS1:" + base64.b64encode(gzip.compress(json.dumps({"nodes": nodes}).encode(), mtime=0)).decode()
 
 
 def jobstats_reads(value: str) -> Any:
@@ -55,22 +56,78 @@ def jobstats_reads(value: str) -> Any:
     return json.loads(gzip.decompress(base64.b64decode(value[4:])))["nodes"]
 
 
-#: jobstats-like values whose base64 ends with no padding, one and two '=' (all three cases matter to a
-#: lenient base64 reader: only padding stops it)
+#: jobstats values whose base64 ends with no padding, one and two '=': easlurm writes nothing beside any
 SITE_VALUES = [jobstats_value({"n" * k: {"cpus": k, "gpu_utilization": {"0": 91.5}}}) for k in range(1, 8)]
+#: Other tag:base64 values a reader decodes to the end of the field
+BASE64_VALUES = [
+    *SITE_VALUES,
+    "XY_2.v:" + base64.b64encode(bytes(range(40))).decode(),
+    "t:" + base64.b64encode(b"abc").decode(),
+]
+#: Site values that are not tag:base64: easlurm's part goes after them
+BESIDE_VALUES = [
+    "site:owner=ops;keep=1",
+    "note: GPU node under test, ask ops",
+    "Rack 12 / row B (drained 2026-11-02)",
+    "note:rack12",  # tag and base64 letters, but no encoder's length (a multiple of 4)
+    "ab:cd:ef==",
+]
 
 
 def test_the_site_values_cover_every_base64_ending() -> None:
     assert {len(v) - len(v.rstrip("=")) for v in SITE_VALUES} == {0, 1, 2}
 
 
-@pytest.mark.parametrize("site", SITE_VALUES)
-def test_a_site_value_before_survives_byte_for_byte_and_its_reader_still_reads_it(site: str) -> None:
+@pytest.mark.parametrize("site", BASE64_VALUES)
+def test_a_base64_value_takes_nothing_after_it(site: str) -> None:
+    current = AdminValue.split(site)
+    assert not current.takes_a_part_after()
+    assert current.base64_tag() == site.partition(":")[0]
+    # one easlurm wrote after it before this rule: still left alone
+    old = site + SEPARATOR + READABLE + encode_admin_comment([step()])
+    assert not AdminValue.split(old).takes_a_part_after()
+
+
+@pytest.mark.parametrize("site", BESIDE_VALUES)
+def test_other_values_take_easlurm_part_after_them(site: str) -> None:
+    assert AdminValue.split(site).takes_a_part_after() and AdminValue.split(site).base64_tag() is None
+    assert AdminValue.split("").takes_a_part_after()
+    # easlurm's part first, the site's value after it (whatever it is): easlurm's part is replaced in place
+    assert AdminValue.split(READABLE + "easlurm2:aaaa" + SITE_VALUES[0]).takes_a_part_after()
+
+
+@pytest.mark.parametrize("site", BASE64_VALUES)
+def test_a_base64_value_is_left_byte_for_byte_and_nothing_written(
+    site: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    for finished in (False, True):
+        ctld = Ctld(site, finished=finished)
+        caplog.clear()
+        with caplog.at_level(logging.ERROR):
+            assert not set_admin_comment(7, encode_admin_comment([step("0")]), ctld)
+        assert ctld.held == site and ctld.writes == []
+        if site.startswith("JS1:"):
+            assert jobstats_reads(ctld.held) == jobstats_reads(site)
+        tag = site.partition(":")[0]
+        errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        assert errors == [
+            f"job 7: not published: AdminComment holds {tag}: a base64 value its reader decodes to the end "
+            "of the field (jobstats); easlurm's record stays in the spool (easlurm sacct reads it from "
+            "there; spank.store: spool avoids AdminComment altogether)"
+        ]
+    ctld = Ctld(site)
+    place = _spool_with_steps(tmp_path, 3)
+    assert not publish_from_spool(place, ctld)
+    assert ctld.held == site and ctld.writes == []
+    assert len(list(place.job_dir.glob("step-*.json"))) == 3  # the records stay in the spool
+
+
+@pytest.mark.parametrize("site", BESIDE_VALUES)
+def test_a_site_value_before_survives_byte_for_byte(site: str) -> None:
     doc = encode_admin_comment([step("0"), step("batch")])
     value = AdminValue.split(site).merged(doc)
     assert value == site + SEPARATOR + READABLE + doc
     assert value.startswith(site)
-    assert jobstats_reads(value) == jobstats_reads(site)
     assert sorted(s.step for s in decode_admin_comment(value)) == ["0", "batch"]
     # published again (a later step): easlurm's part only is replaced, the site's value stays first
     doc2 = encode_admin_comment([step("0"), step("1"), step("batch")])
@@ -130,13 +187,13 @@ class Ctld:
 
 
 def test_publication_keeps_the_site_value() -> None:
-    site = SITE_VALUES[2]
+    site = BESIDE_VALUES[2]
     ctld = Ctld(site)
     assert set_admin_comment(7, encode_admin_comment([step("0")]), ctld)
     assert set_admin_comment(7, encode_admin_comment([step("0"), step("1")]), ctld)
     assert ctld.held.startswith(site + SEPARATOR + READABLE)
     assert sorted(s.step for s in decode_admin_comment(ctld.held)) == ["0", "1"]
-    assert jobstats_reads(ctld.held) == jobstats_reads(site)
+    assert AdminValue.split(ctld.held).before == site
 
 
 def test_nothing_is_written_when_the_value_cannot_be_read(caplog: pytest.LogCaptureFixture) -> None:
@@ -155,7 +212,7 @@ def test_a_finished_job_is_written_to_the_database_only_when_sacctmgr_keeps_the_
     assert set_admin_comment(7, doc, lower)
     assert lower.writes == [("sacctmgr", "site-note:rack-12" + SEPARATOR.lower() + READABLE + doc)]
     assert decode_admin_comment(lower.writes[0][1])  # the lowercased separator is still found
-    upper = Ctld(SITE_VALUES[0], finished=True)
+    upper = Ctld(BESIDE_VALUES[2], finished=True)
     with caplog.at_level(logging.ERROR):
         assert not set_admin_comment(7, doc, upper)
     assert upper.writes == [] and "sacctmgr would lowercase" in caplog.text
@@ -204,7 +261,11 @@ def test_republish_writes_beside_what_the_database_holds() -> None:
     value = _beside("site-note:rack-12;" + READABLE + "easlurm2:aaaa", steps)
     assert value is not None and value.startswith("site-note:rack-12;" + READABLE + "easlurm2:")
     assert sorted(s.step for s in decode_admin_comment(value)) == ["0", "batch"]
-    assert _beside(SITE_VALUES[0], steps) is None  # sacctmgr would lowercase jobstats' base64
+    assert _beside(BESIDE_VALUES[2], steps) is None  # sacctmgr would lowercase the site's capitals
+    assert _why_not_beside(BESIDE_VALUES[2]) == _SITE_VALUE_CASE
+    assert _beside(SITE_VALUES[0], steps) is None and _why_not_beside(SITE_VALUES[0]) == _BASE64_CASE
+    lower = "js1:" + "abcd" * 8  # base64 that sacctmgr would not rewrite
+    assert base64.b64decode(lower[4:]) and _why_not_beside(lower) == _BASE64_CASE
 
 
 def test_the_store_setting_is_checked() -> None:
