@@ -491,7 +491,9 @@ def test_schedd_charon_budget_holds_on_measured_power(slurm_box: Any, blocker: s
     assert p is not None and p > idle
     budget = 8 * idle + 2.5 * (p - idle)
     script = tmp_path / "two-steps.sh"
-    script.write_text("#!/bin/sh\nsrun --gres=gpu:h100:1 sleep 1\nsrun --gres=gpu:h100:1 sleep 6\n")
+    # the first step's record is what the daemon reads while the second runs: 3 s, so that the agent's
+    # start-up (a tenth of a second with no sample, more on a slow root) moves its mean power by little
+    script.write_text("#!/bin/sh\nsrun --gres=gpu:h100:1 sleep 3\nsrun --gres=gpu:h100:1 sleep 6\n")
     # the GPUs draw 60 % of the prediction: by prediction 2 jobs fit, by measurement 3
     with plugin_with_fake_sensors(slurm_box, gpu_w=round(0.6 * p)):
         ids = [
