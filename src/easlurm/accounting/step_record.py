@@ -416,7 +416,9 @@ class StepRecord:
                     ),
                     power_limit_w=self.power_limit_w,
                     limit_error="; ".join(n.limit_error for n in nodes if n.limit_error) or None,
-                    idle_episodes=[{**e, "gpu": f"{n.host}:{e['gpu']}"} for n in nodes for e in n.idle_episodes],
+                    idle_episodes=[
+                        {**e, "gpu": f"{n.host}:{e['gpu']}"} for n in nodes for e in n.idle_episodes
+                    ],
                 )
             )
             nodes = [merged]
