@@ -31,11 +31,22 @@ lint: install
 	mypy
 
 # The whole suite: lint, type check, unit tests and the integration tests against the real local Slurm.
-# TEST_WORKERS pytest-xdist workers: the Slurm tests run in order on one of them (they share one cluster),
-# the unit and docs tests beside them; TEST_WORKERS=0 runs everything in this process.
-TEST_WORKERS ?= 2
+# Two lanes at once: the `slurm` tests in order (they share one cluster), and beside them the unit and docs
+# tests (their output is printed when both are done); TEST_LANES=1 runs everything in one pytest.
+TEST_LANES ?= 2
+UNIT_LOG := .test-unit-lane.log
 test: lint
-	$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup
+ifeq ($(TEST_LANES),1)
+	$(PYTHON) -m pytest
+else
+	@EASLURM_TEST_LANE=unit $(PYTHON) -m pytest -m "not slurm" -p no:cacheprovider \
+		--basetemp=/tmp/easlurm-unit-lane >$(UNIT_LOG) 2>&1 & unit=$$!; \
+	$(PYTHON) -m pytest -m slurm; slurm_rc=$$?; \
+	wait $$unit; unit_rc=$$?; \
+	echo "== the unit and docs lane (run beside the Slurm tests above): exit $$unit_rc"; cat $(UNIT_LOG); \
+	echo "== make test: slurm lane exit $$slurm_rc, unit lane exit $$unit_rc"; \
+	[ $$slurm_rc -eq 0 ] && [ $$unit_rc -eq 0 ]
+endif
 
 unit: install
 	$(PYTHON) -m pytest tests/unit

@@ -26,22 +26,14 @@ def _box_unavailable_reason() -> str | None:
     return f"packages missing: {' '.join(missing)}" if missing else None
 
 
-#: the xdist group that keeps every test of the one local cluster on one worker, one after the other
-SLURM_GROUP = "slurm-box"
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip `slurm` tests with the reason where the box cannot run; in CI they must run, never skip.
 
-    Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`) the `slurm` tests share one worker, in
-    order, since they share one cluster; the unit and docs tests run beside them on the other cores, the
-    long `docs` campaigns first so that none of them starts last."""
+    The long `docs` campaigns come first: `make test` runs the unit and docs tests in a lane beside the
+    Slurm tests, and a campaign that started last would hold that lane up at the end."""
     items.sort(key=lambda item: item.get_closest_marker("docs") is None)  # stable: order kept otherwise
     if not any(item.get_closest_marker("slurm") for item in items):
         return
-    for item in items:
-        if item.get_closest_marker("slurm"):
-            item.add_marker(pytest.mark.xdist_group(SLURM_GROUP))
     reason = _box_unavailable_reason()
     if reason is None:
         return

@@ -54,8 +54,8 @@ def test_committed_doc_quotes_what_its_campaign_gives_today(
         pytest.skip(f"OPENBLAS_CORETYPE forces a BLAS kernel; the {name} doc quotes OpenBLAS's own choice")
     figures = DOCS[name]
     # campaigns give the same rows run in parallel or serially (test_campaign_exec): use the cores, unless
-    # pytest-xdist already does (`make test`: the other worker runs the live Slurm tests)
-    jobs = 1 if os.environ.get("PYTEST_XDIST_WORKER") else min(4, os.cpu_count() or 1)
+    # `make test` runs this lane beside the live Slurm tests (EASLURM_TEST_LANE)
+    jobs = 1 if os.environ.get("EASLURM_TEST_LANE") else min(4, os.cpu_count() or 1)
     text = regenerate(figures, ROOT, tmp_path / name, jobs=jobs)
     doc = (ROOT / figures.doc).read_text()
     assert text == doc, f"{figures.doc} is stale: run `easlurm sim doc-figures {name}` and commit it"
