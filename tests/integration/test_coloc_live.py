@@ -174,9 +174,11 @@ def test_two_shareable_jobs_share_one_gpu_and_split_its_energy(
         f"GPU drew {known_j:.0f} J ({100 * (total_j / known_j - 1):+.2f} %)"
     )
     assert total_j == pytest.approx(known_j, rel=0.01)
-    # B's workload ran inside A's: B holds 60/(30+60) of the GPU while its workload ran, nothing else
+    # B's workload ran inside A's: B holds 60/(30+60) of the GPU while its workload ran, nothing else. B's
+    # record covers its agent's window, which opens when the agent has started (a loaded node starts it
+    # after B's workload): the expected share is over the part of the workload inside that window.
     wl = {d["sm_util"]: d for d in (json.loads(p.read_text()) for p in registry.glob("*.json"))}
-    b_run_s = wl[UTIL_B]["end_s"] - wl[UTIL_B]["start_s"]
+    b_run_s = min(wl[UTIL_B]["end_s"], b_hi) - max(wl[UTIL_B]["start_s"], b_lo)
     expected_b = GPU_W * b_run_s * UTIL_B / (UTIL_A + UTIL_B)
     assert devices[b]["energy_j"] == pytest.approx(expected_b, rel=0.03)
     assert devices[a]["share"] < 1.0 and devices[b]["share"] < 1.0
