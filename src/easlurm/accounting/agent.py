@@ -232,6 +232,7 @@ class NodeAgent:
                 powercap_root=self.settings.get("powercap_root", "/sys/class/powercap"),
                 nvml_module=self.settings.get("nvml_module", "pynvml"),
                 sample_log=bool(self.settings.get("sample_log", True)) and out_dir is not None,
+                lead_in_from=self.ctx.step_start_time,  # the agent starts after its step: reach back
             )
             self.profiler.start()
             if "gpu" in spec.devices and self.ctx.gpus and self.ctx.shards > 0:
@@ -252,6 +253,7 @@ class NodeAgent:
             [int(g) for g in self.ctx.gpus or []],
             self.ctx.stepd_pid,
             self.settings.get("nvml_module", "pynvml"),
+            since=self.ctx.step_start_time,
         )
         if watcher.start():
             self.share_watcher = watcher

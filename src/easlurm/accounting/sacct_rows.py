@@ -55,8 +55,9 @@ ENERGY_COLUMNS: dict[str, tuple[str, str]] = {
         "could not keep its files: the record came from node 0's memory), no-record (a step of a profiled "
         "run without any record; on the job row: steps whose energy the total lacks), nosensor:<kinds> (a requested device had no sensor on a node: its energy is unknown, "
         "not zero), modelled:<kinds>, degraded:<devices>, detail:<level>, apportioned:<gpu>:<how> (a GPU "
-        "shared with another job: this step's share, split by utilisation or time), spool (read from the "
-        "spool files), "
+        "shared with another job: this step's share, split by utilisation or time), late-start:<ids> (nodes "
+        "whose record covers under 99% of the step's wall time: the agent started more than 30 s after the "
+        "step, so the step's start there is not in the row), spool (read from the spool files), "
         "damaged, ended:<state> (a step ended by cancel, requeue, preemption, time limit ...), "
         "job-total (a job row's sum of its steps)",
     ),
@@ -120,6 +121,8 @@ def _flags(step: StepRecord) -> str:
         flags.append(f"detail:{step.detail}")
     if step.apportioned_devices:
         flags.append("apportioned:" + "+".join(step.apportioned_devices))
+    if step.late_nodes:
+        flags.append("late-start:" + "+".join(map(str, step.late_nodes)))
     unset = step.power_limit_unset_w
     if unset is not None:
         flags.append(f"limit-unset:{unset:g}W")

@@ -13,6 +13,7 @@ from typing import Any
 
 from easlurm.accounting.sacct_rows import job_total, run_numbers, split_job_id, unrecorded_steps
 from easlurm.accounting.step_record import ADMIN_COMMENT_MAX_STEPS, CarriedTotal, StepRecord
+from easlurm.energy.lead_in import LEAD_IN_MAX_S
 from easlurm.energy.result import sum_known
 from easlurm.energy.spec import ProfileSpec, parse_spec
 from easlurm.errors import ConfigError
@@ -22,6 +23,8 @@ from easlurm.slurm.sacct_jobs import job_of_row
 SCHEMA_VERSION = 1
 #: A GPU counts as idle when its mean power stays below idle + this share of (limit - idle).
 IDLE_DYNAMIC_SHARE = 0.10
+#: The lead-in is noted on the card when it is at least this share of the step's measured window.
+LEAD_IN_NOTE_SHARE = 0.01
 
 
 @dataclass(frozen=True)
@@ -337,6 +340,36 @@ def record_notes(steps: Sequence[StepRecord]) -> list[str]:
             notes.append(f"invalid: step {s.step} node {node_id}: {why}; left out of the totals")
         if s.spool_error:
             notes.append(f"spool-full: step {s.step}: {s.spool_error}")
+        notes.extend(lead_in_notes(s))
+    return notes
+
+
+def lead_in_notes(step: StepRecord) -> list[str]:
+    """The start of a step its agents did not sample (they start after it): a note where that lead-in
+    is a noticeable part of the step (LEAD_IN_NOTE_SHARE), saying how it was covered; a note per node
+    whose record covers too little of the step (an agent that started later than a lead-in reaches)."""
+    notes = []
+    lead = step.lead_in_by_kind
+    longest = max((b + e for b, e in lead.values()), default=0.0)
+    if longest > 0 and step.duration_s and longest >= LEAD_IN_NOTE_SHARE * step.duration_s:
+        parts = []
+        for kind, (buffered, extrapolated) in sorted(lead.items()):
+            how = [f"{buffered:.2f} s from the driver's power samples"] if buffered > 0 else []
+            how += (
+                [f"{extrapolated:.2f} s extrapolated at its first measured power"] if extrapolated > 0 else []
+            )
+            parts.append(f"{kind} {' and '.join(how)}")
+        notes.append(
+            f"lead-in: step {step.step}: the {longest:.2f} s between the step's start and its agents' first "
+            f"samples are in the totals ({'; '.join(parts)})"
+        )
+    for node in step.nodes:
+        if node.node_id in step.late_nodes and node.coverage is not None:
+            notes.append(
+                f"late-start: step {step.step} node {node.node_id}: its record covers "
+                f"{100 * node.coverage:.0f}% of the step's time there (the agent started more than "
+                f"{LEAD_IN_MAX_S:.0f} s after the step, or stopped early); the rest is not in the totals"
+            )
     return notes
 
 

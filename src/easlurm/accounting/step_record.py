@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +41,8 @@ ADMIN_COMMENT_MAX_CHARS = 60_000
 ADMIN_COMMENT_MAX_STEPS = 100
 #: Detail levels of the AdminComment document, most detailed first (files keep full detail).
 DETAIL_LEVELS = ("device", "node", "step")
+#: A node record covering less of its step's wall time than this is late (StepRecord.late_nodes).
+LATE_COVERAGE = 0.99
 
 # ------------------------------------------------------------------------------------------- records
 
@@ -162,7 +164,8 @@ class NodeRecord:
 
     @property
     def coverage(self) -> float | None:
-        """Measured window / step wall time on this node (below 1 when the agent started late)."""
+        """Measured window / step wall time on this node: 1 once the lead-in reaches back to the step's
+        start (easlurm.energy.lead_in); below 1 when the agent started later than a lead-in covers."""
         if self.duration_s is None or self.step_start_time is None or self.step_end_time is None:
             return None
         wall = self.step_end_time - self.step_start_time
@@ -325,6 +328,27 @@ class StepRecord:
         return sorted({f"{d.name}:{d.apportioned}" for n in self.nodes for d in n.devices if d.apportioned})
 
     @property
+    def lead_in_by_kind(self) -> dict[str, tuple[float, float]]:
+        """The lead-in each device kind's energy covers (easlurm.energy.lead_in), as the longest
+        (buffered s, extrapolated s) over its devices; kinds with none covered are absent."""
+        out: dict[str, tuple[float, float]] = {}
+        for d in (d for n in self.nodes for d in n.devices if d.in_total):
+            if d.lead_in_buffered_s is None and d.lead_in_extrapolated_s is None:
+                continue
+            have = out.get(d.kind, (0.0, 0.0))
+            out[d.kind] = (
+                max(have[0], d.lead_in_buffered_s or 0.0),
+                max(have[1], d.lead_in_extrapolated_s or 0.0),
+            )
+        return out
+
+    @property
+    def late_nodes(self) -> list[int]:
+        """Nodes whose record covers less than LATE_COVERAGE of the step's wall time there (the agent
+        started later than a lead-in may reach back, or its profiler stopped early)."""
+        return [n.node_id for n in self.nodes if n.coverage is not None and n.coverage < LATE_COVERAGE]
+
+    @property
     def no_sensor_kinds(self) -> list[str]:
         """Requested kinds that had no sensor on some node (not the modelled DRAM: that is measured
         differently, this is not measured at all)."""
@@ -460,9 +484,16 @@ def _per_kind(node: NodeRecord) -> NodeRecord:
                 mean_util_pct=sum(utils) / len(utils) if utils else None,
                 peak_memory_bytes=None if fullest is None else fullest.peak_memory_bytes,
                 memory_total_bytes=None if fullest is None else fullest.memory_total_bytes,
+                lead_in_buffered_s=_max_known(d.lead_in_buffered_s for d in chosen),
+                lead_in_extrapolated_s=_max_known(d.lead_in_extrapolated_s for d in chosen),
             )
         )
     return dataclasses.replace(node, devices=devices, no_sensor=list(node.no_sensor))
+
+
+def _max_known(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
 
 
 # ------------------------------------------------------------------------------------- job totals

@@ -7,6 +7,10 @@ over all processes'; where NVML has no samples it is an equal split between the 
 agents apply the same rule to the same instants, so their shares of each interval add up to the
 interval's energy: no double counting. A step that never saw another job's process keeps the whole
 GPU's energy, unflagged (the exclusive case).
+
+The step's record reaches back to the step's start (easlurm.energy.lead_in), before the agent and this
+watcher started: the first look asks NVML for the processes' samples since the step's start, and weighs
+that lead-in by the first interval's power, so that the split covers the record's whole window.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from easlurm.energy.lead_in import lead_in_s
 from easlurm.energy.nvml import NvmlLibrary
 from easlurm.energy.nvml_errors import NVML_ERROR_NOT_FOUND, nvml_error_class
 from easlurm.errors import SensorError
@@ -140,11 +145,14 @@ class ProcessOwners:
 
 
 class _Gpu:
-    def __init__(self, index: int, handle: Any, energy_mj: float) -> None:
+    def __init__(self, index: int, handle: Any, energy_mj: float, since: float | None = None) -> None:
         self.share = GpuShare(index)
         self.handle = handle
         self.last_mj = energy_mj
-        self.last_us = int(time.time() * 1e6)
+        now = time.time()
+        #: the lead-in (s) the first look covers before the first counter read; samples are asked from its start
+        self.lead_s = lead_in_s(since, now) or 0.0
+        self.last_us = int((now - self.lead_s) * 1e6)
         self.last_fraction = 1.0
         self.last_full = time.monotonic()
         self.others_last = False
@@ -163,8 +171,11 @@ class ShareWatcher:
         nvml_module: str = "pynvml",
         period_s: float = SHARE_PERIOD_S,
         owners: ProcessOwners | None = None,
+        since: float | None = None,
     ) -> None:
         self.indices = list(gpus)
+        #: when the step started (unix s): the first look covers its lead-in from there
+        self.since = since
         self.lib = NvmlLibrary(nvml_module)
         self.period_s = period_s
         self.owners = owners or ProcessOwners(own_root_pid)
@@ -192,7 +203,8 @@ class ShareWatcher:
             for idx in self.indices:
                 h = nvml.nvmlDeviceGetHandleByIndex(idx)
                 nvml.nvmlDeviceGetComputeRunningProcesses(h)
-                self._gpus.append(_Gpu(idx, h, float(nvml.nvmlDeviceGetTotalEnergyConsumption(h))))
+                energy_mj = float(nvml.nvmlDeviceGetTotalEnergyConsumption(h))
+                self._gpus.append(_Gpu(idx, h, energy_mj, self.since))
         except nvml.NVMLError as exc:
             log.info("GPU sharing not watched: %s", exc)
             self.close()
@@ -239,6 +251,10 @@ class ShareWatcher:
         now_us = int(time.time() * 1e6)
         energy_mj = float(nvml.nvmlDeviceGetTotalEnergyConsumption(gpu.handle))
         delta_j = max(energy_mj - gpu.last_mj, 0.0) * 1e-3
+        span_s = time.monotonic() - gpu.last_full
+        if gpu.lead_s > 0 and span_s > 0:  # the lead-in at this first interval's power
+            delta_j += delta_j * gpu.lead_s / span_s
+            gpu.lead_s = 0.0
         gpu.last_mj, gpu.last_full = energy_mj, time.monotonic()
         owner = {s.pid: self.owners.owner(s.pid) for s in samples}
         present |= set(owner.values())

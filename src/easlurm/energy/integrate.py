@@ -24,6 +24,9 @@ class StreamIntegrator:
         self.t_last: float | None = None
         self.energy_j = 0.0
         self.peak_power_w: float | None = None
+        #: Mean power over the first interval at least `peak_window_s` long (W): what a lead-in without
+        #: samples of its own extrapolates (easlurm.energy.lead_in); None before that interval closed.
+        self.first_power_w: float | None = None
         self._last_value: float | None = None
         self._e0 = 0.0
         self._win_t: float | None = None
@@ -41,6 +44,7 @@ class StreamIntegrator:
             self.energy_j = 0.0
             self._e0 = value
             power = value if self.mode is Mode.POWER else None
+            self.first_power_w = power
             self._win_t, self._win_e = t_s, 0.0
         else:
             dt = t_s - prev_t
@@ -54,6 +58,10 @@ class StreamIntegrator:
         self._last_value = value
         self.t_last = t_s
         self.samples += 1
+        if self.first_power_w is None and self.t_first is not None:
+            span = t_s - self.t_first
+            if span > 0 and span >= self.peak_window_s:
+                self.first_power_w = self.energy_j / span
         self._update_peak(t_s, power)
         if self._pending:
             self._resolve(prev_t, prev_e, t_s, self.energy_j)

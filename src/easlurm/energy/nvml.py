@@ -289,6 +289,10 @@ class NvmlGpuSensor(Sensor):
     def activity(self) -> GpuActivity | None:
         return None if self._activity is None else self._activity.result()
 
+    def history(self) -> list[tuple[float, float]]:
+        """The driver's power samples from before open (unix s, W); [] without a readable buffer."""
+        return list(self.buffer.history) if self.buffer is not None else []
+
     def close(self) -> None:
         if self._nvml is not None:
             self._nvml = None

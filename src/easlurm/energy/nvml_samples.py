@@ -88,6 +88,9 @@ class PowerSampleBuffer:
         self._cost_s = 0.0
         self._costly_logged = False
         self.last_w: float | None = None
+        #: The buffer as open() found it, (unix s, W) oldest first: the driver's samples from before this
+        #: process opened NVML, which cover a lead-in (easlurm.energy.lead_in).
+        self.history: list[tuple[float, float]] = []
 
     def open(self) -> str | None:
         """Read the whole buffer; None when usable, else why not (the caller polls power instead)."""
@@ -110,7 +113,8 @@ class PowerSampleBuffer:
         self.capacity = len(stamps)
         self.poll_s = min(MAX_POLL_S, HEADROOM * self.capacity * self.driver_period_s)
         self._last_seen_us = stamps[-1]
-        self.last_w = max(samples, key=lambda s: int(s.timeStamp)).sampleValue.uiVal * 1e-3
+        self.history = sorted((int(s.timeStamp) * 1e-6, s.sampleValue.uiVal * 1e-3) for s in samples)
+        self.last_w = self.history[-1][1]
         self._last_poll = self._last_new = time.monotonic()
         log.debug(
             "%s: driver power samples every %.3f s, %d buffered; draining every %.2f s",

@@ -19,6 +19,7 @@ from easlurm.energy.cpu_share import CpuShareWatch
 from easlurm.energy.discovery import Discovery, discover, parse_devices
 from easlurm.energy.dram import DramModelSensor
 from easlurm.energy.gpus import parse_gpu_ref
+from easlurm.energy.lead_in import HOLD_MIN_S, cover_lead_in, extend, lead_in_s
 from easlurm.energy.result import DeviceEnergy, DeviceKind, ProfileResult, RegionEnergy
 from easlurm.energy.sampler import SampleLog, SamplingThread, SensorSampler, sampling_threads
 from easlurm.errors import ConfigError, SensorError
@@ -36,6 +37,10 @@ class EnergyProfiler:
     Sensor failures never raise: the device is reported with `error` set. With mpi=True, start and stop
     are collective (every rank calls them), one rank per node reads CPU/DRAM, and rank 0 gets
     `cluster` (per-node and total energies).
+
+    `lead_in_from` (unix s): when the measured work began, before start() (a Slurm step whose agent
+    starts after it): the result's window and each device's energy then reach back to it, at most
+    easlurm.energy.lead_in.LEAD_IN_MAX_S, from the samples a device kept and else extrapolated.
     """
 
     def __init__(
@@ -53,8 +58,10 @@ class EnergyProfiler:
         comm: Any = None,
         proc_root: str | Path = "/proc",
         cgroup_root: str | Path = "/sys/fs/cgroup",
+        lead_in_from: float | None = None,
     ) -> None:
         self.kinds = parse_devices(devices)
+        self.lead_in_from = lead_in_from
         if not interval_s >= MIN_INTERVAL_S:
             raise ConfigError(f"interval {interval_s!r} s: must be >= {MIN_INTERVAL_S} s")
         self.interval_s = float(interval_s)
@@ -181,6 +188,7 @@ class EnergyProfiler:
             self._log.close()
         self.result = self._build(t_stop - self._t0)
         self.result.cpu_share = cpu_share
+        self._cover_lead_in(self.result)
         if self.out_dir is not None:
             try:
                 rundir.write_json(self.out_dir / rundir.SUMMARY_FILE, self.result.to_dict())
@@ -264,6 +272,26 @@ class EnergyProfiler:
             sampler_cpu_s=sum(th.cpu_s for th in self._threads),
             no_sensor=sorted(self._discovery.no_sensor),
         )
+
+    def _cover_lead_in(self, result: ProfileResult) -> None:
+        """Reach back to `lead_in_from`: each device from its first sample, the window from start()."""
+        since = self.lead_in_from
+        if since is None or lead_in_s(since, self._start_time) is None:
+            return
+        for sp, dev in zip(self._samplers, result.devices, strict=False):  # the samplers' devices first
+            integ = sp.integrator
+            if dev.energy_j is None or integ.t_first is None:
+                continue
+            until = self._start_time + (integ.t_first - self._t0)
+            if lead_in_s(since, until) is None:
+                continue
+            first_w = integ.first_power_w if integ.first_power_w is not None else integ.mean_power_w
+            hold_s = max(HOLD_MIN_S, 2 * sp.sensor.update_period_s)
+            lead = cover_lead_in(sp.sensor.history(), since, until, first_w, hold_s)
+            if lead is not None:
+                extend(dev, lead)
+        result.duration_s += result.start_time - since
+        result.start_time = since
 
     def track_pid(self, pid: int) -> None:
         """Feed the DRAM model with this process tree instead (e.g. the wrapped command's child)."""

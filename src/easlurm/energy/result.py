@@ -48,6 +48,12 @@ class DeviceEnergy:
     mean_util_pct: float | None = None
     peak_memory_bytes: int | None = None
     memory_total_bytes: int | None = None
+    #: The lead-in (easlurm.energy.lead_in): seconds before the profiler's first sample, from the measured
+    #: work's start, covered by samples the device kept (NVML's driver power buffer) and extrapolated
+    #: from the first measured power; both in `duration_s` and their energy in `energy_j`. None: no
+    #: lead-in was covered (none asked for, none to cover, or a record written before it was kept).
+    lead_in_buffered_s: float | None = None
+    lead_in_extrapolated_s: float | None = None
 
     @property
     def edp(self) -> float | None:

@@ -58,6 +58,11 @@ class Sensor(ABC):
         sampler may sleep until then; None: read at every tick."""
         return None
 
+    def history(self) -> list[tuple[float, float]]:
+        """Power samples (unix s, W) the device kept from before it was opened (NVML's driver buffer),
+        oldest first, for the lead-in (easlurm.energy.lead_in); [] for a device that keeps none."""
+        return []
+
     def close(self) -> None:  # noqa: B027
         """Release the device; never raises."""
 

@@ -5,6 +5,9 @@ Each GPU draws a constant power; its energy counter (mJ) is that power integrate
 energy with power x duration. Settings are read at nvmlInit():
   EASLURM_FAKE_NVML_COUNT=8            number of GPUs (default 1)
   EASLURM_FAKE_NVML_POWER_W=250        one power for all, or a comma list per GPU (default 100)
+  EASLURM_FAKE_NVML_POWER_BEFORE=400@1764218000.5
+                                       every GPU drew 400 W until that unix time (s), its own power after:
+                                       counter, power reads and the driver's sample buffer all show it
   EASLURM_FAKE_NVML_NO_ENERGY=0,2|all  GPUs without an energy counter (NOT_SUPPORTED, as before Volta)
   EASLURM_FAKE_NVML_NO_FIELD=1         nvmlDeviceGetFieldValues unsupported (old drivers)
   EASLURM_FAKE_NVML_LOST=1:0.5         GPU 1 raises GPU_IS_LOST once 0.5 s passed since nvmlInit
@@ -187,6 +190,19 @@ class _Gpu:
     lost_after_s: float | None = None
     reads: int = 0
     migs: list[str] = field(default_factory=list)
+    #: (W, unix s, monotonic s): the power drawn until that instant (EASLURM_FAKE_NVML_POWER_BEFORE)
+    before: tuple[float, float, float] | None = None
+
+    def power_at(self, unix_s: float) -> float:
+        """W drawn at a unix instant."""
+        return self.before[0] if self.before is not None and unix_s < self.before[1] else self.power_w
+
+    def energy_mj(self, mono_s: float) -> float:
+        """mJ drawn from monotonic 0 to `mono_s` (the counter, less its offset)."""
+        mj = self.power_w * mono_s * 1000.0
+        if self.before is not None:
+            mj += (self.before[0] - self.power_w) * min(mono_s, self.before[2]) * 1000.0
+        return mj
 
     @property
     def uuid(self) -> str:
@@ -225,6 +241,12 @@ class _State:
             gpu.migs = [f"MIG-fa4e{i:04d}-0000-0000-0000-{j:012d}" for j in range(nmig)]
             self.gpus.append(gpu)
         self.migs = {u: _Mig(u, g) for g in self.gpus for u in g.migs}
+        before = env.get("EASLURM_FAKE_NVML_POWER_BEFORE", "")
+        if before:
+            w, _, until = before.partition("@")
+            mono_until = float(until) - (time.time() - time.monotonic())
+            for gpu in self.gpus:
+                gpu.before = (float(w), float(until), mono_until)
         self.t0 = time.monotonic()
         self.sample_period_us = round(float(env.get("EASLURM_FAKE_NVML_SAMPLE_MS", "100")) * 1000)
         self.sample_buffer = int(env.get("EASLURM_FAKE_NVML_SAMPLE_BUFFER", "120"))
@@ -394,7 +416,7 @@ def nvmlDeviceGetTotalEnergyConsumption(handle: _Gpu) -> int:
     st, gpu, _ = _check(handle)
     if not gpu.energy:
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
-    return int(st.offset_mj + gpu.power_w * time.monotonic() * 1000.0)
+    return int(st.offset_mj + gpu.energy_mj(time.monotonic()))
 
 
 def nvmlDeviceGetPowerUsage(handle: _Gpu) -> int:
@@ -405,7 +427,7 @@ def nvmlDeviceGetPowerUsage(handle: _Gpu) -> int:
 
 def _power_mw(handle: _Gpu) -> int:
     _, gpu, _ = _check(handle)
-    return round(gpu.power_w * 1000.0)
+    return round(gpu.power_at(time.time()) * 1000.0)
 
 
 class _Value:
@@ -455,10 +477,9 @@ def nvmlDeviceGetSamples(
     if first > newest:
         raise NVMLError(NVML_ERROR_NOT_FOUND)
     samples = (c_nvmlSample_t * (newest - first + 1))()
-    mw = round(gpu.power_w * 1000.0)
     for i, k in enumerate(range(first, newest + 1)):
         samples[i].timeStamp = st.sample_origin_us + k * period
-        samples[i].sampleValue.uiVal = mw
+        samples[i].sampleValue.uiVal = round(gpu.power_at(samples[i].timeStamp * 1e-6) * 1000.0)
     return NVML_VALUE_TYPE_UNSIGNED_INT, samples[0 : len(samples)]
 
 
