@@ -1,7 +1,8 @@
 """Replay a synthetic 100,000-job `sacct -P` trace on a 1,024-GPU cluster: jobs/s and peak memory per policy.
 
 Usage: python benchmarks/bench_replay.py [--jobs 100000] [--policies pollux,zeus,...] [--keep TRACE]
-    [--shape philly|uniform] [--undersized 2000,16000 --undersized-gpus 256]
+    [--shape philly|uniform] [--queue-depth 1000] [--undersized 2000,16000 --undersized-gpus 256
+    --undersized-depths 1000,100]
 
 The trace (written once to a temporary file) has a realistic column set, step rows, a `|` inside
 JobName and Constraints on 2% of rows (placed by column shapes) and cancelled-while-pending array
@@ -13,7 +14,8 @@ the machine may be shared: the load average is printed on each line). Each polic
 subprocess so that its peak RSS (resource.getrusage ru_maxrss) is its own. Then one policy replays two
 trace sizes on an undersized cluster (the queue grows without bound) and the ratio of their CPU seconds
 per job, the larger trace's over the smaller's, is printed (1.00: cost linear in the trace; above:
-faster than linear). Figures are printed, never asserted.
+faster than linear), at each queue depth of `--undersized-depths` (the pending jobs each decision sees,
+`sim.queue_depth`). Figures are printed, never asserted.
 
 A million jobs: `--jobs 1000000 --timeout-s 7200 --keep p1m.psv` (the trace is 558 MB; one policy at a
 time with `--policies zeus --undersized ''`)
@@ -38,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from easlurm.sim.engine.pending import DEFAULT_QUEUE_DEPTH
 from easlurm.sim.philly_shape import draw_jobs, mean_gpu_s
 from easlurm.slurm.times import format_elapsed
 from easlurm.units import format_energy
@@ -128,14 +131,18 @@ def write_trace(
             )
 
 
-def run_one(trace: str, policy: str, n_nodes: int) -> dict[str, float]:
-    """Replay under one policy in this process; returns jobs/s, wall and CPU time and peak RSS."""
+def run_one(
+    trace: str, policy: str, n_nodes: int, queue_depth: int = DEFAULT_QUEUE_DEPTH
+) -> dict[str, float]:
+    """Replay under one policy in this process (each decision sees `queue_depth` pending jobs); returns
+    jobs/s, wall and CPU time and peak RSS."""
     from easlurm.sim.cluster import ClusterSpec
     from easlurm.sim.replay import ReplayRequest, replay
 
     cluster = ClusterSpec.mixed([(n_nodes // 2, 8, "a100-40gb"), (n_nodes - n_nodes // 2, 8, "h100-sxm")])
     t0, c0 = time.perf_counter(), time.process_time()
-    res = replay(ReplayRequest(trace, cluster, [policy] if policy != "recorded" else [], noise_sigma=0.10))
+    policies = [policy] if policy != "recorded" else []
+    res = replay(ReplayRequest(trace, cluster, policies, noise_sigma=0.10, queue_depth=queue_depth))
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     run = res.run(policy).get("metrics", {}) if res.runs else {}
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
@@ -154,9 +161,21 @@ def run_one(trace: str, policy: str, n_nodes: int) -> dict[str, float]:
     }
 
 
-def _one(trace: Path, policy: str, gpus: int, timeout_s: float) -> dict[str, Any] | str:
+def _one(
+    trace: Path, policy: str, gpus: int, timeout_s: float, depth: int = DEFAULT_QUEUE_DEPTH
+) -> dict[str, Any] | str:
     """run_one in a fresh subprocess (its own peak RSS): its figures, or why there are none."""
-    cmd = [sys.executable, __file__, "--gpus", str(gpus), "--one", str(trace), policy]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--gpus",
+        str(gpus),
+        "--queue-depth",
+        str(depth),
+        "--one",
+        str(trace),
+        policy,
+    ]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=os.environ)
     except subprocess.TimeoutExpired:
@@ -178,7 +197,7 @@ def _policy_table(args: argparse.Namespace, trace: Path) -> None:
         f"{'mean JCT s':>10} {'total s':>7} {'CPU s':>7} {'<2min,4GB':>9}"
     )
     for policy in [p.strip() for p in args.policies.split(",") if p.strip()]:
-        r = _one(trace, policy, args.gpus, args.timeout_s)
+        r = _one(trace, policy, args.gpus, args.timeout_s, args.queue_depth)
         if isinstance(r, str):
             print(f"{policy:<12} {r}  ({_load_average()})")
             continue
@@ -198,19 +217,28 @@ def _policy_table(args: argparse.Namespace, trace: Path) -> None:
 
 def _undersized(args: argparse.Namespace, work: Path) -> None:
     """Two trace sizes (load for the full cluster) replayed by one policy on a cluster of
-    `--undersized-gpus`: the queue grows without bound; jobs per CPU second at each size and their
-    ratio, CPU s per job at the largest over at the smallest (1.0: cost linear in the trace)."""
+    `--undersized-gpus`, at each queue depth of `--undersized-depths`: the queue grows without bound; jobs
+    per CPU second at each size and their ratio, CPU s per job at the largest over at the smallest (1.0:
+    cost linear in the trace)."""
     sizes = [int(x) for x in args.undersized.split(",") if x.strip()]
+    depths = [int(x) for x in (args.undersized_depths or str(args.queue_depth)).split(",") if x.strip()]
+    for n in sizes:
+        write_trace(work / f"undersized-{n}.psv", n, args.gpus, seed=1, shape=args.shape, load=args.load)
+    for depth in depths:
+        _undersized_at(args, work, sizes, depth)
+
+
+def _undersized_at(args: argparse.Namespace, work: Path, sizes: list[int], depth: int) -> None:
+    """The undersized runs at one queue depth, and their ratio."""
     gpus, policy = args.undersized_gpus, args.undersized_policy
     print(
         f"undersized: {policy} on {gpus} GPUs, traces offered {args.load:.2f} of {args.gpus} GPUs "
-        f"({args.load * args.gpus / gpus:.1f}x the cluster)"
+        f"({args.load * args.gpus / gpus:.1f}x the cluster), queue depth {depth}"
     )
     rates = []
     for n in sizes:
         trace = work / f"undersized-{n}.psv"
-        write_trace(trace, n, args.gpus, seed=1, shape=args.shape, load=args.load)
-        r = _one(trace, policy, gpus, args.timeout_s)
+        r = _one(trace, policy, gpus, args.timeout_s, depth)
         if isinstance(r, str):
             print(f"  {n:>8} jobs: {r}  ({_load_average()})")
             return
@@ -261,6 +289,17 @@ def main() -> None:
     ap.add_argument("--undersized-gpus", type=int, default=256)
     ap.add_argument("--undersized-policy", default="zeus")
     ap.add_argument(
+        "--queue-depth",
+        type=int,
+        default=DEFAULT_QUEUE_DEPTH,
+        help="Pending jobs each decision sees (sim.queue_depth; default %(default)s).",
+    )
+    ap.add_argument(
+        "--undersized-depths",
+        default="",
+        help="Queue depths of the undersized runs, e.g. 1000,100 (default: --queue-depth).",
+    )
+    ap.add_argument(
         "--reader",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -270,7 +309,7 @@ def main() -> None:
     args = ap.parse_args()
     n_nodes = args.gpus // 8
     if args.one:
-        print(json.dumps(run_one(args.one[0], args.one[1], n_nodes)))
+        print(json.dumps(run_one(args.one[0], args.one[1], n_nodes, args.queue_depth)))
         return
     tmp = tempfile.TemporaryDirectory()
     trace = Path(args.keep) if args.keep else Path(tmp.name) / "trace.psv"

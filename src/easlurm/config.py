@@ -152,6 +152,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "hours": 10.0,
         "noise_sigma": 0.10,
         "checkpoint_interval_s": None,
+        # pending jobs each scheduling decision of the simulator and replay sees, in queue order (Slurm's
+        # default_queue_depth bounds each scheduling pass the same way): docs/replay.md, "Queue depth"
+        "queue_depth": 1000,
     },
 }
 
@@ -286,6 +289,7 @@ RANGES: dict[str, tuple[Any, str]] = {
     "sim.hours": (lambda v: 0 < v <= 87600, "> 0 and at most 87600 (ten years)"),
     "sim.noise_sigma": (lambda v: 0 <= v <= 10, "between 0 and 10"),
     "sim.checkpoint_interval_s": (_positive, "> 0"),
+    "sim.queue_depth": (lambda v: 1 <= v <= 10_000_000, "between 1 and 10000000 jobs"),
 }
 #: settings that are a number although their default is None
 _NUMBERS = (

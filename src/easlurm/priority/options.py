@@ -52,8 +52,9 @@ class PredictionCache:
         self._chunks: list[tuple[np.ndarray, ...]] = []
         self._size = 0
         self._flat: tuple[np.ndarray, ...] | None = None
-        #: node layout (type, TDP, min limit per node) -> (facts per type, type code per node)
-        self.layouts: dict[tuple[Any, ...], tuple[dict[str, TypeFacts], np.ndarray]] = {}
+        #: node layout (type, TDP, min limit, GPUs, idle power per node) -> (facts per type, type code per
+        #: node, idle power per node)
+        self.layouts: dict[tuple[Any, ...], tuple[dict[str, TypeFacts], np.ndarray, np.ndarray]] = {}
 
     # -- flat arrays -------------------------------------------------------------------------
     @property

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Any, ClassVar
+from operator import attrgetter
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -33,6 +34,14 @@ DEFAULT_MAX_WAKE_WAIT_S = 600.0
 #: how a node ranks when a placement chooses among nodes that hold it, by power state: powered-on first,
 #: then one already booting, then one powered down, last one still shutting down (it must finish first)
 _WAKE_RANK = {"on": 0, "powering_up": 1, "off": 2, "powering_down": 3}
+#: what a node's place in the option layout depends on (read for every node at every decision: attrgetter
+#: over map instead of a generator, a third of the cost)
+_LAYOUT_OF = attrgetter("gpu_type", "tdp_w", "min_power_limit_w", "total_gpus", "idle_power_w")
+_FREE_OF = attrgetter("free_gpus")
+_POWER_OF = attrgetter("suspend_time_s", "power_state")
+#: a job's row of a cycle (JobRows): the job, (offset, length) of its options, its remaining samples,
+#: submit time and whether it keeps the default limit
+JobRow = tuple[PendingJob, int, int, float, float, bool]
 
 
 @dataclass
@@ -64,6 +73,8 @@ class Cycle:
     node_rested: np.ndarray | None = None
     tier: np.ndarray | None = None
     may_wake_resting: np.ndarray | None = None
+    #: each job's submit time (None: read from `jobs`)
+    submit_s: np.ndarray | None = None
 
     @cached_property
     def edp(self) -> np.ndarray:
@@ -73,6 +84,8 @@ class Cycle:
     @property
     def age_s(self) -> np.ndarray:
         now = self.snapshot.time_s
+        if self.submit_s is not None:
+            return now - self.submit_s
         return np.array([now - j.submit_s for j in self.jobs], dtype=np.float64)
 
     def user_share(self) -> np.ndarray:
@@ -282,6 +295,7 @@ class BatchPacker:
         self.limit_fractions: tuple[float, ...] = LIMIT_STEPS if bounded else ()
         self._caches: dict[int, PredictionCache] = {}
         self._last_cycle: tuple[tuple[int, int, tuple[float, ...]], ClusterSnapshot, Cycle] | None = None
+        self._rows = JobRows()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, malleable={self.malleable})"
@@ -397,7 +411,7 @@ class BatchPacker:
         if cache is None or cache.oracle is not oracle:
             cache = self._caches[id(oracle)] = PredictionCache(oracle)
         nodes = snapshot.nodes
-        key = tuple((nd.gpu_type, nd.tdp_w, nd.min_power_limit_w, nd.total_gpus) for nd in nodes)
+        key = tuple(map(_LAYOUT_OF, nodes))
         static = cache.layouts.get(key)
         if static is None:
             types: dict[str, TypeFacts] = {}
@@ -405,19 +419,28 @@ class BatchPacker:
                 sizes = sorted((nd.total_gpus for nd in nodes if nd.gpu_type == node.gpu_type), reverse=True)
                 types.setdefault(node.gpu_type, TypeFacts(node.tdp_w, node.min_power_limit_w, tuple(sizes)))
             codes = np.array([cache.code(nd.gpu_type) for nd in nodes], dtype=np.int64)
-            static = cache.layouts[key] = (types, codes)
-        types, node_code = static
+            idle_w = np.array([nd.idle_power_w for nd in nodes], dtype=np.float64)
+            idle_w.setflags(write=False)  # shared by every cycle on this layout
+            static = cache.layouts[key] = (types, codes, idle_w)
+        types, node_code, node_idle_w = static
         jobs = snapshot.pending
-        offs, lens = cache.slots(jobs, types, rigid=not self.malleable, limit_fractions=self.limit_fractions)
+        offs, lens, remaining, submit, opted_out = self._rows.columns(self, cache, static, jobs)
         idx, job_of = expand(offs, lens)
         n_all, b_all, code_all, pl_all, sps_all, pw_all, base_all = cache.arrays
         m_all, spread_all = cache.node_arrays
-        keep = self.limit_mask(jobs, job_of, pl_all[idx], sps_all[idx], base_all[idx], snapshot.time_s)
+        keep = self.limit_mask(
+            jobs,
+            job_of,
+            pl_all[idx],
+            sps_all[idx],
+            base_all[idx],
+            snapshot.time_s,
+            (remaining, submit, opted_out),
+        )
         if not keep.all():
             idx, job_of = idx[keep], job_of[keep]
         n, code, sps = n_all[idx], code_all[idx], sps_all[idx]
-        remaining = np.array([j.remaining_samples for j in jobs], dtype=np.float64)
-        node_free = [nd.free_gpus for nd in nodes]
+        node_free = list(map(_FREE_OF, nodes))
         cyc = Cycle(
             snapshot=snapshot,
             cache=cache,
@@ -432,9 +455,10 @@ class BatchPacker:
             feasible=np.zeros(len(n), dtype=bool),
             node_free=node_free,
             node_code=node_code,
-            node_idle_w=np.array([nd.idle_power_w for nd in nodes], dtype=np.float64),
+            node_idle_w=node_idle_w,
             n_nodes=m_all[idx],
             spread=spread_all[idx],
+            submit_s=submit,
         )
         cyc.refresh()
         if self.consolidate:
@@ -446,7 +470,7 @@ class BatchPacker:
         wake a resting node (one whose rest ends more than max_wake_wait_s after their submission)."""
         snap = cyc.snapshot
         nodes = snap.nodes
-        if all(n.suspend_time_s is None and n.power_state == "on" for n in nodes):
+        if set(map(_POWER_OF, nodes)) <= {(None, "on")}:
             return  # no node is ever powered down: keeping one empty saves nothing
         now = snap.time_s
         rank = np.array([_WAKE_RANK[n.power_state] for n in nodes], dtype=np.int64)
@@ -477,22 +501,31 @@ class BatchPacker:
         sps: np.ndarray,
         default_sps: np.ndarray,
         now_s: float = 0.0,
+        per_job: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     ) -> np.ndarray:
         """Which options this policy may choose: the default limit always; another limit not for a job
         that asked for the default (SPEC `nolimit`), never under "default", and under "bounded" only when
         the time the limit adds to the job's run is at most `max_slowdown` of its JCT: its wait so far and
         its run at the default limit. A job that has not waited may run `max_slowdown` slower; one that
-        waited in the queue spends a share of that wait, which its user sees as the same JCT budget."""
+        waited in the queue spends a share of that wait, which its user sees as the same JCT budget.
+        `per_job`: (remaining samples, submit time, keeps the default limit) of each job, where the caller
+        has them (else read from `jobs`)."""
         default = np.isnan(limit_w)
         if self.limits == "default":
             return default
-        opted_out = np.array([self.keeps_default_limit(j) for j in jobs], dtype=bool)[job_of]
-        allowed = ~opted_out
+        if per_job is None:
+            per_job = (
+                np.array([j.remaining_samples for j in jobs], dtype=np.float64),
+                np.array([j.submit_s for j in jobs], dtype=np.float64),
+                np.array([self.keeps_default_limit(j) for j in jobs], dtype=bool),
+            )
+        remaining, submit, opted_out = per_job
+        allowed = ~opted_out[job_of]
         if self.limits == "bounded":
             # work / sps - t_default <= max_slowdown * (wait + t_default), in place: at 10,000 jobs these
             # arrays hold ~2 million options each, and every temporary costs its allocation
-            work = np.array([j.remaining_samples for j in jobs], dtype=np.float64)[job_of]
-            wait = np.maximum(now_s - np.array([j.submit_s for j in jobs], dtype=np.float64), 0.0)
+            work = remaining[job_of]
+            wait = np.maximum(now_s - submit, 0.0)
             with np.errstate(invalid="ignore", divide="ignore"):
                 t_default = work / default_sps
                 extra = np.divide(work, sps, out=work)
@@ -547,3 +580,48 @@ def job_minima(metric: np.ndarray, mask: np.ndarray, job_of: np.ndarray, n_jobs:
     starts = np.flatnonzero(np.concatenate(([True], job_of[1:] != job_of[:-1])))
     out[job_of[starts]] = np.minimum.reduceat(np.where(mask, metric, INF), starts)
     return out
+
+
+class JobRows:
+    """Each pending job's row of a cycle (JobRow), kept from one decision to the next: a job that waits is
+    handed to many decisions (the simulator hands the same PendingJob object each time), and building its
+    option key, remaining work and the rest for every job of the queue at every decision was the largest
+    part of a decision's cost on a long queue. Rows are found by the job's identity and kept only for the
+    jobs of the last decision (so that an identity is never reused while its row is kept); a new option
+    layout, prediction cache or set of limits starts over."""
+
+    def __init__(self) -> None:
+        self._rows: dict[int, JobRow] = {}
+        self._valid: tuple[Any, ...] = ()
+
+    def columns(
+        self, policy: BatchPacker, cache: PredictionCache, layout: Any, jobs: tuple[PendingJob, ...]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(offset, length, remaining samples, submit time, keeps the default limit) of each job."""
+        valid = (cache, layout, policy.limit_fractions, policy.malleable)
+        was = self._valid
+        if not was or was[0] is not cache or was[1] is not layout or was[2:] != valid[2:]:
+            self._rows, self._valid = {}, valid
+        old = self._rows
+        rows: list[JobRow | None] = [old.get(id(j)) for j in jobs]
+        missing = [i for i, (j, r) in enumerate(zip(jobs, rows)) if r is None or r[0] is not j]
+        if missing:
+            new_jobs = [jobs[i] for i in missing]
+            offs, lens = cache.slots(
+                new_jobs, layout[0], rigid=not policy.malleable, limit_fractions=policy.limit_fractions
+            )
+            for i, job, off, n in zip(missing, new_jobs, offs.tolist(), lens.tolist()):
+                rows[i] = (job, off, n, job.remaining_samples, job.submit_s, policy.keeps_default_limit(job))
+        kept = cast(list[JobRow], rows)  # every row is filled above
+        self._rows = {id(r[0]): r for r in kept}
+        if not kept:
+            empty_i, empty_f = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+            return empty_i, empty_i, empty_f, empty_f, np.zeros(0, dtype=bool)
+        _, off_c, len_c, rem_c, sub_c, opt_c = zip(*kept)
+        return (
+            np.array(off_c, dtype=np.int64),
+            np.array(len_c, dtype=np.int64),
+            np.array(rem_c, dtype=np.float64),
+            np.array(sub_c, dtype=np.float64),
+            np.array(opt_c, dtype=bool),
+        )

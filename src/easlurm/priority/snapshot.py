@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
+from functools import cache
 from typing import Any
 
 from easlurm.errors import ConfigError
@@ -168,12 +169,18 @@ class PendingJob(JobRequest):
     @classmethod
     def queued(cls, request: JobRequest, **changes: Any) -> PendingJob:
         """`request` entering (or back in) the queue; `changes` set the queue's own fields."""
-        shared = {f.name: getattr(request, f.name) for f in fields(JobRequest)}
+        shared = {name: getattr(request, name) for name in _request_fields()}
         return cls(**shared, **changes)
 
     @property
     def remaining_samples(self) -> float:
         return self.remaining_steps * self.batch_options[0]
+
+
+@cache
+def _request_fields() -> tuple[str, ...]:
+    """JobRequest's field names (PendingJob.queued reads them once per queued job)."""
+    return tuple(f.name for f in fields(JobRequest))
 
 
 @dataclass(frozen=True)

@@ -192,13 +192,16 @@ def size_cluster(
     )
 
 
-def _fit_notice(fit: dict[str, Any], cluster_name: str, jobs: int) -> str:
+def _fit_notice(
+    fit: dict[str, Any], cluster_name: str, jobs: int, depth: int | None = DEFAULT_QUEUE_DEPTH
+) -> str:
     """The sentence said before simulating a trace whose record does not fit the target cluster."""
+    sees = "every pending job" if depth is None else f"the first {depth:,} pending jobs"
     return (
         f"the trace's record ran up to {fit['peak_gpus']:,} GPUs at once; cluster {cluster_name} has "
         f"{fit['cluster_gpus']:,}: the policies must queue what the record ran at once, so the replay of "
-        f"{jobs:,} jobs compares a different load (each decision sees the first {DEFAULT_QUEUE_DEPTH:,} "
-        "pending jobs, as Slurm's default_queue_depth does); the "
+        f"{jobs:,} jobs compares a different load (each decision sees {sees}, "
+        "as Slurm's default_queue_depth bounds each scheduling pass; --queue-depth); the "
         f"recorded row's energy is left blank. For a like-for-like comparison use a cluster of at least "
         f"{fit['suggest_gpus']:,} GPUs (--cluster, or none to size it like the trace)"
     )
@@ -254,6 +257,8 @@ class ReplayRequest:
     on_progress: Callable[[str], None] | None = None
     progress_bar: Callable[[Iterator[Any], int, str], Iterator[Any]] | None = None
     on_notice: Callable[[str], None] | None = None
+    #: pending jobs each decision sees, in queue order (None: all; sim/engine/pending.py)
+    queue_depth: int | None = DEFAULT_QUEUE_DEPTH
 
 
 class _PlannedRun(NamedTuple):
@@ -411,7 +416,7 @@ class _Replay:
             result.arrival_jobs_per_h = mapper.stats.mapped / span_h
         fit = result.baseline.get("fit")
         if fit and not fit["fits"]:
-            self.notice(_fit_notice(fit, cluster.name, mapper.stats.mapped))
+            self.notice(_fit_notice(fit, cluster.name, mapper.stats.mapped, request.queue_depth))
         if request.on_progress:
             request.on_progress(f"{BASELINE_LABEL}: {mapper.stats.mapped} jobs")
         return result
@@ -471,6 +476,7 @@ class _Replay:
             oracle=seen,
             truth_oracle=truth_c,
             power_budget_w=request.power_budget_w,
+            queue_depth=request.queue_depth,
         )
         wall = time.perf_counter() - t1
         run = sim.to_dict() if hasattr(sim, "to_dict") else dict(sim)

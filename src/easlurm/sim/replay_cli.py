@@ -115,6 +115,13 @@ DEFAULT_POLICIES = "pollux,zeus,hades,aurachronos,charon"
 )
 @click.option("--max-jobs", type=int_range(1), default=None, help="Replay only the first N usable jobs.")
 @click.option(
+    "--queue-depth",
+    type=int_range(1, 10_000_000),
+    default=None,
+    help="Pending jobs each scheduling decision sees, in queue order, as Slurm's default_queue_depth "
+    "(default: sim.queue_depth, 1000).",
+)
+@click.option(
     "--max-slowdown",
     type=FiniteFloat(min=0, max=10),
     default=None,
@@ -143,10 +150,18 @@ def replay_cmd(ctx: click.Context, **params: Any) -> None:
     cfg = load_ctx_config(
         ctx,
         {
-            "sim": {"cluster": args.cluster_path, "noise_sigma": args.noise_sigma},
+            "sim": {
+                "cluster": args.cluster_path,
+                "noise_sigma": args.noise_sigma,
+                "queue_depth": args.queue_depth,
+            },
             "sched": {"max_slowdown": args.max_slowdown},
         },
-        {"sim.noise_sigma": "--noise-sigma", "sched.max_slowdown": "--max-slowdown"},
+        {
+            "sim.noise_sigma": "--noise-sigma",
+            "sched.max_slowdown": "--max-slowdown",
+            "sim.queue_depth": "--queue-depth",
+        },
     )
     apply_oracle_config(cfg, args.hardware_path)
     names = _policy_names(args.policies)
@@ -191,6 +206,7 @@ class ReplayArgs:
     progress: bool | None
     no_calibrate: bool
     max_jobs: int | None
+    queue_depth: int | None
     max_slowdown: float | None
     compare_limits: bool
     baselines: bool
@@ -249,6 +265,7 @@ def _request(args: ReplayArgs, cfg: Any, names: list[str]) -> ReplayRequest:
         progress_bar=_bar if show else None,
         on_notice=_notice_line,
         max_slowdown=float(cfg.get("sched.max_slowdown")),
+        queue_depth=int(cfg.get("sim.queue_depth")),
         compare_limits=args.compare_limits,
         baselines=args.baselines,
         power_saving=power_saving_overrides(args.saving),

@@ -135,9 +135,14 @@ def _count(value: str) -> int | None:
 class _Row:
     """A `sacct -P` row read by lower-case field name; an unreadable field raises or is unknown (None)."""
 
-    def __init__(self, row: Mapping[str, str], strict: bool) -> None:
-        self.names = {k.lower(): k for k in row}
-        self.low = {k.lower(): v for k, v in row.items()}
+    def __init__(self, row: Mapping[str, str], strict: bool, names: Mapping[str, str] | None = None) -> None:
+        """`names` given: `row` is already keyed by lower-case name, and `names` maps each to the name as
+        the dump writes it (for messages)."""
+        if names is None:
+            self.names: Mapping[str, str] = {k.lower(): k for k in row}
+            self.low: Mapping[str, str] = {k.lower(): v for k, v in row.items()}
+        else:
+            self.names, self.low = names, row
         self.strict = strict
 
     def __contains__(self, name: str) -> bool:
@@ -162,7 +167,18 @@ def job_of_row(row: Mapping[str, str], *, strict: bool = True, tz: tzinfo | None
     """One `sacct -P` row (field name -> text, names in any case) as a SacctJob. Naive timestamps are read
     in `tz` (default the process's zone: see easlurm.slurm.times). `strict` raises SacctValueError on
     an unreadable field; otherwise that field is left unknown."""
-    r = _Row(row, strict)
+    return _job_of(_Row(row, strict), tz)
+
+
+def job_of_fields(
+    low: Mapping[str, str], names: Mapping[str, str], *, strict: bool = True, tz: tzinfo | None = None
+) -> SacctJob:
+    """`job_of_row` of a row already keyed by lower-case field name (`names`: lower-case name -> as the
+    dump writes it, for messages): a reader of a whole dump builds one dict per row instead of three."""
+    return _job_of(_Row(low, strict, names), tz)
+
+
+def _job_of(r: _Row, tz: tzinfo | None) -> SacctJob:
     m, display = _row_ids(r)
     base, task, het = display.group("base"), display.group("task"), display.group("het")
     submit_s = r.read("submit", parse_timestamp_s, tz)
@@ -384,6 +400,7 @@ __all__ = [
     "SacctJob",
     "SacctValueError",
     "expand_array",
+    "job_of_fields",
     "job_of_json",
     "job_of_row",
     "jobs_of_json",

@@ -93,6 +93,12 @@ class SacctRow:
         names = self.header.names
         return {names.get(name, name): self.fields[i] for name, i in self.header.index.items()}
 
+    @property
+    def lower(self) -> dict[str, str]:
+        """Lower-case field name -> text: what `job_of_fields` reads (with the header's `names`)."""
+        fields = self.fields
+        return {name: fields[i] for name, i in self.header.index.items()}
+
 
 @dataclass(frozen=True)
 class BadRow:

@@ -229,7 +229,8 @@ class Simulator:
 
     def snapshot(self) -> ClusterSnapshot:
         now = self.now
-        users = {u: self._user_base.get(u, 0.0) + self._user_rate.get(u, 0) * now for u in self._user_base}
+        rate = self._user_rate
+        users = {u: base + rate.get(u, 0) * now for u, base in self._user_base.items()}
         return ClusterSnapshot(
             time_s=now,
             nodes=self._node_states(),

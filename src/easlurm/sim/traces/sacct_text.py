@@ -19,7 +19,7 @@ from easlurm.errors import TraceError
 from easlurm.sim.traces.record import TraceJob, TraceStats
 from easlurm.sim.traces.sacct_record import merged_jobs, trace_jobs
 from easlurm.sim.traces.source import open_text
-from easlurm.slurm.sacct_jobs import job_of_row
+from easlurm.slurm.sacct_jobs import job_of_fields
 from easlurm.slurm.sacct_text import (
     BadRow,
     RepeatedHeader,
@@ -92,19 +92,20 @@ class SacctTextReader:
                 continue
             where = f"{self.path}:{item.line}"
             try:
-                jobs = self._parse_row(item.values, where)
+                jobs = self._parse_row(item.lower, where)
             except TraceError as exc:
                 self.stats.bad(f"{where}: {exc}", self.skip_bad)
                 continue
             yield (m.group("base") if m.group("het") is not None else None), jobs
 
     def _parse_row(self, row: dict[str, str], where: str) -> list[TraceJob]:
+        """The TraceJobs of one row keyed by lower-case field name."""
         try:
-            job = job_of_row(row, tz=self.tz)
+            job = job_of_fields(row, self._names, tz=self.tz)
         except ValueError as exc:
             raise TraceError(str(exc)) from None
         if job.submit_s is None:
             name = self._names.get("submit", "Submit")
-            raise TraceError(f"field {name}: missing ({(row.get(name) or '').strip()!r})")
+            raise TraceError(f"field {name}: missing ({(row.get('submit') or '').strip()!r})")
         ran = job.start_s is not None and job.end_s is not None
         return trace_jobs(job, where, job.elapsed_s if ran else None)
