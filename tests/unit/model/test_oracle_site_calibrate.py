@@ -9,9 +9,9 @@ import pytest
 
 from easlurm.cli import main
 from easlurm.errors import ModelError
-from easlurm.model.fit.calibrate import score
+from easlurm.model.fit.calibrate import PRIOR_SIGMA_LOG10, calibrate, score
 from easlurm.model.fit.dataset import read_measurements, write_measurements
-from easlurm.model.fit.site import calibrate_site, site_free, site_leave_one_model_out
+from easlurm.model.fit.site import SITE_PRIOR_SIGMA_LOG10, calibrate_site, site_free, site_leave_one_model_out
 from easlurm.model.hardware import load_catalogue
 from easlurm.model.oracle import Oracle, Placements
 from easlurm.model.params import OracleParams, is_gpu_factor, load_params, save_params
@@ -90,6 +90,42 @@ def test_site_fit_lowers_the_error_on_its_rows(site_rows, fitted):
     assert fitted.result.fit.mape_time < fitted.before.mape_time
 
 
+def test_site_factors_have_a_narrower_prior_than_a_global_fit(site_rows, fitted):
+    """The same factors fitted with the global prior width (a factor of 2 per point of loss) move further
+    from the base than the site's (a factor of 1.26): a site's few models must not pull its GPU's factors
+    onto their own errors."""
+    assert SITE_PRIOR_SIGMA_LOG10 < PRIOR_SIGMA_LOG10
+    free = list(fitted.result.free)
+    wide = calibrate(site_rows, load_params(), free, catalogue=load_catalogue(), memory=False, **FAST)
+
+    def spread(params: OracleParams) -> float:
+        return float(np.sqrt(np.mean([np.log10(params.scalars[n]) ** 2 for n in free])))
+
+    assert spread(fitted.result.params) < 0.7 * spread(wide.params)
+
+
+def test_prior_weight_holds_free_parameters_at_the_base(site_rows, fitted):
+    """A prior weight large enough leaves every free factor at its starting value of 1.0."""
+    free = list(fitted.result.free)
+    held = calibrate(
+        site_rows, load_params(), free, catalogue=load_catalogue(), memory=False, prior_weight=1e6, **FAST
+    )
+    assert [held.params.scalars[n] for n in free] == pytest.approx([1.0] * len(free), abs=0.01)
+
+
+def test_each_model_before_and_after(site_rows, fitted):
+    """Each model's errors before and after, scored on that model's rows only."""
+    assert sorted(fitted.before_by_model) == sorted(fitted.after_by_model) == ["bert-base", "gpt2"]
+    bert = [m for m in site_rows if m.model == "bert-base"]
+    assert fitted.before_by_model["bert-base"].mape_time == pytest.approx(
+        score(load_params(), bert).mape_time
+    )
+    assert fitted.after_by_model["bert-base"].mape_time == pytest.approx(
+        score(fitted.result.params, bert).mape_time
+    )
+    assert sum(r.n_rows for r in fitted.after_by_model.values()) == len(site_rows)
+
+
 def test_leave_one_model_out_holds_each_model_out(site_rows):
     held = site_leave_one_model_out(site_rows, load_params(), load_catalogue(), **FAST)
     assert [h.model for h in held] == ["bert-base", "gpt2"]
@@ -127,9 +163,19 @@ def test_cli_site_calibration_writes_a_file_predict_reads(tmp_path, capsys, site
     assert rc == 0
     assert "before (base parameters)" in text and "leave-one-model-out" in text
     assert "bert-base" in text and "gpt2" in text
+    table = text.splitlines()[
+        text.splitlines().index(next(x for x in text.splitlines() if "per model" in x)) :
+    ]
+    assert "before" in table[0] and "after" in table[0] and "held out" in table[0]
+    assert [line.split()[0] for line in table[1:3]] == ["bert-base", "gpt2"]
+    assert all(line.count("%") == 3 for line in table[1:3])  # before, after and held out
     doc = load_params(out)
     assert doc.meta["kind"] == "site" and doc.meta["gpu_types"] == ["h100-sxm"]
     assert doc.meta["leave_one_model_out"]["mape_time_pct"] > 0
+    assert doc.meta["prior_sigma_log10"] == SITE_PRIOR_SIGMA_LOG10
+    for when in ("before", "after"):
+        assert sorted(doc.meta[when]["per_model"]) == ["bert-base", "gpt2"]
+        assert doc.meta[when]["per_model"]["gpt2"]["mape_time_pct"] > 0
     args = ("predict", "--model", "bert-base", "--batch", "64", "--gpu", "h100-sxm,a100-40gb", "-P")
     _, shipped, _ = _run(capsys, *args)
     monkeypatch.setenv("EASLURM_ORACLE__PARAMS", str(out))

@@ -385,13 +385,15 @@ def calibrate(
     progress: Callable[[int, float], None] | None = None,
     skip_infeasible: bool = False,
     memory: bool = True,
+    prior_weight: float = 1.0,
 ) -> CalibrationResult:
     """Fit the free parameters: DE (best1bin, LHS init, mutation (0.5, 1.5), CR 0.7), then L-BFGS-B.
 
     With per-architecture factors among them, in stages: the shared parameters, then each architecture's
     factors on its own rows, then a joint polish. A row the model finds infeasible (out of memory) is an error,
     or with `skip_infeasible` left out (evaluation scores it as unpredicted). `memory=False` leaves the
-    activation-memory scale as given (a site's calibration: it is shared by every GPU type)."""
+    activation-memory scale as given (a site's calibration: it is shared by every GPU type). `prior_weight`
+    multiplies the prior's penalty: w narrows every prior width by sqrt(w) (a site's calibration: 9)."""
     if not rows:
         raise ModelError("calibration needs at least one measurement")
     base = base or OracleParams()
@@ -403,6 +405,7 @@ def calibrate(
     if "t_input_step_s" in free:
         base = base.replace(["t_input_step_s"], [input_step_start(rows, base)])
     rows, prob = _feasible_problem(rows, base, free, catalogue, skip_infeasible)
+    prob.prior_weight = prior_weight
     start = time.perf_counter()
     if not free:
         fitted = fit_memory(base, rows, catalogue) if memory else base
@@ -492,6 +495,7 @@ def _staged_search(
     priors), then each architecture's factors on its own rows (they touch no other row)."""
     nfev = 0
     first = _Problem(rows, base, shared, catalogue)
+    first.prior_weight = prob.prior_weight
     x1 = _evolve(first, seed, cb, **de_kw)
     staged = base.replace(shared, [float(v) for v in first.decode(x1.reshape(-1, 1))[:, 0]])
     nfev += first.nfev
@@ -501,6 +505,7 @@ def _staged_search(
         if not mine:
             continue
         sub = _Problem(mine, staged, names, catalogue)
+        sub.prior_weight = prob.prior_weight
         xa = _evolve(sub, seed + 1 + number, None, **de_kw)
         staged = staged.replace(names, [float(v) for v in sub.decode(xa.reshape(-1, 1))[:, 0]])
         nfev += sub.nfev

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from easlurm.errors import ModelError
-from easlurm.model.fit.calibrate import CalibrationResult, FitReport, calibrate, score
+from easlurm.model.fit.calibrate import PRIOR_SIGMA_LOG10, CalibrationResult, FitReport, calibrate, score
 from easlurm.model.fit.dataset import Measurement
 from easlurm.model.hardware import Catalogue
 from easlurm.model.params import GPU_FACTOR_PREFIX, OracleParams
@@ -17,6 +17,11 @@ SITE_TIME = ("c_mem", "t_host_op_s", "t_kern_s", "t_fixed_s")
 SITE_POWER = ("c_p", "u_comp", "u_mem", "u_idle")
 #: its power-limit response, fitted where the rows were measured under power limits
 SITE_LIMIT = ("cap_alpha", "p_floor_frac", "mem_clock_knee")
+#: prior width of a site factor (log10): a factor of 1.26 costs one point of loss, where a global fit's factor
+#: of 2 does. The base is already fitted on public rows of most GPU types, and a site's rows hold few models:
+#: with the global width the factors took on those models' own errors, and on the public rows of 19 GPU types
+#: held-out models came out worse than with no calibration (docs/oracle-calibrate.md)
+SITE_PRIOR_SIGMA_LOG10 = 0.1
 
 
 @dataclass(frozen=True)
@@ -29,11 +34,14 @@ class HeldOut:
 
 @dataclass(frozen=True)
 class SiteCalibration:
-    """The result of `calibrate_site`: the fit, and the errors of the starting parameters on the same rows."""
+    """The result of `calibrate_site`: the fit, and the errors of the starting parameters on the same rows
+    (all of them, and each model's before and after the fit)."""
 
     result: CalibrationResult
     before: FitReport
     gpu_types: tuple[str, ...]
+    before_by_model: dict[str, FitReport]
+    after_by_model: dict[str, FitReport]
 
 
 def site_free(rows: Sequence[Measurement], catalogue: Catalogue) -> list[str]:
@@ -111,9 +119,17 @@ def calibrate_site(
         catalogue=catalogue,
         progress=progress,
         memory=False,
+        prior_weight=(PRIOR_SIGMA_LOG10 / SITE_PRIOR_SIGMA_LOG10) ** 2,
     )
     keys = tuple(sorted({catalogue.resolve(m.gpu) for m in rows}))
-    return SiteCalibration(res, before, keys)
+    before_by = by_model(base, rows, catalogue)
+    return SiteCalibration(res, before, keys, before_by, by_model(res.params, rows, catalogue))
+
+
+def by_model(params: OracleParams, rows: Sequence[Measurement], catalogue: Catalogue) -> dict[str, FitReport]:
+    """Each model's errors under `params`, by model name."""
+    models = sorted({m.model for m in rows})
+    return {name: score(params, [m for m in rows if m.model == name], catalogue) for name in models}
 
 
 def site_leave_one_model_out(

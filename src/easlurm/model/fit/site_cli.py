@@ -13,7 +13,14 @@ import click
 from easlurm.errors import ConfigError
 from easlurm.model.fit.calibrate import FitReport
 from easlurm.model.fit.dataset import Measurement
-from easlurm.model.fit.site import HeldOut, SiteCalibration, calibrate_site, pooled, site_leave_one_model_out
+from easlurm.model.fit.site import (
+    SITE_PRIOR_SIGMA_LOG10,
+    HeldOut,
+    SiteCalibration,
+    calibrate_site,
+    pooled,
+    site_leave_one_model_out,
+)
 from easlurm.model.hardware import Catalogue
 from easlurm.model.params import OracleParams, save_params
 from easlurm.progress import progressbar
@@ -104,6 +111,7 @@ def site_meta(
     return {
         "date": today,
         "kind": "site",
+        "prior_sigma_log10": SITE_PRIOR_SIGMA_LOG10,
         "base_params_version": base.version,
         "data": data,
         "rows": site.result.fit.n_rows,
@@ -111,10 +119,22 @@ def site_meta(
         "free": list(site.result.free),
         "method": f"site factors: differential_evolution best1bin popsize={popsize} + L-BFGS-B from the base",
         "seed": seed,
-        "before": _errors(site.before),
-        "after": _errors(site.result.fit),
+        "before": {**_errors(site.before), "per_model": _per_model(site.before_by_model)},
+        "after": {**_errors(site.result.fit), "per_model": _per_model(site.after_by_model)},
         "leave_one_model_out": lomo,
     }
+
+
+def _per_model(reports: dict[str, FitReport]) -> dict[str, dict[str, float | None]]:
+    return {model: _errors(r) for model, r in reports.items()}
+
+
+def _pair(report: FitReport | None) -> str:
+    """'time / power %' of one model's report, '-' for a missing one."""
+    if report is None:
+        return "-"
+    power = "-" if report.mape_power is None else f"{report.mape_power:.1f}"
+    return f"{report.mape_time:.1f} / {power} %"
 
 
 def _cells(report: FitReport | tuple[float, float | None]) -> str:
@@ -134,9 +154,13 @@ def echo_site(site: SiteCalibration, held: list[HeldOut], n_models: int) -> None
     click.echo(f"  after (in-sample):             {_cells(res.fit)}")
     if held:
         click.echo(f"  leave-one-model-out:           {_cells(pooled([h.fit for h in held]))}")
-        for h in held:
-            click.echo(f"    {h.model:<28s}{_cells(h.fit)}")
     elif n_models < 2:
         click.echo("  leave-one-model-out: the rows hold one model (nothing to hold out)")
+    out = {h.model: h.fit for h in held}
+    click.echo(f"  {'per model (time / power)':<28s}{'rows':>5s}  {'before':<16s}{'after':<16s}held out")
+    for model, before in site.before_by_model.items():
+        after = site.after_by_model[model]
+        cells = f"{_pair(before):<16s}{_pair(after):<16s}{_pair(out.get(model))}"
+        click.echo(f"    {model:<26s}{before.n_rows:>5d}  {cells}")
     factors = ", ".join(f"{n.rpartition('.')[2]} {res.params.scalars[n]:.3g}" for n in res.free)
     click.echo(f"  factors: {factors}")
