@@ -14,6 +14,7 @@ from easlurm.model.equations import (
     USABLE_MEMORY_FRACTION,
     clock_floor_w,
     clock_under_limit,
+    power_under_limit,
 )
 from easlurm.model.hardware import GpuSpec
 from easlurm.model.oracle import Placements
@@ -74,7 +75,7 @@ class GpuFacts:
             idle_w=float(spec.idle_w),
             tdp_w=float(spec.tdp_w),
             active_floor_w=spec.p0_w + dyn * params["u_idle"],
-            clock_floor_w=float(clock_floor_w(spec.tdp_w, spec.p0_w, spec.min_power_limit_w, params.values)),
+            clock_floor_w=float(clock_floor_w(spec.tdp_w, spec.p0_w, params.values)),
             memory_bytes=spec.memory_gb * 1e9,
             min_limit_w=float(spec.min_power_limit_w),
         )
@@ -184,7 +185,8 @@ def corun(
     its scarcer resource. Both: a job slows further by `coloc_queue` x the partner's occupancy. Power: the
     summed busy fractions (each capped at 1) through the oracle's busy-fraction power model. Above the
     GPU's limit (`limit_w`, the TDP when None; one limit for both jobs) the SM clock drops as for a job
-    alone (equations.clock_under_limit above `clock_floor_w`), the GPU draws the limit, and each job's
+    alone (equations.clock_under_limit above `clock_floor_w`), the GPU draws the limit (or, below what its lowest
+    clock costs, that draw: equations.power_under_limit), and each job's
     compute time stretches with the clock and its HBM time below the memory knee, as a job's alone."""
     if mode is Sharing.NONE:
         return CoRun(False, (0.0, 0.0), math.nan, (0.5, 0.5), "the GPU is not shared")
@@ -216,7 +218,7 @@ def corun(
     if power > limit:
         clock = float(clock_under_limit(power, limit, gpu.clock_floor_w, p))
         speed = [_clocked(speed[i], jobs[i], clock, p) for i in range(2)]
-        power = limit
+        power = float(power_under_limit(power, limit, gpu.clock_floor_w, clock, p))
     kernel = [speed[i] * jobs[i].gpu_busy for i in range(2)]
     total = kernel[0] + kernel[1]
     split = (kernel[0] / total, kernel[1] / total) if total > 0 else (0.5, 0.5)

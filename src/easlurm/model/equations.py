@@ -283,20 +283,32 @@ def static_memory(w: WorkloadArrays, n: np.ndarray | float) -> np.ndarray:
     return opt + grad + param
 
 
-def clock_floor_w(tdp_w: Any, p0_w: Any, min_limit_w: Any, p: Mapping[str, float]) -> Any:
-    """Power that does not follow the SM clock under a limit (HBM, leakage, board): `p_floor_frac` of the
-    range above the P0 idle power, and at most `p_floor_limit_frac` of the board's minimum limit. NVIDIA
-    sets that minimum where the board still runs under load at its lowest clocks and voltage, where it
-    draws less than its P0 idle reading (taken at full clocks and voltage): a GPU whose P0 idle is high
-    against its minimum limit (A40: 84 of 100 W) would otherwise have nothing left to run at that limit."""
-    return np.minimum(p0_w + p["p_floor_frac"] * (tdp_w - p0_w), p["p_floor_limit_frac"] * min_limit_w)
+def clock_floor_w(tdp_w: Any, p0_w: Any, p: Mapping[str, float]) -> Any:
+    """Power that does not follow the SM clock under a limit (memory, leakage, board): the P0 idle power and
+    `p_floor_frac` of the range above it. A board whose floor is high against its minimum limit (the example
+    A40: 102.8 of 100 W) cannot hold that limit: the clock stops at `cap_clock_min` (clock_under_limit) and
+    the board draws what that clock costs (power_under_limit)."""
+    return p0_w + p["p_floor_frac"] * (tdp_w - p0_w)
 
 
 def clock_under_limit(power_w: Any, limit_w: Any, floor_w: Any, p: Mapping[str, float] | OracleParams) -> Any:
     """SM clock fraction at which a draw of `power_w` at full clock fits under `limit_w`: the part above
-    `floor_w` scales as clock^cap_alpha (thesis 6.3.3). 1.0 where the draw is already under the limit."""
+    `floor_w` scales as clock^cap_alpha (thesis 6.3.3). 1.0 where the draw is already under the limit; never
+    below `cap_clock_min`, the lowest clock a power cap drives the board to."""
     ratio = np.where(power_w > limit_w, (limit_w - floor_w) / np.maximum(power_w - floor_w, 1e-9), 1.0)
-    return np.clip(ratio, 1e-3, 1.0) ** (1.0 / p["cap_alpha"])
+    return np.maximum(
+        np.clip(ratio, 1e-3, 1.0) ** (1.0 / p["cap_alpha"]), min(float(p["cap_clock_min"]), 1.0)
+    )
+
+
+def power_under_limit(
+    power_w: Any, limit_w: Any, floor_w: Any, clock: Any, p: Mapping[str, float] | OracleParams
+) -> Any:
+    """What a board draws under `limit_w` at `clock` (clock_under_limit): the limit, or, where the limit lies
+    below what its lowest clock costs, that draw (the board cannot hold such a limit: it runs at that clock
+    above it); never more than the draw at full clock."""
+    at_clock = floor_w + (power_w - floor_w) * clock ** p["cap_alpha"]
+    return np.minimum(power_w, np.maximum(limit_w, at_clock))
 
 
 def all_reduce(
@@ -372,7 +384,7 @@ def evaluate(
     per-kernel gap; the host spends a fixed time per dispatched operation (small batches are launch-bound).
     Power follows the busy fractions of tensor/SM compute and HBM over the step (EnergAIzer-style); a step
     that demands more than its power limit (the TDP unless one is given) runs at a lower SM clock, draws the
-    limit and takes the time that costs. Each row's architecture scales the shared parameters by its factors
+    limit (or, below what the lowest clock a cap reaches costs, that draw) and takes the time that costs. Each row's architecture scales the shared parameters by its factors
     (`with_arch_factors`) and decides which precisions run on tensor cores. All inputs broadcast: workload features of shape (J, 1) against placement/hardware arrays of shape
     (1, P) give (J, P) results, and workload-only terms are computed J times, not J*P times.
     Rows whose workload reads real input (`Workload.real_input`) take at least the host's preparation time of
@@ -396,10 +408,11 @@ def evaluate(
     # the clock falls below a knee, so memory-bound work keeps its speed at lower limits (thesis 6.3.3).
     limit = np.where(np.isnan(power_limit_w), hw.tdp_w, power_limit_w)
     over = p_full > limit
-    clock = clock_under_limit(p_full, limit, clock_floor_w(hw.tdp_w, hw.p0_w, hw.min_limit_w, p), p)
+    floor = clock_floor_w(hw.tdp_w, hw.p0_w, p)
+    clock = clock_under_limit(p_full, limit, floor, p)
     if np.any(over):
         step, busy_c, busy_m, busy_g, t_comm = _step_at(t, clock * ones, p)
-    power = n * np.minimum(p_full, limit)
+    power = n * power_under_limit(p_full, limit, floor, clock, p)
     mem = peak_memory(w, micro, p, n)
     power = np.where(feasible, power, np.nan)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -16,6 +16,10 @@ MIN_LIMIT_SLOWDOWN = (1.2, 4.0)
 #: the lower bound holds only where the minimum limit cuts at least this share of the step's draw at TDP
 #: (a P100 draws 162 W on FP32 ResNet-50: its 125 W minimum costs 1.13-1.14x in the Zeus sweep)
 DEEP_CUT = 0.25
+#: a board may not hold its minimum limit (its lowest clock under a cap costs more: an A40 draws 115-121 W
+#: under its 100 W minimum on ResNet-50 in the Zeus sweep), but a draw there above this multiple of the limit
+#: means the figures are off: a P0 idle power or TDP too high for that minimum
+OVER_MIN_LIMIT = 2.0
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,7 @@ class LimitResponse:
     min_limit_w: float
     power_at_tdp_w: float
     slowdown: float
+    power_at_min_w: float
 
     @property
     def deep(self) -> bool:
@@ -37,6 +42,11 @@ class LimitResponse:
         lo, hi = MIN_LIMIT_SLOWDOWN
         if not math.isfinite(self.slowdown) or self.slowdown > hi:
             return f"{self.slowdown:.2f}x slower at its {self.min_limit_w:g} W minimum limit than at TDP (> {hi:g}x)"
+        if not self.power_at_min_w <= OVER_MIN_LIMIT * self.min_limit_w:
+            return (
+                f"to draw {self.power_at_min_w:.0f} W at its lowest clock under its {self.min_limit_w:g} W minimum "
+                f"limit (> {OVER_MIN_LIMIT:g}x that limit)"
+            )
         if self.deep and self.slowdown < lo:
             return (
                 f"only {self.slowdown:.2f}x slower at its {self.min_limit_w:g} W minimum limit, which cuts "
@@ -53,5 +63,6 @@ def limit_responses(oracle: Any, gpus: Iterable[str]) -> list[LimitResponse]:
         spec = oracle.catalogue.get(key)
         pred = oracle.predict(work, Placements.of(1, 128, key, [math.nan, spec.min_power_limit_w]))
         t_tdp, t_min = (float(x) for x in pred.step_time_s)
-        out.append(LimitResponse(key, spec.min_power_limit_w, float(pred.power_w[0]), t_min / t_tdp))
+        power = (float(w) for w in pred.power_w)
+        out.append(LimitResponse(key, spec.min_power_limit_w, next(power), t_min / t_tdp, next(power)))
     return out

@@ -108,14 +108,11 @@ PARAM_SPECS: dict[str, tuple[float, float, float, str]] = {
         0.8,
         "share of (TDP - P0 idle) above the P0 idle power that does not follow the SM clock (HBM, leakage)",
     ),
-    # the one public sweep down to its minimum limit (Quadro RTX 6000, 100 W) holds a fitted floor of 0.77 of
-    # that limit; 0.8 leaves it (and the P100's) as fitted and bounds the floor of boards with a high P0 idle
-    "p_floor_limit_frac": (
-        0.8,
-        0.3,
-        0.95,
-        "highest share of the minimum power limit that does not follow the SM clock (the floor under a cap)",
-    ),
+    # a power cap lowers the SM clock only so far; a limit below what that clock costs is not held (the board
+    # runs there, above it). Not fitted: the prior is the deepest clock the fitted response reaches in a public
+    # sweep, where the board held its limit (RTX 6000, ResNet-50 at batch 256 and 100 W: 0.394), so no public
+    # row moves; a board known to go deeper would lower it
+    "cap_clock_min": (0.39, 0.05, 1.0, "lowest SM clock fraction a power limit drives the board to"),
     "mem_clock_knee": (0.8, 0.1, 1.0, "SM clock fraction below which memory-bound work slows down"),
     "mem_act_scale": (1.0, 0.1, 5.0, "activation memory held for backward relative to the layer count"),
     # co-location of two jobs on one GPU (model/colocation.py, docs/colocation.md); priors, not yet fitted
@@ -140,8 +137,9 @@ PARAM_SPECS: dict[str, tuple[float, float, float, str]] = {
 }
 
 #: parameters earlier versions had; a parameter file naming them (or their architecture factors) still loads
-#: (the value is ignored): u_simt, a share of the TDP range, became e_simt_pj, energy per FLOP
-RETIRED_PARAMS = frozenset({"bw_eff_frac", "u_simt"})
+#: (the value is ignored): u_simt, a share of the TDP range, became e_simt_pj, energy per FLOP; p_floor_limit_frac,
+#: a bound on the floor under a cap, became cap_clock_min, the lowest clock a cap reaches
+RETIRED_PARAMS = frozenset({"bw_eff_frac", "u_simt", "p_floor_limit_frac"})
 
 #: the communication parameters (fitted on multi-GPU rows only: `easlurm model calibrate --free comm`)
 COMM_PARAMS = (

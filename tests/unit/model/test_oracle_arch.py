@@ -103,16 +103,34 @@ def test_step_at_a_limit_below_its_demand_slows_down_and_draws_the_limit():
     assert demand < spec.tdp_w
     limit = 0.6 * demand
     capped = _row(w, spec, limit, params)
-    # the P0 idle power and a share of the range above it, at most a share of the minimum limit
-    floor = min(
-        spec.p0_w + 0.2 * (spec.tdp_w - spec.p0_w), params["p_floor_limit_frac"] * spec.min_power_limit_w
-    )
-    assert floor < spec.p0_w + 0.2 * (spec.tdp_w - spec.p0_w)  # the bound is what this case checks
+    # the P0 idle power and a share of the range above it
+    floor = spec.p0_w + 0.2 * (spec.tdp_w - spec.p0_w)
     clock = ((limit - floor) / (demand - floor)) ** 0.5
+    assert clock > params["cap_clock_min"]  # a limit the board can hold
     assert float(capped.power_w[0]) == pytest.approx(limit)
     assert float(capped.clock_scale[0]) == pytest.approx(clock)
     slower = float(capped.step_time_s[0]) - float(free.step_time_s[0])
     assert slower == pytest.approx(float(free.t_pass_s[0]) * (1 / clock - 1), rel=0.02)
+
+
+def test_a_limit_below_what_the_lowest_clock_costs_is_not_held():
+    """Closed form below the lowest clock a cap reaches: the clock stops at cap_clock_min and the step draws
+    floor + (P - floor) x cap_clock_min^alpha, above the limit (the board cannot hold it), never stalling."""
+    params = OracleParams({**BARE, "mem_clock_knee": 0.1, "cap_alpha": 2.0, "p_floor_frac": 0.2})
+    spec = load_catalogue().get("a100-40gb")
+    w = _gemm_workload()
+    free = _row(w, spec, 10_000.0, params)
+    demand = float(free.power_w[0])
+    floor = spec.p0_w + 0.2 * (spec.tdp_w - spec.p0_w)
+    c_min = params["cap_clock_min"]
+    lowest = floor + (demand - floor) * c_min**2.0
+    limit = floor + 0.5 * (lowest - floor)  # half way from the floor to the lowest clock's draw
+    capped = _row(w, spec, limit, params)
+    assert float(capped.clock_scale[0]) == pytest.approx(c_min)
+    assert float(capped.power_w[0]) == pytest.approx(lowest)
+    assert float(capped.power_w[0]) > limit
+    slower = float(capped.step_time_s[0]) - float(free.step_time_s[0])
+    assert slower == pytest.approx(float(free.t_pass_s[0]) * (1 / c_min - 1), rel=0.02)
 
 
 def test_small_tdp_card_saturates_at_its_tdp():

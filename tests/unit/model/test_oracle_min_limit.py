@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 from easlurm.model import build
-from easlurm.model.equations import clock_floor_w
+from easlurm.model.equations import HardwareArrays, WorkloadArrays, clock_floor_w, evaluate
 from easlurm.model.fit.dataset import placements_of, read_measurements
-from easlurm.model.hardware import load_catalogue, load_user_catalogue
+from easlurm.model.hardware import GpuSpec, load_catalogue, load_user_catalogue
 from easlurm.model.limit_check import MIN_LIMIT_SLOWDOWN, limit_responses
 from easlurm.model.oracle import Oracle, Placements
-from easlurm.model.params import load_params
+from easlurm.model.params import OracleParams, load_params, params_from_doc
+from easlurm.model.workload import Workload
 from easlurm.model.zoo import get_workload
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -39,33 +40,41 @@ def test_every_catalogue_gpu_runs_between_1_2_and_4_times_slower_at_its_minimum_
     assert sum(r.deep for r in responses) >= len(responses) - 2
 
 
-def test_a_p0_idle_high_against_the_minimum_limit_no_longer_stalls_the_board() -> None:
-    """The example A40 (P0 idle 84 W, minimum 100 W) was predicted 7.7x slower at 100 W than the held-out
-    measurement, because the floor that does not follow the clock (102.8 W) lay above the limit."""
+def test_a_floor_above_the_minimum_limit_runs_at_the_lowest_clock_above_that_limit() -> None:
+    """The example A40 (P0 idle 84 W, minimum 100 W): the power that does not follow the clock (102.8 W) lies
+    above its minimum limit. It was predicted 7.7x slower than measured at 100 W when the clock followed the
+    limit down to a stall; the board runs at the lowest clock a cap reaches and draws what that clock costs,
+    above the limit, as the held-out A40 draws 115-121 W under its 100 W limit on ResNet-50."""
     cat = load_user_catalogue(EXAMPLE)
     params = load_params()
     a40 = cat.get("a40")
-    old_floor = a40.p0_w + params["p_floor_frac"] * (a40.tdp_w - a40.p0_w)
-    assert old_floor > a40.min_power_limit_w  # the case the bound is for
-    floor = clock_floor_w(a40.tdp_w, a40.p0_w, a40.min_power_limit_w, params.values)
-    assert floor == pytest.approx(params["p_floor_limit_frac"] * a40.min_power_limit_w)
+    floor = clock_floor_w(a40.tdp_w, a40.p0_w, params.values)
+    assert floor == pytest.approx(a40.p0_w + params["p_floor_frac"] * (a40.tdp_w - a40.p0_w))
+    assert floor > a40.min_power_limit_w  # the case this is about
     oracle = Oracle(params, cat)
-    work = get_workload("resnet50", precision="fp32-strict")
+    work = get_workload("resnet50", precision="fp32")
     pred = oracle.predict(work, Placements.of(1, 64, "a40", [math.nan, 125.0, 100.0]))
     t_tdp, t_125, t_100 = (float(t) for t in pred.step_time_s)
     assert t_tdp < t_125 < t_100 < HI * t_tdp
-    assert float(pred.power_w[2]) == pytest.approx(100.0)  # under P0 idle + floor, as a capped board draws
+    full = float(pred.power_w[0])
+    lowest = floor + (full - floor) * params["cap_clock_min"] ** params["cap_alpha"]
+    assert float(pred.power_w[2]) == pytest.approx(lowest)
+    assert 100.0 < lowest < full
 
 
-def test_boards_whose_floor_lies_under_the_bound_are_predicted_as_before() -> None:
-    """The bound touches only floors above p_floor_limit_frac of the minimum limit: the two public sweeps
-    (P100, RTX 6000) keep the floor the fit saw."""
+def test_the_lowest_clock_moves_no_row_of_the_public_sweeps() -> None:
+    """cap_clock_min is not fitted: it is the deepest clock the fitted response reaches in the public sweeps,
+    where each board held its limit, so every row of them is predicted at its limit as before."""
     params = load_params()
-    cat = load_catalogue()
-    for key in ("p100", "rtx6000"):
-        s = cat.get(key)
-        plain = s.p0_w + params["p_floor_frac"] * (s.tdp_w - s.p0_w)
-        assert clock_floor_w(s.tdp_w, s.p0_w, s.min_power_limit_w, params.values) == pytest.approx(plain)
+    rows = read_measurements(ROOT / "data" / "oracle" / "public" / "zeus_power_limits.csv")
+    work = [r.workload() for r in rows]
+    shipped = Oracle(params).predict_rows(work, placements_of(rows))
+    deeper = OracleParams({**params.values, "cap_clock_min": 0.05}, params.scalars, params.version)
+    free = Oracle(deeper).predict_rows(work, placements_of(rows))
+    assert np.allclose(shipped.step_time_s, free.step_time_s, rtol=1e-12)
+    assert np.allclose(shipped.power_w, free.power_w, rtol=1e-12)
+    limits = np.array([r.power_limit_w for r in rows])
+    assert np.all(shipped.power_w <= limits * (1 + 1e-9))
 
 
 def test_slowdown_at_the_minimum_limit_matches_the_public_sweeps() -> None:
@@ -94,8 +103,8 @@ def test_slowdown_at_the_minimum_limit_matches_the_public_sweeps() -> None:
 
 
 def test_a_hand_written_entry_with_an_implausible_limit_response_is_warned(tmp_path: Path, caplog) -> None:
-    """A 1200 W board whose minimum limit is 100 W would run 5x slower there: loading the file names the GPU
-    and the fields to check; a plausible entry loads silently."""
+    """A 1200 W board whose minimum limit is 100 W would draw more than twice that limit at its lowest clock:
+    loading the file names the GPU and the fields to check; a plausible entry loads silently."""
     entry = (
         "version: 1\ngpus:\n  bigboard:\n    name: Big board\n    fp32_tflops: 100\n    tf32_tflops: 200\n"
         "    bf16_tflops: 400\n    hbm_gbs: 3000\n    l2_mb: 50\n    memory_gb: 80\n    tdp_w: {tdp}\n"
@@ -146,15 +155,25 @@ def test_every_limit_of_the_public_sweeps_is_predicted_in_time_power_and_respons
     assert sum(len(e) for e in by.values()) == 220
 
 
+def _demand(oracle: Oracle, work: Workload, spec: GpuSpec) -> float:
+    """What the step (batch 32) would draw at full clock, with no limit at all (the TDP is one)."""
+    wa, hw = WorkloadArrays.of([work], oracle.params), HardwareArrays.table([spec])
+    res = evaluate(wa, hw, np.array([1]), np.array([32]), np.array([1e6]), oracle.physics())
+    return float(res.power_w[0])
+
+
 @pytest.mark.parametrize("catalogue", ["shipped", "example"])
 def test_the_response_follows_datasheet_physics_from_the_minimum_limit_to_tdp(catalogue: str) -> None:
     """On every catalogue GPU, FP32 ResNet-50 and BF16 BERT over ten limits from the minimum to TDP: the step
-    never draws more than its limit, draws more and runs no slower as the limit rises, and a board whose P0 idle
-    power is above its minimum limit (RTX 3090: 107 W, 100 W) runs there below its P0 idle draw, at its lowest
-    clocks, instead of stalling."""
+    never draws more than its limit or, where the limit is below what the lowest clock a cap reaches costs,
+    than that clock's draw; it draws more and runs no slower as the limit rises; and a board whose floor is
+    above its minimum limit (RTX 3090: P0 idle 107 W, minimum 100 W) runs there at that lowest clock instead
+    of stalling."""
     cat = load_catalogue() if catalogue == "shipped" else load_user_catalogue(EXAMPLE)
-    oracle = Oracle(load_params(), cat)
-    below_p0 = 0
+    params = load_params()
+    oracle = Oracle(params, cat)
+    c_min, alpha = params["cap_clock_min"], params["cap_alpha"]
+    over_floor = 0
     for work in (
         get_workload("resnet50", precision="fp32-strict"),
         get_workload("bert-base", precision="bf16"),
@@ -164,10 +183,22 @@ def test_the_response_follows_datasheet_physics_from_the_minimum_limit_to_tdp(ca
             limits = np.linspace(spec.min_power_limit_w, spec.tdp_w, 10)
             pred = oracle.predict(work, Placements.of(1, 32, key, list(limits)))
             t, w = pred.step_time_s, pred.power_w
-            assert np.all(w <= limits * (1 + 1e-9)), (key, work.name)
+            floor = clock_floor_w(spec.tdp_w, spec.p0_w, params.values)
+            demand = _demand(oracle, work, spec)
+            lowest = floor + (demand - floor) * c_min**alpha
+            assert np.all(w <= np.maximum(limits, lowest) * (1 + 1e-9)), (key, work.name)
             assert np.all(np.diff(t) <= 1e-12 * t[:-1]) and np.all(np.diff(w) >= -1e-9), (key, work.name)
             assert t[0] <= HI * t[-1], (key, work.name)
-            if spec.p0_w > spec.min_power_limit_w:
-                below_p0 += 1
-                assert w[0] < spec.p0_w and np.isfinite(t[0]), key
-    assert below_p0 >= 2  # the RTX 3090 under both workloads
+            if floor > spec.min_power_limit_w:
+                over_floor += 1
+                assert w[0] == pytest.approx(lowest) and np.isfinite(t[0]), key
+    assert over_floor >= 2  # the RTX 3090 under both workloads
+
+
+def test_a_parameter_file_with_the_retired_floor_bound_still_loads() -> None:
+    """p_floor_limit_frac (a bound on the floor under a cap) became cap_clock_min: a file naming it loads and
+    predicts as the file without it does."""
+    doc = {"schema_version": 1, "params": {"p_floor_limit_frac": 0.8, "cap_alpha": 2.5}}
+    loaded = params_from_doc(doc, "old.yaml")
+    assert "p_floor_limit_frac" not in loaded.values and loaded["cap_alpha"] == 2.5
+    assert loaded["cap_clock_min"] == pytest.approx(0.39)
