@@ -344,6 +344,14 @@ def record_notes(steps: Sequence[StepRecord]) -> list[str]:
     return notes
 
 
+def _lead_in_how(buffered_s: float, extrapolated_s: float) -> str:
+    if extrapolated_s <= 0:
+        return "from the driver's power samples"
+    if buffered_s <= 0:
+        return "extrapolated at the first measured power"
+    return f"{buffered_s:.2f} s from the driver's power samples, {extrapolated_s:.2f} s extrapolated"
+
+
 def lead_in_notes(step: StepRecord) -> list[str]:
     """The start of a step its agents did not sample (they start after it): a note where that lead-in
     is a noticeable part of the step (LEAD_IN_NOTE_SHARE), saying how it was covered; a note per node
@@ -352,16 +360,13 @@ def lead_in_notes(step: StepRecord) -> list[str]:
     lead = step.lead_in_by_kind
     longest = max((b + e for b, e in lead.values()), default=0.0)
     if longest > 0 and step.duration_s and longest >= LEAD_IN_NOTE_SHARE * step.duration_s:
-        parts = []
+        kinds_by_how: dict[str, list[str]] = {}
         for kind, (buffered, extrapolated) in sorted(lead.items()):
-            how = [f"{buffered:.2f} s from the driver's power samples"] if buffered > 0 else []
-            how += (
-                [f"{extrapolated:.2f} s extrapolated at its first measured power"] if extrapolated > 0 else []
-            )
-            parts.append(f"{kind} {' and '.join(how)}")
+            kinds_by_how.setdefault(_lead_in_how(buffered, extrapolated), []).append(kind)
+        hows = "; ".join(f"{' and '.join(kinds)} {how}" for how, kinds in kinds_by_how.items())
         notes.append(
-            f"lead-in: step {step.step}: the {longest:.2f} s between the step's start and its agents' first "
-            f"samples are in the totals ({'; '.join(parts)})"
+            f"lead-in: step {step.step}: its first {longest:.2f} s, before its agents' first samples, are "
+            f"in the totals: {hows}"
         )
     for node in step.nodes:
         if node.node_id in step.late_nodes and node.coverage is not None:

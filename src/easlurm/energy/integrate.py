@@ -7,6 +7,11 @@ from collections.abc import Hashable
 
 from easlurm.energy.sensor import Mode
 
+#: The first measured interval whose mean power a lead-in extrapolates spans at least this (s): a
+#: counter's first tick or two are quantised (a fake RAPL tree adds energy every 5 ms; a GPU counter
+#: refreshes every 20-100 ms).
+FIRST_POWER_SPAN_S = 1.0
+
 
 class StreamIntegrator:
     """Energy (J), peak and mean power of one sensor, updated sample by sample.
@@ -24,8 +29,9 @@ class StreamIntegrator:
         self.t_last: float | None = None
         self.energy_j = 0.0
         self.peak_power_w: float | None = None
-        #: Mean power over the first interval at least `peak_window_s` long (W): what a lead-in without
-        #: samples of its own extrapolates (easlurm.energy.lead_in); None before that interval closed.
+        #: Mean power over the first interval at least FIRST_POWER_SPAN_S (and `peak_window_s`) long (W):
+        #: what a lead-in without samples of its own extrapolates (easlurm.energy.lead_in); None before
+        #: that interval closed.
         self.first_power_w: float | None = None
         self._last_value: float | None = None
         self._e0 = 0.0
@@ -60,7 +66,7 @@ class StreamIntegrator:
         self.samples += 1
         if self.first_power_w is None and self.t_first is not None:
             span = t_s - self.t_first
-            if span > 0 and span >= self.peak_window_s:
+            if span > 0 and span >= max(self.peak_window_s, FIRST_POWER_SPAN_S):
                 self.first_power_w = self.energy_j / span
         self._update_peak(t_s, power)
         if self._pending:

@@ -245,8 +245,19 @@ def test_records_carry_the_lead_in_and_old_records_still_read() -> None:
 def test_seff_notes_a_noticeable_lead_in_and_a_late_start() -> None:
     gpu = DeviceRecord("gpu0", "gpu", 1000.0, 100.0, 10, lead_in_buffered_s=0.6, lead_in_extrapolated_s=0.02)
     notes = lead_in_notes(_step([gpu], 1000.0, 1010.0, 10.0))
-    assert len(notes) == 1 and notes[0].startswith("lead-in: step 0: the 0.62 s"), notes
-    assert "gpu 0.60 s from the driver's power samples and 0.02 s extrapolated" in notes[0]
+    assert notes == [
+        "lead-in: step 0: its first 0.62 s, before its agents' first samples, are in the totals: "
+        "gpu 0.60 s from the driver's power samples, 0.02 s extrapolated"
+    ]
+    cpu = DeviceRecord(
+        "package-0", "cpu", 500.0, 50.0, 10, lead_in_buffered_s=0.0, lead_in_extrapolated_s=0.62
+    )
+    whole = DeviceRecord(
+        "gpu1", "gpu", 1000.0, 100.0, 10, lead_in_buffered_s=0.62, lead_in_extrapolated_s=0.0
+    )
+    assert lead_in_notes(_step([cpu, whole], 1000.0, 1010.0, 10.0))[0].endswith(
+        "in the totals: cpu extrapolated at the first measured power; gpu from the driver's power samples"
+    )
     assert lead_in_notes(_step([gpu], 1000.0, 1100.0, 100.0)) == []  # under 1 % of the step
     late = _step([DeviceRecord("gpu0", "gpu", 1000.0)], 1000.0, 1100.0, 60.0)  # the agent came 40 s late
     assert late.late_nodes == [0]
