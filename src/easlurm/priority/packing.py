@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import cached_property
-from operator import attrgetter
+from itertools import compress
+from operator import attrgetter, is_not
 from typing import Any, ClassVar, cast
 
 import numpy as np
@@ -34,11 +35,8 @@ DEFAULT_MAX_WAKE_WAIT_S = 600.0
 #: how a node ranks when a placement chooses among nodes that hold it, by power state: powered-on first,
 #: then one already booting, then one powered down, last one still shutting down (it must finish first)
 _WAKE_RANK = {"on": 0, "powering_up": 1, "off": 2, "powering_down": 3}
-#: what a node's place in the option layout depends on (read for every node at every decision: attrgetter
-#: over map instead of a generator, a third of the cost)
+#: what a node's place in the option layout depends on
 _LAYOUT_OF = attrgetter("gpu_type", "tdp_w", "min_power_limit_w", "total_gpus", "idle_power_w")
-_FREE_OF = attrgetter("free_gpus")
-_POWER_OF = attrgetter("suspend_time_s", "power_state")
 #: a job's row of a cycle (JobRows): the job, (offset, length) of its options, its remaining samples,
 #: submit time and whether it keeps the default limit
 JobRow = tuple[PendingJob, int, int, float, float, bool]
@@ -294,8 +292,14 @@ class BatchPacker:
         self.max_slowdown = DEFAULT_MAX_SLOWDOWN if max_slowdown is None else float(max_slowdown)
         self.limit_fractions: tuple[float, ...] = LIMIT_STEPS if bounded else ()
         self._caches: dict[int, PredictionCache] = {}
-        self._last_cycle: tuple[tuple[int, int, tuple[float, ...]], ClusterSnapshot, Cycle] | None = None
+        #: the last cycle built: (its key, snapshot, cycle, free GPUs and feasibility as built)
+        self._last_cycle: (
+            tuple[tuple[int, int, tuple[float, ...]], ClusterSnapshot, Cycle, list[int], np.ndarray] | None
+        ) = None
         self._rows = JobRows()
+        #: the last decision's prediction cache, nodes and their layout (`_layout`): a decision whose nodes
+        #: differ only in free GPUs or power state reuses it without building the layout's key
+        self._layout_memo: tuple[PredictionCache, tuple[NodeState, ...], Any] | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, malleable={self.malleable})"
@@ -401,9 +405,11 @@ class BatchPacker:
         key = (id(snapshot), id(oracle), self.limit_fractions)
         last = self._last_cycle
         if last is not None and last[0] == key and last[1] is snapshot:
-            return replace(last[2], node_free=list(last[2].node_free), feasible=last[2].feasible.copy())
+            return replace(last[2], node_free=list(last[3]), feasible=last[4].copy())
         cyc = self._build_cycle(snapshot, oracle)
-        self._last_cycle = (key, snapshot, replace(cyc, node_free=list(cyc.node_free)))
+        # what a decision changes is kept aside, and the copy made only when asked again (a simulator
+        # never asks twice: a copy per decision was 3 % of a replay's decisions)
+        self._last_cycle = (key, snapshot, cyc, list(cyc.node_free), cyc.feasible)
         return cyc
 
     def _build_cycle(self, snapshot: ClusterSnapshot, oracle: Any) -> Cycle:
@@ -411,18 +417,13 @@ class BatchPacker:
         if cache is None or cache.oracle is not oracle:
             cache = self._caches[id(oracle)] = PredictionCache(oracle)
         nodes = snapshot.nodes
-        key = tuple(map(_LAYOUT_OF, nodes))
-        static = cache.layouts.get(key)
-        if static is None:
-            types: dict[str, TypeFacts] = {}
-            for node in nodes:
-                sizes = sorted((nd.total_gpus for nd in nodes if nd.gpu_type == node.gpu_type), reverse=True)
-                types.setdefault(node.gpu_type, TypeFacts(node.tdp_w, node.min_power_limit_w, tuple(sizes)))
-            codes = np.array([cache.code(nd.gpu_type) for nd in nodes], dtype=np.int64)
-            idle_w = np.array([nd.idle_power_w for nd in nodes], dtype=np.float64)
-            idle_w.setflags(write=False)  # shared by every cycle on this layout
-            static = cache.layouts[key] = (types, codes, idle_w)
-        types, node_code, node_idle_w = static
+        memo = self._layout_memo
+        if memo is not None and memo[0] is cache and same_layout(memo[1], nodes):
+            static = memo[2]
+        else:
+            static = self._layout(cache, nodes)
+        self._layout_memo = (cache, nodes, static)
+        node_code, node_idle_w = static[1], static[2]
         jobs = snapshot.pending
         offs, lens, remaining, submit, opted_out = self._rows.columns(self, cache, static, jobs)
         idx, job_of = expand(offs, lens)
@@ -440,7 +441,7 @@ class BatchPacker:
         if not keep.all():
             idx, job_of = idx[keep], job_of[keep]
         n, code, sps = n_all[idx], code_all[idx], sps_all[idx]
-        node_free = list(map(_FREE_OF, nodes))
+        node_free = [nd.free_gpus for nd in nodes]
         cyc = Cycle(
             snapshot=snapshot,
             cache=cache,
@@ -465,12 +466,29 @@ class BatchPacker:
             self._consolidation(cyc)
         return cyc
 
+    @staticmethod
+    def _layout(cache: PredictionCache, nodes: tuple[NodeState, ...]) -> Any:
+        """(facts per GPU type, type code per node, idle power per node) of the nodes' layout, kept in
+        `cache` per layout."""
+        key = tuple(map(_LAYOUT_OF, nodes))
+        static = cache.layouts.get(key)
+        if static is None:
+            types: dict[str, TypeFacts] = {}
+            for node in nodes:
+                sizes = sorted((nd.total_gpus for nd in nodes if nd.gpu_type == node.gpu_type), reverse=True)
+                types.setdefault(node.gpu_type, TypeFacts(node.tdp_w, node.min_power_limit_w, tuple(sizes)))
+            codes = np.array([cache.code(nd.gpu_type) for nd in nodes], dtype=np.int64)
+            idle_w = np.array([nd.idle_power_w for nd in nodes], dtype=np.float64)
+            idle_w.setflags(write=False)  # shared by every cycle on this layout
+            static = cache.layouts[key] = (types, codes, idle_w)
+        return static
+
     def _consolidation(self, cyc: Cycle) -> None:
         """Fill the cycle's power view: node ranks, resting nodes, each option's tier and which jobs may
         wake a resting node (one whose rest ends more than max_wake_wait_s after their submission)."""
         snap = cyc.snapshot
         nodes = snap.nodes
-        if set(map(_POWER_OF, nodes)) <= {(None, "on")}:
+        if all(n.suspend_time_s is None and n.power_state == "on" for n in nodes):
             return  # no node is ever powered down: keeping one empty saves nothing
         now = snap.time_s
         rank = np.array([_WAKE_RANK[n.power_state] for n in nodes], dtype=np.int64)
@@ -545,6 +563,16 @@ class BatchPacker:
         has = best >= 0
         out[has] = values[best[has]]
         return out
+
+
+def same_layout(old: tuple[NodeState, ...], new: tuple[NodeState, ...]) -> bool:
+    """The nodes have the same layout (`_LAYOUT_OF`, in order): only the nodes that are not the same
+    objects are read (a simulator hands the unchanged ones again)."""
+    if len(old) != len(new):
+        return False
+    return all(
+        _LAYOUT_OF(old[i]) == _LAYOUT_OF(new[i]) for i in compress(range(len(new)), map(is_not, old, new))
+    )
 
 
 def first_minima(values: np.ndarray, job_of: np.ndarray) -> np.ndarray:

@@ -135,21 +135,25 @@ def _count(value: str) -> int | None:
 class _Row:
     """A `sacct -P` row read by lower-case field name; an unreadable field raises or is unknown (None)."""
 
+    #: the field's text, stripped; None when the row has no such column
+    get: Callable[[str], str | None]
+
     def __init__(self, row: Mapping[str, str], strict: bool, names: Mapping[str, str] | None = None) -> None:
-        """`names` given: `row` is already keyed by lower-case name, and `names` maps each to the name as
-        the dump writes it (for messages)."""
+        """`names` given: `row` is already keyed by lower-case name with its values stripped, and `names`
+        maps each name to the name as the dump writes it (for messages); `get` is then the dict's own."""
         if names is None:
             self.names: Mapping[str, str] = {k.lower(): k for k in row}
             self.low: Mapping[str, str] = {k.lower(): v for k, v in row.items()}
+            self.get = self._stripped
         else:
             self.names, self.low = names, row
+            self.get = row.get
         self.strict = strict
 
     def __contains__(self, name: str) -> bool:
         return name in self.low
 
-    def get(self, name: str) -> str | None:
-        """The field's text, stripped; None when the row has no such column."""
+    def _stripped(self, name: str) -> str | None:
         value = self.low.get(name)
         return None if value is None else value.strip()
 
@@ -173,8 +177,9 @@ def job_of_row(row: Mapping[str, str], *, strict: bool = True, tz: tzinfo | None
 def job_of_fields(
     low: Mapping[str, str], names: Mapping[str, str], *, strict: bool = True, tz: tzinfo | None = None
 ) -> SacctJob:
-    """`job_of_row` of a row already keyed by lower-case field name (`names`: lower-case name -> as the
-    dump writes it, for messages): a reader of a whole dump builds one dict per row instead of three."""
+    """`job_of_row` of a row already keyed by lower-case field name, its values stripped (`names`:
+    lower-case name -> as the dump writes it, for messages): a reader of a whole dump builds one dict per
+    row instead of three, and strips each field once."""
     return _job_of(_Row(low, strict, names), tz)
 
 

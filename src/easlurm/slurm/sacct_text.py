@@ -95,9 +95,9 @@ class SacctRow:
 
     @property
     def lower(self) -> dict[str, str]:
-        """Lower-case field name -> text: what `job_of_fields` reads (with the header's `names`)."""
+        """Lower-case field name -> text, stripped: what `job_of_fields` reads (with the header's `names`)."""
         fields = self.fields
-        return {name: fields[i] for name, i in self.header.index.items()}
+        return {name: fields[i].strip() for name, i in self.header.index.items()}
 
 
 @dataclass(frozen=True)
