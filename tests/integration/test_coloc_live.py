@@ -175,9 +175,13 @@ def test_two_shareable_jobs_share_one_gpu_and_split_its_energy(
     )
     assert total_j == pytest.approx(known_j, rel=0.01)
     # B's workload ran inside A's: B holds 60/(30+60) of the GPU while its workload ran, nothing else. B's
-    # record covers its agent's window, which opens when the agent has started (a loaded node starts it
-    # after B's workload): the expected share is over the part of the workload inside that window.
+    # record reaches back to its step's start (the lead-in before its agent's first sample, which a loaded
+    # node starts after B's workload), so the whole workload is inside its window; the expected share is
+    # over the part of the workload inside that window all the same.
     wl = {d["sm_util"]: d for d in (json.loads(p.read_text()) for p in registry.glob("*.json"))}
+    for rec in records.values():
+        assert rec["nodes"][0]["start_time"] == pytest.approx(rec["nodes"][0]["step_start_time"], abs=1e-3)
+    assert b_lo <= wl[UTIL_B]["start_s"] and wl[UTIL_B]["end_s"] <= b_hi, (b_lo, b_hi, wl[UTIL_B])
     b_run_s = min(wl[UTIL_B]["end_s"], b_hi) - max(wl[UTIL_B]["start_s"], b_lo)
     expected_b = GPU_W * b_run_s * UTIL_B / (UTIL_A + UTIL_B)
     assert devices[b]["energy_j"] == pytest.approx(expected_b, rel=0.03)
