@@ -254,8 +254,10 @@ class _State:
         self.no_samples = {
             i for i in range(count) if no_samples == "all" or i in _ints(no_samples.replace("all", ""))
         }
-        # The driver's sample grid (wall-clock us): a whole buffer already taken before nvmlInit.
-        self.sample_origin_us = int(time.time() * 1e6) - self.sample_buffer * self.sample_period_us
+        # The driver's sample grid (wall-clock us): a whole buffer already taken before nvmlInit, on
+        # instants every process sees alike (the driver samples for the system, not for its callers).
+        period = self.sample_period_us
+        self.sample_origin_us = int(time.time() * 1e6) // period * period - self.sample_buffer * period
         self.offset_mj = 123_456_789  # energy since "driver load"
         self.procs_dir = env.get("EASLURM_FAKE_NVML_PROCS_DIR") or None
         self.no_proc_util = env.get("EASLURM_FAKE_NVML_NO_PROC_UTIL", "") not in ("", "0")

@@ -6,6 +6,7 @@ before it still read."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from easlurm_fakes.powercap import FakePowercap
 
+from easlurm.accounting.agent import NodeAgent, StepContext
 from easlurm.accounting.seff import lead_in_notes
 from easlurm.accounting.step_record import (
     DeviceRecord,
@@ -155,6 +157,36 @@ def test_rapl_counters_extrapolate_the_first_interval(powercap: FakePowercap) ->
     assert 0.6 <= pkg.lead_in_extrapolated_s <= 0.6 + r.duration_s - 0.4  # to the first reading
     assert pkg.duration_s == pytest.approx(r.duration_s, abs=0.1)
     assert pkg.energy_j == pytest.approx(80.0 * pkg.duration_s, rel=0.1)  # type: ignore[operator]
+
+
+def test_the_agents_node_record_covers_its_step_from_the_start(
+    nvml_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The node agent hands the step's start to its profiler: the record starts there and covers the
+    step's wall time (coverage 1), its GPU's energy the fake's power over all of it."""
+    nvml_env.setenv("EASLURM_FAKE_NVML_POWER_W", "200")
+    spool = tmp_path / "spool"
+    spool.mkdir(mode=0o755)
+    start = time.time() - 0.8
+    ctx = StepContext(
+        job_id=42, step="0", nnodes=1, node_id=0, spool=spool, gid=os.getgid(), spec="gpu", gpus=["0"],
+        step_start_time=start,
+    )  # fmt: skip
+    agent = NodeAgent(
+        ctx, profiler_settings={"nvml_module": FAKE_NVML, "sample_log": False, "interval_s": 0.05}
+    )
+    agent.start()
+    time.sleep(0.3)
+    agent.request_stop(time.time())
+    step = agent.finish()
+    assert step is not None and not step.partial
+    (node,) = step.nodes
+    assert node.start_time == start and node.coverage == pytest.approx(1.0, abs=0.01)
+    (gpu,) = node.devices
+    assert gpu.lead_in_buffered_s == pytest.approx(0.8, abs=0.05) and gpu.lead_in_extrapolated_s == 0.0
+    assert gpu.duration_s == pytest.approx(node.duration_s, abs=0.05)
+    assert gpu.energy_j == pytest.approx(200.0 * gpu.duration_s, rel=0.01)  # type: ignore[operator]
+    assert StepRecord.from_dict(json.loads(ctx.step_file.read_text())).nodes[0].devices[0] == gpu
 
 
 # ------------------------------------------------------------------------------------- share watcher
