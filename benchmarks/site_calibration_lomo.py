@@ -5,10 +5,11 @@ Run:
 Each GPU type of the CSVs (default: the H100 SXM rows and Lambda's public throughputs) whose rows hold two
 models or more is taken as a site: each model in turn is held out, `calibrate_site` fits that GPU type's
 factors from the shipped parameters on the other models' rows, and the held-out model is predicted. For
-each prior width given (log10 of the factor that costs one point of loss; 0.3 is the global fit's, 0.1 the
-site calibration's), prints per GPU type the base parameters' error on all its rows and the held-out error,
-then both pooled over every held-out row: a site calibration that helps a model it has not measured brings
-the second below the first. Time MAPE, and power where the rows carry it. A few CPU minutes; asserts nothing.
+each prior width given (log10 of the factor that costs one point of loss, for every factor but those that
+keep the global width, `site.SITE_WIDE_PRIOR`; 0.3 is the global fit's, 0.1 the site calibration's), prints
+per GPU type the base parameters' error on all its rows and the held-out error, then both pooled over every
+held-out row: a site calibration that helps a model it has not measured brings the second below the first.
+Time MAPE, and power where the rows carry it. A few CPU minutes; asserts nothing.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,7 +96,7 @@ class _Problem:
             for n in self.free
         ]
         self.nfev = 0
-        self.prior_weight = 1.0
+        self.prior_weight: float | np.ndarray = 1.0
         # the prior's centre and widths depend on the base and free set only: computed once, not per call
         lo, hi = np.array(self.bounds()).reshape(-1, 2).T
         self._x0 = self.encode(base).reshape(-1, 1) if self.free else np.zeros((0, 1))
@@ -163,7 +163,16 @@ class _Problem:
     def prior(self, x: np.ndarray) -> np.ndarray:
         """Penalty of encoded vectors x (n_free, S) for leaving the base values (a Gaussian prior)."""
         x = np.asarray(x, dtype=np.float64).reshape(len(self.free), -1)
-        return np.sum(self._share * ((x - self._x0) / self._sigma) ** 2, axis=0) * self.prior_weight
+        return np.sum(self._share * self.prior_weight * ((x - self._x0) / self._sigma) ** 2, axis=0)
+
+    def weigh_prior(self, weight: float | Mapping[str, float]) -> None:
+        """Multiply the prior's penalty by `weight`, or per free name by a mapping's (1.0 for names it lacks)."""
+        if isinstance(weight, Mapping):
+            self.prior_weight = np.array([weight.get(n, 1.0) for n in self.free], dtype=np.float64).reshape(
+                -1, 1
+            )
+        else:
+            self.prior_weight = float(weight)
 
     def loss_and_gradient(self, v: np.ndarray, step: float = 1e-8) -> tuple[float, np.ndarray]:
         """Loss at one encoded vector and its forward-difference gradient, in one vectorised pass (the
@@ -385,7 +394,7 @@ def calibrate(
     progress: Callable[[int, float], None] | None = None,
     skip_infeasible: bool = False,
     memory: bool = True,
-    prior_weight: float = 1.0,
+    prior_weight: float | Mapping[str, float] = 1.0,
 ) -> CalibrationResult:
     """Fit the free parameters: DE (best1bin, LHS init, mutation (0.5, 1.5), CR 0.7), then L-BFGS-B.
 
@@ -393,7 +402,7 @@ def calibrate(
     factors on its own rows, then a joint polish. A row the model finds infeasible (out of memory) is an error,
     or with `skip_infeasible` left out (evaluation scores it as unpredicted). `memory=False` leaves the
     activation-memory scale as given (a site's calibration: it is shared by every GPU type). `prior_weight`
-    multiplies the prior's penalty: w narrows every prior width by sqrt(w) (a site's calibration: 9)."""
+    multiplies the prior's penalty, w narrowing a prior width by sqrt(w): one weight, or one per free name."""
     if not rows:
         raise ModelError("calibration needs at least one measurement")
     base = base or OracleParams()
@@ -405,7 +414,7 @@ def calibrate(
     if "t_input_step_s" in free:
         base = base.replace(["t_input_step_s"], [input_step_start(rows, base)])
     rows, prob = _feasible_problem(rows, base, free, catalogue, skip_infeasible)
-    prob.prior_weight = prior_weight
+    prob.weigh_prior(prior_weight)
     start = time.perf_counter()
     if not free:
         fitted = fit_memory(base, rows, catalogue) if memory else base
@@ -421,7 +430,7 @@ def calibrate(
     by_arch = {a: names for a, names in by_arch.items() if names}
     nfev = 0
     if shared and by_arch:
-        x, nfev = _staged_search(prob, rows, base, shared, by_arch, catalogue, seed, cb, de_kw)
+        x, nfev = _staged_search(prob, rows, base, shared, by_arch, catalogue, seed, cb, de_kw, prior_weight)
         de_fun = float(prob.losses(x.reshape(-1, 1))[0])
     else:
         x = _evolve(prob, seed, cb, **de_kw)
@@ -490,12 +499,13 @@ def _staged_search(
     seed: int,
     cb: Callable[[object], None],
     de_kw: dict[str, Any],
+    prior_weight: float | Mapping[str, float] = 1.0,
 ) -> tuple[np.ndarray, int]:
     """(encoded start of the joint polish, evaluations spent): the shared physics first (factors at their
     priors), then each architecture's factors on its own rows (they touch no other row)."""
     nfev = 0
     first = _Problem(rows, base, shared, catalogue)
-    first.prior_weight = prob.prior_weight
+    first.weigh_prior(prior_weight)
     x1 = _evolve(first, seed, cb, **de_kw)
     staged = base.replace(shared, [float(v) for v in first.decode(x1.reshape(-1, 1))[:, 0]])
     nfev += first.nfev
@@ -505,7 +515,7 @@ def _staged_search(
         if not mine:
             continue
         sub = _Problem(mine, staged, names, catalogue)
-        sub.prior_weight = prob.prior_weight
+        sub.weigh_prior(prior_weight)
         xa = _evolve(sub, seed + 1 + number, None, **de_kw)
         staged = staged.replace(names, [float(v) for v in sub.decode(xa.reshape(-1, 1))[:, 0]])
         nfev += sub.nfev

@@ -22,6 +22,10 @@ SITE_LIMIT = ("cap_alpha", "p_floor_frac", "mem_clock_knee")
 #: with the global width the factors took on those models' own errors, and on the public rows of 19 GPU types
 #: held-out models came out worse than with no calibration (docs/oracle-calibrate.md)
 SITE_PRIOR_SIGMA_LOG10 = 0.1
+#: site factors that keep the global width: how the site's framework lays out 16-bit convolutions' tensors
+#: (plain PyTorch keeps NCHW and pays transforms around each; the public NGC runs the shipped value comes from
+#: are channels-last) is the site's software, which every such model at the site shares
+SITE_WIDE_PRIOR = ("k_layout",)
 
 
 @dataclass(frozen=True)
@@ -119,11 +123,17 @@ def calibrate_site(
         catalogue=catalogue,
         progress=progress,
         memory=False,
-        prior_weight=(PRIOR_SIGMA_LOG10 / SITE_PRIOR_SIGMA_LOG10) ** 2,
+        prior_weight=site_prior_weights(free),
     )
     keys = tuple(sorted({catalogue.resolve(m.gpu) for m in rows}))
     before_by = by_model(base, rows, catalogue)
     return SiteCalibration(res, before, keys, before_by, by_model(res.params, rows, catalogue))
+
+
+def site_prior_weights(free: Sequence[str]) -> dict[str, float]:
+    """Each site factor's prior weight: the narrow site width, or the global one (`SITE_WIDE_PRIOR`)."""
+    narrow = (PRIOR_SIGMA_LOG10 / SITE_PRIOR_SIGMA_LOG10) ** 2
+    return {n: 1.0 if n.rpartition(".")[2] in SITE_WIDE_PRIOR else narrow for n in free}
 
 
 def by_model(params: OracleParams, rows: Sequence[Measurement], catalogue: Catalogue) -> dict[str, FitReport]:

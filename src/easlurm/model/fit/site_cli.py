@@ -15,6 +15,7 @@ from easlurm.model.fit.calibrate import FitReport
 from easlurm.model.fit.dataset import Measurement
 from easlurm.model.fit.site import (
     SITE_PRIOR_SIGMA_LOG10,
+    SITE_WIDE_PRIOR,
     HeldOut,
     SiteCalibration,
     calibrate_site,
@@ -112,6 +113,7 @@ def site_meta(
         "date": today,
         "kind": "site",
         "prior_sigma_log10": SITE_PRIOR_SIGMA_LOG10,
+        "prior_global_width": list(SITE_WIDE_PRIOR),
         "base_params_version": base.version,
         "data": data,
         "rows": site.result.fit.n_rows,
