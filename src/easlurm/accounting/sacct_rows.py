@@ -57,7 +57,7 @@ ENERGY_COLUMNS: dict[str, tuple[str, str]] = {
         "not zero), modelled:<kinds>, degraded:<devices>, detail:<level>, apportioned:<gpu>:<how> (a GPU "
         "shared with another job: this step's share, split by utilisation or time), late-start:<ids> (nodes "
         "whose record covers under 99% of the step's wall time: the agent started more than 30 s after the "
-        "step, so the step's start there is not in the row), spool (read from the spool files), "
+        "step, or the record predates the lead-in's cover; that part is not in the row), spool (read from the spool files), "
         "damaged, ended:<state> (a step ended by cancel, requeue, preemption, time limit ...), "
         "job-total (a job row's sum of its steps)",
     ),

@@ -369,12 +369,23 @@ def lead_in_notes(step: StepRecord) -> list[str]:
             f"in the totals: {hows}"
         )
     for node in step.nodes:
-        if node.node_id in step.late_nodes and node.coverage is not None:
-            notes.append(
-                f"late-start: step {step.step} node {node.node_id}: its record covers "
-                f"{100 * node.coverage:.0f}% of the step's time there (the agent started more than "
-                f"{LEAD_IN_MAX_S:.0f} s after the step, or stopped early); the rest is not in the totals"
-            )
+        if node.node_id not in step.late_nodes or node.coverage is None:
+            continue
+        gap = (
+            None
+            if node.start_time is None or node.step_start_time is None
+            else node.start_time - node.step_start_time
+        )
+        if gap is not None and gap > LEAD_IN_MAX_S:
+            why = f"its record starts {gap:.0f} s after the step, more than the {LEAD_IN_MAX_S:.0f} s a lead-in covers"
+        elif gap is not None and gap > 0:
+            why = "a record written before easlurm covered its agent's start-up"
+        else:
+            why = "its measurement stopped before the step ended"
+        notes.append(
+            f"late-start: step {step.step} node {node.node_id}: its record covers {100 * node.coverage:.0f}% of "
+            f"the step's time there ({why}); the rest is not in the totals"
+        )
     return notes
 
 

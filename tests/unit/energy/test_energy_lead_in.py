@@ -291,9 +291,16 @@ def test_seff_notes_a_noticeable_lead_in_and_a_late_start() -> None:
         "in the totals: cpu extrapolated at the first measured power; gpu from the driver's power samples"
     )
     assert lead_in_notes(_step([gpu], 1000.0, 1100.0, 100.0)) == []  # under 1 % of the step
-    late = _step([DeviceRecord("gpu0", "gpu", 1000.0)], 1000.0, 1100.0, 60.0)  # the agent came 40 s late
+    late = _step([DeviceRecord("gpu0", "gpu", 1000.0)], 1000.0, 1100.0, 60.0)
+    late.nodes[0].start_time = 1040.0  # the agent came 40 s late: nothing reaches back that far
     assert late.late_nodes == [0]
     assert lead_in_notes(late) == [
-        "late-start: step 0 node 0: its record covers 60% of the step's time there (the agent started more "
-        "than 30 s after the step, or stopped early); the rest is not in the totals"
+        "late-start: step 0 node 0: its record covers 60% of the step's time there (its record starts 40 s "
+        "after the step, more than the 30 s a lead-in covers); the rest is not in the totals"
     ]
+    old = _step([DeviceRecord("gpu0", "gpu", 1000.0)], 1000.0, 1010.0, 9.3)
+    old.nodes[0].start_time = 1000.7  # written before the lead-in was covered
+    assert lead_in_notes(old)[0].endswith(
+        "covers 93% of the step's time there (a record written before easlurm covered its agent's start-up); "
+        "the rest is not in the totals"
+    )
