@@ -22,9 +22,9 @@ SITE_LIMIT = ("cap_alpha", "p_floor_frac", "mem_clock_knee")
 #: with the global width the factors took on those models' own errors, and on the public rows of 19 GPU types
 #: held-out models came out worse than with no calibration (docs/oracle-calibrate.md)
 SITE_PRIOR_SIGMA_LOG10 = 0.1
-#: site factors that keep the global width: how the site's framework lays out 16-bit convolutions' tensors
-#: (plain PyTorch keeps NCHW and pays transforms around each; the public NGC runs the shipped value comes from
-#: are channels-last) is the site's software, which every such model at the site shares
+#: site factors that keep the global width: the layout transforms around 16-bit convolutions depend on how the
+#: site's framework lays out tensors (plain PyTorch keeps NCHW; the public rows behind the shipped value include
+#: NVIDIA's NGC runs, channels-last with DALI: data/README.md), which every CNN the site runs that way shares
 SITE_WIDE_PRIOR = ("k_layout",)
 
 
