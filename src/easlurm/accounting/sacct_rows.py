@@ -40,7 +40,7 @@ ENERGY_COLUMNS: dict[str, tuple[str, str]] = {
     "TotalEnergy": ("total_energy_j", "sum of the above, J"),
     "AvgPower": (
         "mean_power_w",
-        "TotalEnergy / measured window (the longest node's profiled time, not Slurm's Elapsed), W",
+        "TotalEnergy / measured window (the longest node's record, from the step's start: not Slurm's Elapsed), W",
     ),
     "EDP": ("edp_j_s", "energy-delay product, J*s"),
     "RequeueEnergy": (
