@@ -290,8 +290,12 @@ class EnergyProfiler:
             lead = cover_lead_in(sp.sensor.history(), since, until, first_w, hold_s)
             if lead is not None:
                 extend(dev, lead)
-        result.duration_s += result.start_time - since
+        shift = result.start_time - since
+        result.duration_s += shift
         result.start_time = since
+        for r in (*result.regions, *result.marks):  # their times count from the result's start
+            r.start_s += shift
+            r.end_s = None if r.end_s is None else r.end_s + shift
 
     def track_pid(self, pid: int) -> None:
         """Feed the DRAM model with this process tree instead (e.g. the wrapped command's child)."""

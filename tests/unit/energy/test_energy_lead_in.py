@@ -106,6 +106,24 @@ def test_the_profiler_reaches_back_through_the_driver_buffer(nvml_env: pytest.Mo
     assert dev.energy_j == pytest.approx(400.0 * 1.0 + 100.0 * (dev.duration_s - 1.0), abs=20.0)
 
 
+def test_regions_keep_their_place_in_the_longer_window(nvml_env: pytest.MonkeyPatch) -> None:
+    """A region's times count from the result's start, which the lead-in moved back; its energy is its
+    own (between its probes), not the lead-in's."""
+    nvml_env.setenv("EASLURM_FAKE_NVML_POWER_W", "100")
+    since = time.time() - 1.0
+    with EnergyProfiler(devices="gpu", interval_s=0.02, nvml_module=FAKE_NVML, lead_in_from=since) as prof:
+        time.sleep(0.1)
+        with prof.region("work"):
+            time.sleep(0.3)
+    r = prof.result
+    assert r is not None
+    (region,) = r.regions
+    assert region.start_s == pytest.approx(1.1, abs=0.05) and region.duration_s == pytest.approx(
+        0.3, abs=0.05
+    )
+    assert region.energy_j["gpu0"] == pytest.approx(100.0 * region.duration_s, rel=0.05)  # type: ignore[operator]
+
+
 def test_a_short_driver_buffer_is_extrapolated_beyond_it(nvml_env: pytest.MonkeyPatch) -> None:
     nvml_env.setenv("EASLURM_FAKE_NVML_POWER_W", "250")
     nvml_env.setenv("EASLURM_FAKE_NVML_SAMPLE_BUFFER", "5")  # 0.5 s of 100 ms samples
