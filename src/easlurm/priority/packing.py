@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import cached_property
 from itertools import compress
@@ -128,14 +129,17 @@ class Cycle:
         """Best fit: the node of this type (among `nodes`) with the fewest free GPUs that still holds k
         (-1 if none); consolidating, powered-on nodes first (_WAKE_RANK) and among equals the one idle
         the shortest, so that the others stay empty long enough to be powered down."""
-        choice = -1
-        best: tuple[float, ...] = (INF,)
-        for i, free in enumerate(self.node_free):
-            if free >= k and self.node_code[i] == code and (nodes is None or nodes[i]):
-                key = self._fit_key(i)
-                if key < best:
-                    choice, best = i, key
-        return choice
+        free = np.array(self.node_free, dtype=np.int64)
+        ok = (free >= k) & (self.node_code == code)
+        if nodes is not None:
+            ok &= nodes
+        held = np.flatnonzero(ok)
+        if len(held) == 0:
+            return -1
+        if self.node_rank is None or self.node_idle_since is None:
+            return int(held[np.argmin(free[held])])  # the first of the fullest, as _fit_key orders them
+        order = np.lexsort((held, -self.node_idle_since[held], free[held], self.node_rank[held]))
+        return int(held[order[0]])
 
     def _fit_key(self, i: int) -> tuple[float, ...]:
         if self.node_rank is None or self.node_idle_since is None:
@@ -300,6 +304,7 @@ class BatchPacker:
         #: the last decision's prediction cache, nodes and their layout (`_layout`): a decision whose nodes
         #: differ only in free GPUs or power state reuses it without building the layout's key
         self._layout_memo: tuple[PredictionCache, tuple[NodeState, ...], Any] | None = None
+        self._power_memo: tuple[tuple[NodeState, ...], bool] | None = None  # (nodes, never powered down)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, malleable={self.malleable})"
@@ -483,12 +488,23 @@ class BatchPacker:
             static = cache.layouts[key] = (types, codes, idle_w)
         return static
 
+    def _never_powered_down(self, nodes: tuple[NodeState, ...]) -> bool:
+        """No node powers down (no SuspendTime) and every node is on. After a decision that found so, only
+        the nodes that are new objects are read."""
+        memo = self._power_memo
+        check: Iterable[int] = range(len(nodes))
+        if memo is not None and memo[1] and len(memo[0]) == len(nodes):
+            check = compress(check, map(is_not, memo[0], nodes))
+        never = all(nodes[i].suspend_time_s is None and nodes[i].power_state == "on" for i in check)
+        self._power_memo = (nodes, never)
+        return never
+
     def _consolidation(self, cyc: Cycle) -> None:
         """Fill the cycle's power view: node ranks, resting nodes, each option's tier and which jobs may
         wake a resting node (one whose rest ends more than max_wake_wait_s after their submission)."""
         snap = cyc.snapshot
         nodes = snap.nodes
-        if all(n.suspend_time_s is None and n.power_state == "on" for n in nodes):
+        if self._never_powered_down(nodes):
             return  # no node is ever powered down: keeping one empty saves nothing
         now = snap.time_s
         rank = np.array([_WAKE_RANK[n.power_state] for n in nodes], dtype=np.int64)

@@ -1,6 +1,8 @@
 """A policy keeps each pending job's row (its options, remaining work, submit time) from one decision to the
 next (packing.JobRows): a decision on kept rows must be the decision a fresh policy makes on the same
-snapshot, when jobs stay, leave, come back changed under the same id, or the node layout changes."""
+snapshot, when jobs stay, leave, come back changed under the same id, or the node layout changes. The
+other shortcuts of a decision give what the plain rule gives: the vectorised best fit, and the check for
+nodes that never power down, which reads only the nodes that changed."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import numpy as np
 import pytest
 
 from easlurm.model import Oracle
+from easlurm.priority.packing import Cycle
 from easlurm.priority.policies import get_policy
 from easlurm.priority.snapshot import ClusterSnapshot, NodeState, PendingJob
 
@@ -80,3 +83,43 @@ def test_a_job_back_under_its_id_is_read_again(oracle: Oracle) -> None:
     before = policy.cycle(snap, oracle).time_s
     after = policy.cycle(dataclasses.replace(snap, pending=(again,)), oracle).time_s
     assert np.allclose(after, before / 4)
+
+
+def _fit_loop(cyc: Cycle, code: int, k: int, nodes: np.ndarray | None) -> int:
+    """Best fit as a loop over the nodes (the rule pick_node vectorises): the first node of least key."""
+    choice, best = -1, (np.inf,)
+    for i, free in enumerate(cyc.node_free):
+        if free >= k and cyc.node_code[i] == code and (nodes is None or nodes[i]):
+            key = cyc._fit_key(i)
+            if key < best:
+                choice, best = i, key
+    return choice
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_pick_node_is_the_first_best_fit(seed: int, oracle: Oracle) -> None:
+    """On random free GPUs, types, masks and (consolidating) power ranks and idle times, ties included."""
+    rng = np.random.default_rng(seed)
+    cyc = get_policy("pollux").cycle(
+        ClusterSnapshot(time_s=0.0, nodes=(A100, H100), pending=(_job(1),)), oracle
+    )
+    for _ in range(300):
+        n = int(rng.integers(1, 12))
+        cyc.node_free = [int(x) for x in rng.integers(0, 9, n)]
+        cyc.node_code = rng.integers(0, 2, n)
+        consolidating = bool(rng.integers(0, 2))
+        cyc.node_rank = rng.integers(0, 3, n) if consolidating else None
+        cyc.node_idle_since = rng.choice([-np.inf, 0.0, 5.0, 9.0], n) if consolidating else None
+        mask = rng.integers(0, 2, n).astype(bool) if rng.integers(0, 2) else None
+        code, k = int(rng.integers(0, 2)), int(rng.integers(1, 9))
+        assert cyc.pick_node(code, k, mask) == _fit_loop(cyc, code, k, mask)
+
+
+def test_never_powered_down_sees_a_changed_node() -> None:
+    policy = get_policy("zeus")
+    on = (A100, H100)
+    assert policy._never_powered_down(on)
+    off = (A100, dataclasses.replace(H100, power_state="off", powered_down_s=0.0))
+    assert not policy._never_powered_down(off)
+    assert policy._never_powered_down((A100, dataclasses.replace(H100, free_gpus=1)))
+    assert not policy._never_powered_down((A100, dataclasses.replace(H100, suspend_time_s=600.0)))
