@@ -630,9 +630,13 @@ class JobRows:
     """Each pending job's row of a cycle (JobRow), kept from one decision to the next: a job that waits is
     handed to many decisions (the simulator hands the same PendingJob object each time), and building its
     option key, remaining work and the rest for every job of the queue at every decision was the largest
-    part of a decision's cost on a long queue. Rows are found by the job's identity and kept only for the
-    jobs of the last decision (so that an identity is never reused while its row is kept); a new option
-    layout, prediction cache or set of limits starts over."""
+    part of a decision's cost on a long queue. Rows are found by the job's identity: a row holds its job,
+    so no other object can have that identity while the row is kept. Rows of jobs no longer handed out
+    are dropped when they outnumber twice the queue (plus ROWS_SLACK), so they never grow past a small
+    multiple of the queue; a new option layout, prediction cache or set of limits starts over."""
+
+    #: rows of departed jobs kept beyond twice the queue before they are dropped
+    ROWS_SLACK = 1024
 
     def __init__(self) -> None:
         self._rows: dict[int, JobRow] = {}
@@ -648,16 +652,18 @@ class JobRows:
             self._rows, self._valid = {}, valid
         old = self._rows
         rows: list[JobRow | None] = [old.get(id(j)) for j in jobs]
-        missing = [i for i, (j, r) in enumerate(zip(jobs, rows)) if r is None or r[0] is not j]
+        missing = [i for i, r in enumerate(rows) if r is None]
         if missing:
             new_jobs = [jobs[i] for i in missing]
             offs, lens = cache.slots(
                 new_jobs, layout[0], rigid=not policy.malleable, limit_fractions=policy.limit_fractions
             )
             for i, job, off, n in zip(missing, new_jobs, offs.tolist(), lens.tolist()):
-                rows[i] = (job, off, n, job.remaining_samples, job.submit_s, policy.keeps_default_limit(job))
+                row = (job, off, n, job.remaining_samples, job.submit_s, policy.keeps_default_limit(job))
+                rows[i] = old[id(job)] = row
         kept = cast(list[JobRow], rows)  # every row is filled above
-        self._rows = {id(r[0]): r for r in kept}
+        if len(old) > 2 * len(kept) + self.ROWS_SLACK:
+            self._rows = {id(r[0]): r for r in kept}
         if not kept:
             empty_i, empty_f = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
             return empty_i, empty_i, empty_f, empty_f, np.zeros(0, dtype=bool)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from easlurm.model import Oracle
-from easlurm.priority.packing import Cycle
+from easlurm.priority.packing import Cycle, JobRows
 from easlurm.priority.policies import get_policy
 from easlurm.priority.snapshot import ClusterSnapshot, NodeState, PendingJob
 
@@ -123,3 +123,16 @@ def test_never_powered_down_sees_a_changed_node() -> None:
     assert not policy._never_powered_down(off)
     assert policy._never_powered_down((A100, dataclasses.replace(H100, free_gpus=1)))
     assert not policy._never_powered_down((A100, dataclasses.replace(H100, suspend_time_s=600.0)))
+
+
+def test_rows_of_departed_jobs_are_dropped(oracle: Oracle) -> None:
+    """3,000 jobs pass through a queue of 10: the rows kept stay within twice the queue plus the slack."""
+    policy = get_policy("pollux")
+    jobs = [_job(i % 12, job_id=f"k{i}") for i in range(3000)]
+    most = 0
+    for k in range(0, len(jobs) - 10, 10):
+        policy.cycle(
+            ClusterSnapshot(time_s=float(k), nodes=(A100, H100), pending=tuple(jobs[k : k + 10])), oracle
+        )
+        most = max(most, len(policy._rows._rows))
+    assert 1000 < most <= 2 * 10 + JobRows.ROWS_SLACK
