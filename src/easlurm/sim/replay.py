@@ -590,8 +590,8 @@ _SHARED_FIELDS = (
 
 
 #: jobs pickled together in the spill: one unpickler per chunk (its memo bounded by the chunk), and the
-#: values a chunk repeats (user, model, options) written once (per job, one unpickler each took 2.6 times
-#: as long to read back and 4 times the bytes)
+#: values a chunk repeats (user, model, options) written once (one unpickler per job, as before, cost its
+#: set-up per job and wrote each job's repeated values again)
 SPILL_CHUNK = 1024
 
 
