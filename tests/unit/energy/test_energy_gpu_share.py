@@ -207,3 +207,49 @@ def test_alone_the_costly_counter_is_read_rarely(
     a.tick()
     assert len(reads) == 2  # another job arrived: read at once
     assert a.stop()[0].others == {"other"}
+
+
+@pytest.fixture
+def lead_in_procs(nvml_env: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[tuple[int, int, float]]:
+    """The step's process ran at 60 % SM during the step's first second only (before its agent came),
+    another job's at 30 % all along; the step started 2 s ago."""
+    registry = tmp_path / "procs"
+    registry.mkdir()
+    nvml_env.setenv("EASLURM_FAKE_NVML_PROCS_DIR", str(registry))
+    nvml_env.setenv("EASLURM_FAKE_NVML_POWER_W", "300")
+    children = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    start = time.time() - 2.0
+    own, other = children[0].pid, children[1].pid
+    docs = [
+        {"pid": own, "gpu": 0, "sm_util": 60, "start_s": start, "end_s": start + 1.0},
+        {"pid": other, "gpu": 0, "sm_util": 30, "start_s": start},
+    ]
+    for doc in docs:
+        (registry / f"{doc['pid']}.json").write_text(json.dumps(doc))
+    try:
+        yield own, other, start
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+
+
+@pytest.mark.parametrize("from_start", [True, False])
+def test_the_share_watcher_splits_the_lead_in(
+    lead_in_procs: tuple[int, int, float], from_start: bool
+) -> None:
+    """From the step's start, its share is its work in the lead-in (2/3 of the GPU over the first of
+    ~2.3 s); from the watcher's own start it would be nothing."""
+    own, other, start = lead_in_procs
+    owners = Owners({own: OWN, other: "job7"})
+    w = ShareWatcher([0], None, MODULE, period_s=3600, owners=owners, since=start if from_start else None)
+    assert w.start()
+    time.sleep(0.3)
+    w.tick()
+    share = w.stop()[0]
+    assert share.method.value == "utilisation" and share.others == {"job7"}
+    assert share.fraction is not None
+    if from_start:
+        assert share.fraction == pytest.approx((2 / 3) * 1.0 / (time.time() - start), abs=0.05)
+    else:
+        assert share.fraction == 0.0

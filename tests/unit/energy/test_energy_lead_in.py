@@ -1,15 +1,13 @@
 """The lead-in between a step's start and the profiler's first sample: covered from NVML's driver power
 buffer where it reaches back, extrapolated at the first measured power where it does not (and for sensors
-without history), never beyond LEAD_IN_MAX_S; the share watcher's split covers it too; records written
-before it still read."""
+without history), never beyond LEAD_IN_MAX_S; records written before it still read (the share watcher's
+split over the lead-in: test_energy_gpu_share)."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +23,6 @@ from easlurm.accounting.step_record import (
     encode_admin_comment,
 )
 from easlurm.energy import EnergyProfiler
-from easlurm.energy.gpu_share import OWN, ProcessOwners, ShareWatcher
 from easlurm.energy.lead_in import LEAD_IN_MAX_S, cover_lead_in, lead_in_s
 
 FAKE_NVML = "easlurm_fakes.fake_nvml"
@@ -205,66 +202,6 @@ def test_the_agents_node_record_covers_its_step_from_the_start(
     assert gpu.duration_s == pytest.approx(node.duration_s, abs=0.05)
     assert gpu.energy_j == pytest.approx(200.0 * gpu.duration_s, rel=0.01)  # type: ignore[operator]
     assert StepRecord.from_dict(json.loads(ctx.step_file.read_text())).nodes[0].devices[0] == gpu
-
-
-# ------------------------------------------------------------------------------------- share watcher
-
-
-class Owners(ProcessOwners):
-    def __init__(self, table: dict[int, str]) -> None:
-        super().__init__(None)
-        self.table = table
-
-    def owner(self, pid: int) -> str:
-        return self.table.get(pid, f"pid{pid}")
-
-
-@pytest.fixture
-def lead_in_procs(nvml_env: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[tuple[int, int, float]]:
-    """The step's process ran at 60 % SM during the step's first second only (before its agent came),
-    another job's at 30 % all along; the step started 2 s ago."""
-    registry = tmp_path / "procs"
-    registry.mkdir()
-    nvml_env.setenv("EASLURM_FAKE_NVML_PROCS_DIR", str(registry))
-    nvml_env.setenv("EASLURM_FAKE_NVML_POWER_W", "300")
-    children = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
-    start = time.time() - 2.0
-    own, other = children[0].pid, children[1].pid
-    docs = [
-        {"pid": own, "gpu": 0, "sm_util": 60, "start_s": start, "end_s": start + 1.0},
-        {"pid": other, "gpu": 0, "sm_util": 30, "start_s": start},
-    ]
-    for doc in docs:
-        (registry / f"{doc['pid']}.json").write_text(json.dumps(doc))
-    try:
-        yield own, other, start
-    finally:
-        for child in children:
-            child.kill()
-            child.wait()
-
-
-@pytest.mark.parametrize("from_start", [True, False])
-def test_the_share_watcher_splits_the_lead_in(
-    lead_in_procs: tuple[int, int, float], from_start: bool
-) -> None:
-    """From the step's start, its share is its work in the lead-in (2/3 of the GPU over the first of
-    ~2.3 s); from the watcher's own start it would be nothing."""
-    own, other, start = lead_in_procs
-    w = ShareWatcher(
-        [0], None, FAKE_NVML, period_s=3600, owners=Owners({own: OWN, other: "job7"}),
-        since=start if from_start else None,
-    )  # fmt: skip
-    assert w.start()
-    time.sleep(0.3)
-    w.tick()
-    share = w.stop()[0]
-    assert share.method.value == "utilisation" and share.others == {"job7"}
-    assert share.fraction is not None
-    if from_start:
-        assert share.fraction == pytest.approx((2 / 3) * 1.0 / (time.time() - start), abs=0.05)
-    else:
-        assert share.fraction == 0.0
 
 
 # ------------------------------------------------------------------------------------------- records
