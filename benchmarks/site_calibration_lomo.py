@@ -2,9 +2,9 @@
 
 Run:
   python benchmarks/site_calibration_lomo.py [--sigma 0.3,0.1] [--maxiter 60 --popsize 8] [CSV ...]
-Each GPU type of the CSVs (default: the H100 SXM rows and Lambda's public throughputs) whose rows hold two
-models or more is taken as a site: each model in turn is held out, `calibrate_site` fits that GPU type's
-factors from the shipped parameters on the other models' rows, and the held-out model is predicted. For
+Each GPU type of the CSVs (default: our H100 SXM and H200 rows, Lambda's public throughputs) whose rows
+hold two models or more is taken as a site: each model in turn is held out, `calibrate_site` fits that GPU
+type's factors from the shipped parameters on the other models' rows, and the held-out model is predicted. For
 each prior width given (log10 of the factor that costs one point of loss, for every factor but those that
 keep the global width, `site.SITE_WIDE_PRIOR`; 0.3 is the global fit's, 0.1 the site calibration's), prints
 per GPU type the base parameters' error on all its rows and the held-out error, then both pooled over every
@@ -30,6 +30,7 @@ from easlurm.model.params import load_params
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = (
     ROOT / "data" / "oracle" / "h100_sxm_training_steps.csv",
+    ROOT / "data" / "oracle" / "h200_training_steps.csv",
     ROOT / "data" / "oracle" / "public" / "lambda_pytorch.csv",
 )
 
