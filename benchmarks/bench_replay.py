@@ -15,7 +15,8 @@ subprocess so that its peak RSS (resource.getrusage ru_maxrss) is its own. Then 
 trace sizes on an undersized cluster (the queue grows without bound) and the ratio of their CPU seconds
 per job, the larger trace's over the smaller's, is printed (1.00: cost linear in the trace; above:
 faster than linear), at each queue depth of `--undersized-depths` (the pending jobs each decision sees,
-`sim.queue_depth`). Figures are printed, never asserted.
+`sim.queue_depth`), with the jobs and placement options each decision was handed on average (a decision's
+cost follows its options). Figures are printed, never asserted.
 
 A million jobs: `--jobs 1000000 --timeout-s 7200 --keep p1m.psv` (the trace is 558 MB; one policy at a
 time with `--policies zeus --undersized ''`)
@@ -131,18 +132,52 @@ def write_trace(
             )
 
 
+class Handed:
+    """Stands between the simulator and its policy (every call forwarded) and counts each decision: the
+    pending jobs it is handed and the placement options its cycle built from them."""
+
+    def __init__(self) -> None:
+        self.decisions = 0
+        self.jobs = 0
+        self.options = 0
+        self.inner: Any = None
+
+    def simulate(self, cluster: Any, jobs: Any, policy: Any, **kw: Any) -> Any:
+        from easlurm.priority.policies import get_policy  # here: only the counted replays load it
+        from easlurm.sim.runner import simulate  # here: as above
+
+        self.inner = get_policy(policy) if isinstance(policy, str) else policy
+        return simulate(cluster, jobs, self, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def decide(self, snapshot: Any, oracle: Any) -> Any:
+        decision = self.inner.decide(snapshot, oracle)
+        last = getattr(self.inner, "_last_cycle", None)
+        self.decisions += 1
+        self.jobs += len(snapshot.pending)
+        self.options += len(last[2].job_of) if last is not None and last[1] is snapshot else 0
+        return decision
+
+
 def run_one(
     trace: str, policy: str, n_nodes: int, queue_depth: int = DEFAULT_QUEUE_DEPTH
 ) -> dict[str, float]:
     """Replay under one policy in this process (each decision sees `queue_depth` pending jobs); returns
-    jobs/s, wall and CPU time and peak RSS."""
+    jobs/s, wall and CPU time, peak RSS, and the jobs and options each decision was handed (mean)."""
     from easlurm.sim.cluster import ClusterSpec
     from easlurm.sim.replay import ReplayRequest, replay
 
     cluster = ClusterSpec.mixed([(n_nodes // 2, 8, "a100-40gb"), (n_nodes - n_nodes // 2, 8, "h100-sxm")])
     t0, c0 = time.perf_counter(), time.process_time()
     policies = [policy] if policy != "recorded" else []
-    res = replay(ReplayRequest(trace, cluster, policies, noise_sigma=0.10, queue_depth=queue_depth))
+    handed = Handed()
+    res = replay(
+        ReplayRequest(
+            trace, cluster, policies, noise_sigma=0.10, queue_depth=queue_depth, simulate_fn=handed.simulate
+        )
+    )
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     run = res.run(policy).get("metrics", {}) if res.runs else {}
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
@@ -158,6 +193,9 @@ def run_one(
         "energy_j": run.get("energy_j", res.baseline["metrics"].get("energy_j")),
         "mean_jct_s": run.get("mean_jct_s", res.baseline["metrics"].get("mean_jct_s")),
         "record_fit": res.baseline.get("fit"),
+        "decisions": handed.decisions,
+        "jobs_per_decision": handed.jobs / handed.decisions if handed.decisions else 0.0,
+        "options_per_decision": handed.options / handed.decisions if handed.decisions else 0.0,
     }
 
 
@@ -245,8 +283,9 @@ def _undersized_at(args: argparse.Namespace, work: Path, sizes: list[int], depth
         rates.append(r["jobs"] / r["cpu_s"])
         print(
             f"  {r['jobs']:>8} jobs: {r['cpu_s']:.1f} CPU s ({r['wall_s']:.1f} s wall) = {rates[-1]:,.0f} "
-            f"jobs per CPU s, peak RSS {r['peak_rss_mb']:,.0f} MB, mean JCT {r['mean_jct_s'] or 0:,.0f} s  "
-            f"({_load_average()})"
+            f"jobs per CPU s, peak RSS {r['peak_rss_mb']:,.0f} MB, mean JCT {r['mean_jct_s'] or 0:,.0f} s; "
+            f"{r['decisions']:,} decisions, each handed {r['jobs_per_decision']:,.0f} jobs and "
+            f"{r['options_per_decision']:,.0f} options (mean)  ({_load_average()})"
         )
     if len(rates) >= 2:
         print(
