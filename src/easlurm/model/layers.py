@@ -274,22 +274,31 @@ class WorkloadBuilder:
             self._ops(3.0, 1.0, repeat)
 
     def rmsnorm_eager(self, elems: float, channels: int, repeat: int = 1) -> None:
-        """RMSNorm written as Python tensor operations (cast to FP32, pow, mean, rsqrt, mul, cast, mul):
-        seven kernels forward and about twelve backward, each a full pass over FP32 activations."""
+        """RMSNorm written as Python tensor operations (cast to FP32, pow, mean, rsqrt, mul, cast, mul), as
+        Hugging Face's Llama and torch's composite `rms_norm` run it: seven kernels forward and about twelve
+        backward. The add and rsqrt act on one value per row; the casts exist under autocast only.
+
+        HBM bytes per element, FP32 = 4, s = activation bytes: forward pow 8, mean 4, x*rsqrt 8, weight 2s;
+        backward weight 4s (input and weight gradients), x*rsqrt 16, pow 8, summing the two gradients 12;
+        under autocast each cast adds s+4 forward and again backward."""
         self._check(elems=elems, channels=channels)
         t = self._t
         t["alu_f"] += repeat * 5.0 * elems
         t["alu_b"] += repeat * 10.0 * elems
         t["elem"] += repeat * elems
         self._weights(channels, repeat, False)
-        t["act_bytes"] += repeat * elems * 4.0 * (7 * 2.5 + 12 * 3.0)
+        s = self._s
+        casts = 2.0 * (s + 4.0) if self.precision.mixed else 0.0
+        t["act_bytes"] += repeat * elems * ((20.0 + 2.0 * s) + (36.0 + 4.0 * s) + 2.0 * casts)
         self._held(elems * 4.0 * 4.0, repeat)
         t["ws"] = max(t["ws"], 2 * elems * 4.0)
         self._ops(19.0, 7.0, repeat)
 
     def activation(self, elems: float, kind: str = "relu", repeat: int = 1) -> None:
         """Pointwise activation function; `gelu_tanh` is GPT-2's `gelu_new`, written as eight Python tensor
-        operations (pow, mul, add, mul, tanh, add, mul, mul) that each make a pass over the activations."""
+        operations (pow, mul, add, mul, tanh, add, mul, mul) that each make a pass over the activations. Under
+        autocast `pow` runs in FP32 and type promotion keeps the rest there: its passes move FP32 elements
+        whatever the activations' precision."""
         self._check(elems=elems)
         if kind not in ACT_FLOPS and kind != "gelu_tanh":
             raise ModelError(f"unknown activation {kind!r} (known: {', '.join([*ACT_FLOPS, 'gelu_tanh'])})")
@@ -298,7 +307,8 @@ class WorkloadBuilder:
             t["alu_f"] += repeat * 10.0 * elems
             t["alu_b"] += repeat * 20.0 * elems
             t["elem"] += repeat * elems
-            self._acts(8 * 2.3 * elems, 12 * 3.0 * elems, 6 * elems, 2 * elems, repeat)
+            k = 4.0 / self._s  # FP32 passes, counted in activation-sized elements
+            self._acts(8 * 2.3 * k * elems, 12 * 3.0 * k * elems, 6 * k * elems, 2 * k * elems, repeat)
             self._ops(20.0, 8.0, repeat)
             return
         t["alu_f"] += repeat * ACT_FLOPS[kind] * elems
@@ -353,9 +363,11 @@ class WorkloadBuilder:
     def loss(self, tokens: float, classes: int, fp32_logits: bool = False) -> None:
         """Softmax cross-entropy over `classes` logits per token (FP32 under autocast).
 
-        `fp32_logits=True` is a language-model head's loss as Hugging Face writes it: logits upcast to FP32,
-        shifted and made contiguous, log-softmax, NLL, and the same chain backward: about 60 bytes of HBM
-        traffic per logit (about 16 for a plain cross-entropy).
+        `fp32_logits=True` is a language-model head's loss as current Hugging Face (labels are shifted,
+        not the logits) and torchtitan write it: logits upcast to FP32 (under autocast only; FP32 logits are
+        not copied), log-softmax, NLL, and the same chain backward. HBM bytes per logit: log-softmax 8
+        forward; the NLL gradient 4 and log-softmax's backward 12; the upcast s+4 each way: 24 in FP32, 36
+        under autocast (about 16 for a plain cross-entropy).
         """
         self._check(tokens=tokens, classes=classes)
         n = tokens * classes
@@ -364,7 +376,7 @@ class WorkloadBuilder:
         t["alu_b"] += 2.0 * n
         t["elem"] += n
         if fp32_logits:
-            t["act_bytes"] += 60.0 * n
+            t["act_bytes"] += (24.0 + (2.0 * (self._s + 4.0) if self.precision.mixed else 0.0)) * n
             t["act_mem"] += 12.0 * n
             self._ops(12.0, 6.0, 1)
         else:

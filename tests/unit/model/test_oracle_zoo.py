@@ -97,7 +97,11 @@ def test_text_flops_grow_with_sequence_length():
 def test_precision_changes_bytes_not_flops():
     a, b = get_workload("gpt2", precision="fp32"), get_workload("gpt2", precision="bf16")
     assert a.flops_total == b.flops_total
-    assert 0.45 * a.act_bytes < b.act_bytes < 0.7 * a.act_bytes  # the loss stays FP32 under autocast
+    # under autocast GPT-2's gelu_new (torch.pow autocasts to FP32, type promotion keeps the rest there) and
+    # the LM loss stay FP32: most of its traffic does not halve. Our H100 rows' peak memory, AMP-BF16 against
+    # TF32, is 12.68/14.69 and 23.65/27.94 GiB (0.86, 0.85) at batch 8 and 16
+    assert 0.85 * a.act_bytes < b.act_bytes < a.act_bytes
+    assert 0.8 * a.act_mem_bytes < b.act_mem_bytes < 0.95 * a.act_mem_bytes
 
 
 def test_optimizer_bytes_count_foreach_passes():
