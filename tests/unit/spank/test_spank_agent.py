@@ -163,7 +163,9 @@ class StubWatcher:
 
     fail = False
 
-    def __init__(self, gpus: list[int], own_root: int | None, module: str, since: float | None = None) -> None:
+    def __init__(
+        self, gpus: list[int], own_root: int | None, module: str, since: float | None = None
+    ) -> None:
         self.gpus = gpus
         self.since = since  # the step's start: the watcher's split covers the lead-in from there
 
