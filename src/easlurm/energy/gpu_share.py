@@ -251,11 +251,12 @@ class ShareWatcher:
         now_us = int(time.time() * 1e6)
         energy_mj = float(nvml.nvmlDeviceGetTotalEnergyConsumption(gpu.handle))
         delta_j = max(energy_mj - gpu.last_mj, 0.0) * 1e-3
-        span_s = time.monotonic() - gpu.last_full
+        now_mono = time.monotonic()
+        span_s = now_mono - gpu.last_full
         if gpu.lead_s > 0 and span_s > 0:  # the lead-in at this first interval's power
             delta_j += delta_j * gpu.lead_s / span_s
             gpu.lead_s = 0.0
-        gpu.last_mj, gpu.last_full = energy_mj, time.monotonic()
+        gpu.last_mj, gpu.last_full = energy_mj, now_mono
         owner = {s.pid: self.owners.owner(s.pid) for s in samples}
         present |= set(owner.values())
         gpu.last_us = max((s.time_us for s in samples), default=now_us) if shared else now_us
