@@ -23,9 +23,12 @@ class WorkloadBuilder:
     """Accumulates layer workloads; every method takes per-sample shapes and a `repeat` count.
 
     `shared=True` (ALBERT-style weight sharing) counts parameters once while every use still reads them.
+    `fused_attention=False` runs every `attention` eagerly (matmul, softmax, dropout, matmul), as NVIDIA's
+    DeepLearningExamples BERT does, whatever the model's own default.
     """
 
     precision: Precision = Precision.BF16
+    fused_attention: bool = True
     _t: dict[str, float] = field(default_factory=dict)
     _n_params: int = 0
     #: repeat count -> [activation bytes held per sample by layers repeated that often, the smallest tensor
@@ -229,6 +232,7 @@ class WorkloadBuilder:
         `flash=False` is eager attention that writes the scores, softmax and dropout mask to HBM.
         """
         self._check(seq=seq, heads=heads, head_dim=head_dim)
+        flash = flash and self.fused_attention
         s, h, d = float(seq), float(heads), float(head_dim)
         f = 4.0 * s * s * h * d * (0.5 if causal and flash else 1.0)
         t = self._t
@@ -248,9 +252,11 @@ class WorkloadBuilder:
             t["gk"] += w * (d + s) / 2.0
             t["gn"] += w * (s + d) / 2.0
             scores = h * s * s * (2.0 if dropout else 1.0)
-            self._acts(
-                qkvo + 4.0 * scores, 2.0 * qkvo + 6.0 * scores, qkvo + 2.0 * scores, qkvo + scores, repeat
-            )
+            # kept for the backward: the softmax output, and with dropout its output and one-byte mask (the
+            # scores themselves are not: softmax's gradient needs its output only)
+            self._acts(qkvo + 4.0 * scores, 2.0 * qkvo + 6.0 * scores, qkvo + scores, qkvo + scores, repeat)
+            if dropout:
+                self._held(h * s * s, repeat)
             self._ops(12.0, 5.0, repeat)
         t["elem"] += repeat * h * s * s
 

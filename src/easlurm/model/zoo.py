@@ -149,15 +149,25 @@ def _encoder_layer(
     act: str = "gelu",
     dropout: bool = True,
     views: int = 10,
+    mha_copies: bool = False,
 ) -> None:
     """Transformer encoder block with LayerNorm, GELU MLP and torch SDPA attention.
 
     `dropout` adds Hugging Face's training-mode dropouts after the attention output and the MLP (torchvision's
     ViT has p=0, which launches nothing); `views` counts the host-only reshapes of one block's attention.
+    `mha_copies` is torch's `nn.MultiheadAttention` (torchvision's ViT, batch_first): its functional form
+    copies the transposed input before the packed projection, makes the split q, k, v contiguous and copies
+    the heads back (`permute(...).contiguous()`), forward and backward (`F.multi_head_attention_forward`).
     """
+    if mha_copies:
+        b.elementwise(seq * d, operands=1, repeat=repeat)
     b.linear(seq, d, 3 * d, repeat=repeat, shared=shared)
     b.python_ops(views, repeat)
-    b.attention(seq, heads, d // heads, flash=True, repeat=repeat, causal=causal_flash)
+    if mha_copies:
+        b.elementwise(seq * 3 * d, operands=1, repeat=repeat)
+    b.attention(seq, heads, d // heads, flash=True, repeat=repeat, causal=causal_flash, dropout=dropout)
+    if mha_copies:
+        b.elementwise(seq * d, operands=1, repeat=repeat)
     b.linear(seq, d, d, repeat=repeat, shared=shared)
     if dropout:
         b.dropout(seq * d, repeat=repeat)
@@ -190,7 +200,7 @@ def _vit(
     seq = grid * grid + 1
     b._n_params += seq * d + d  # class token and position embeddings
     b.elementwise(seq * d)
-    _encoder_layer(b, seq, d, heads, ffn, layers, dropout=False, views=8)
+    _encoder_layer(b, seq, d, heads, ffn, layers, dropout=False, views=8, mha_copies=True)
     b.norm(seq * d, d)
     b.linear(1, d, classes)
     b.loss(1, classes)
@@ -250,7 +260,7 @@ def _encoder_layer_pre_ln_tail(
     """GPT-2 block after its first LayerNorm: causal attention, residual, LayerNorm, GELU MLP, residual."""
     b.linear(seq, d, 3 * d, repeat=layers)
     b.python_ops(10, layers)  # split, view and transpose of q, k, v; merge heads
-    b.attention(seq, heads, d // heads, flash=True, repeat=layers, causal=True)
+    b.attention(seq, heads, d // heads, flash=True, repeat=layers, causal=True, dropout=True)
     b.linear(seq, d, d, repeat=layers)
     b.dropout(seq * d, repeat=layers)
     b.elementwise(seq * d, repeat=layers)
@@ -392,6 +402,12 @@ _MODELS: dict[str, tuple[str, str, int, Callable[[WorkloadBuilder, int], None]]]
 }
 
 
+#: how a workload's attention runs: `sdpa` (torch's fused scaled-dot-product kernels, what torchvision,
+#: Hugging Face and torchtitan run today) or `eager` (matmul, softmax, dropout and matmul, the scores written
+#: to HBM: NVIDIA DeepLearningExamples' BERT, Hugging Face's `attn_implementation="eager"`)
+ATTENTION = ("sdpa", "eager")
+
+
 def model_family(name: str) -> str:
     """Family used for targeted calibration scalars ('cnn', 'vit', 'bert', 'albert', 'decoder')."""
     return _MODELS[canonical_name(name)][0]
@@ -410,9 +426,13 @@ def get_workload(
     seq_len: int | None = None,
     image_size: int | None = None,
     optimizer: str | Optimizer = "adamw",
+    attention: str = "sdpa",
 ) -> Workload:
-    """The per-sample workload of a zoo model; seq_len applies to text models, image_size to vision ones."""
+    """The per-sample workload of a zoo model; seq_len applies to text models, image_size to vision ones;
+    `attention` is how its attention runs (ATTENTION)."""
     key = canonical_name(name)
+    if attention not in ATTENTION:
+        raise ModelError(f"attention must be one of {', '.join(ATTENTION)}, got {attention!r}")
     prec = Precision.parse(precision)
     opt = Optimizer.parse(optimizer)
     _, kind, default, _ = _MODELS[key]
@@ -426,13 +446,13 @@ def get_workload(
         size = default if seq_len is None else int(seq_len)
     if size <= 0:
         raise ModelError(f"{key}: size must be > 0, got {size}")
-    return _build(key, prec, opt, size)
+    return _build(key, prec, opt, size, attention == "sdpa")
 
 
 @functools.lru_cache(maxsize=512)
-def _build(key: str, precision: Precision, optimizer: Optimizer, size: int) -> Workload:
+def _build(key: str, precision: Precision, optimizer: Optimizer, size: int, fused: bool = True) -> Workload:
     family, kind, _, fn = _MODELS[key]
-    b = WorkloadBuilder(precision)
+    b = WorkloadBuilder(precision, fused_attention=fused)
     fn(b, size)
     if kind == "vision":
         return b.build(key, family, optimizer, image_size=size)

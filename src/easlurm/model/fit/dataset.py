@@ -17,7 +17,7 @@ from easlurm.files import atomic_writer, reading
 from easlurm.inputs import MIB, csv_header, regular_file
 from easlurm.model.oracle import Placements
 from easlurm.model.workload import Precision, Sharding, Workload, parse_ckpt
-from easlurm.model.zoo import get_workload, model_family
+from easlurm.model.zoo import ATTENTION, get_workload, model_family
 from easlurm.units import MAX_INT
 
 #: the largest measurement CSV read, and the largest value of a measured quantity (s, W, GiB)
@@ -50,12 +50,13 @@ MEMORY_FORMATS = ("", "nchw", "channels_last")
 INPUTS = ("synthetic", "real")
 #: optional columns and their defaults, written only when a row leaves the default: `sharding` (none, zero1,
 #: zero2, zero3; fsdp is zero3) and `activation_checkpointing` (full, selective; 1 is full) say how an LLM job
-#: was trained
+#: was trained; `attention` how the model's attention ran (sdpa, the default, or eager: `zoo.ATTENTION`)
 OPTIONAL_COLUMNS: dict[str, Any] = {
     "memory_format": "",
     "input": "synthetic",
     "sharding": "",
     "activation_checkpointing": "",
+    "attention": "",
 }
 
 
@@ -89,6 +90,7 @@ class Measurement:
     input: str = "synthetic"
     sharding: str = ""
     activation_checkpointing: str = ""
+    attention: str = ""
 
     def workload(self) -> Workload:
         w = get_workload(
@@ -97,6 +99,7 @@ class Measurement:
             seq_len=self.seq_len,
             image_size=self.image_size,
             optimizer=self.optimizer,
+            attention=self.attention or "sdpa",
         )
         if self.sharding or self.activation_checkpointing:
             w = w.trained_with(Sharding.parse(self.sharding or "none"), self.activation_checkpointing)
@@ -208,7 +211,10 @@ def read_measurements(path: str | Path) -> list[Measurement]:
                 input=(rec.get("input") or "").strip().lower() or "synthetic",
                 sharding=_sharding(rec.get("sharding"), where),
                 activation_checkpointing=_ckpt(rec.get("activation_checkpointing"), where),
+                attention=(rec.get("attention") or "").strip().lower(),
             )
+            if m.attention not in ("", *ATTENTION):
+                raise TraceError(f"{where}: attention must be sdpa or eager, got {m.attention!r}")
             if m.input not in INPUTS:
                 raise TraceError(f"{where}: input must be synthetic or real, got {m.input!r}")
             if m.memory_format not in MEMORY_FORMATS:
