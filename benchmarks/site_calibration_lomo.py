@@ -9,7 +9,9 @@ each prior width given (log10 of the factor that costs one point of loss, for ev
 keep the global width, `site.SITE_WIDE_PRIOR`; 0.3 is the global fit's, 0.1 the site calibration's), prints
 per GPU type the base parameters' error on all its rows and the held-out error, then both pooled over every
 held-out row: a site calibration that helps a model it has not measured brings the second below the first.
-Time MAPE, and power where the rows carry it. A few CPU minutes; asserts nothing.
+Time MAPE, and power where the rows carry it. Rows the shipped parameters find out of memory are left out
+(counted in the first line), as `easlurm model evaluate` scores them apart. A few CPU minutes; asserts
+nothing.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from pathlib import Path
 
 from easlurm.model.fit import site
 from easlurm.model.fit.calibrate import FitReport, score
-from easlurm.model.fit.dataset import Measurement, read_measurements
+from easlurm.model.fit.dataset import Measurement, placements_of, read_measurements
 from easlurm.model.hardware import load_catalogue
+from easlurm.model.oracle import Oracle
 from easlurm.model.params import load_params
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,11 +52,19 @@ def main() -> None:
     cat = load_catalogue()
     base = load_params()
     by_gpu: dict[str, list[Measurement]] = defaultdict(list)
+    oracle, left_out = Oracle(base, cat), 0
     for path in args.csv:
-        for m in read_measurements(path):
-            by_gpu[f"{Path(path).stem}:{cat.resolve(m.gpu)}"].append(m)
+        rows = read_measurements(path)
+        fits = oracle.predict_rows([m.workload() for m in rows], placements_of(rows)).feasible
+        for m, ok in zip(rows, fits if fits is not None else [True] * len(rows)):
+            if ok:
+                by_gpu[f"{Path(path).stem}:{cat.resolve(m.gpu)}"].append(m)
+            left_out += not ok
     sites = {k: rows for k, rows in sorted(by_gpu.items()) if len({m.model for m in rows}) > 1}
-    print(f"parameters {base.version}; {len(sites)} GPU types with 2+ models; load {os.getloadavg()[0]:.2f}")
+    print(
+        f"parameters {base.version}; {len(sites)} GPU types with 2+ models; {left_out} rows out of memory in"
+        f" the model left out; load {os.getloadavg()[0]:.2f}"
+    )
     for sigma in (float(s) for s in args.sigma.split(",")):
         site.SITE_PRIOR_SIGMA_LOG10 = sigma
         start = time.process_time()
