@@ -18,7 +18,14 @@ from easlurm.model.hardware import DEFAULT_GPU
 from easlurm.model.oracle import Placements
 from easlurm.model.sharding import cheapest_training, training_options
 from easlurm.model.yaml_workload import load_workload_yaml
-from easlurm.model.zoo import MODEL_NAMES, default_size, get_workload, model_family, spec_model_names
+from easlurm.model.zoo import (
+    ATTENTION,
+    MODEL_NAMES,
+    default_size,
+    get_workload,
+    model_family,
+    spec_model_names,
+)
 from easlurm.table import render_table, select_columns
 from easlurm.units import format_edp, format_energy, format_power, parse_power_w
 
@@ -180,6 +187,7 @@ class PredictRequest:
     as_json: bool
     shard: str = "none"
     act_ckpt: str | None = None
+    attention: str = "sdpa"
 
 
 @click.command("predict")
@@ -223,6 +231,14 @@ class PredictRequest:
     "act_ckpt",
     default=None,
     help="none, full (each block's forward recomputed) or selective; default none (auto with --shard auto).",
+)
+@click.option(
+    "--attention",
+    type=click.Choice(ATTENTION),
+    default="sdpa",
+    show_default=True,
+    help="How the model's attention runs: sdpa (torch's fused kernels) or eager (matmul, softmax, dropout, "
+    "matmul: the scores go through memory, as NVIDIA DeepLearningExamples' BERT).",
 )
 @HARDWARE_OPTION
 @output_options(PREDICT_COLUMNS)
@@ -349,6 +365,7 @@ def _workload(req: PredictRequest, precision: str) -> Any:
         seq_len=req.seq_len,
         image_size=req.image_size,
         optimizer=req.optimizer,
+        attention=req.attention,
     )
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from easlurm.cli import main
 from easlurm.errors import ModelError, TraceError
 from easlurm.model.fit.dataset import read_measurements, write_measurements
 from easlurm.model.layers import WorkloadBuilder
@@ -73,3 +75,27 @@ def test_deeplearningexamples_bert_rows_are_eager(name: str) -> None:
     bert = [m for m in rows if m.model.startswith("bert")]
     assert bert and all(m.attention == "eager" for m in bert)
     assert all(m.attention == "" for m in rows if not m.model.startswith("bert"))
+
+
+def test_predict_takes_the_attention_a_job_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """`predict --attention eager` prices the scores' trips through memory: BERT-large at 384 tokens runs
+    slower than with fused attention; a name it does not know is refused with exit 2."""
+    args = [
+        "predict",
+        "--model",
+        "bert-large",
+        "--seq-len",
+        "384",
+        "--batch",
+        "16",
+        "--precision",
+        "tf32",
+        "--json",
+    ]
+    times = {}
+    for att in ("sdpa", "eager"):
+        assert main([*args, "--attention", att]) == 0
+        times[att] = json.loads(capsys.readouterr().out)["placements"][0]["step_time_s"]
+    assert times["eager"] > 1.1 * times["sdpa"]
+    assert main([*args, "--attention", "flash"]) == 2
+    assert "--attention" in capsys.readouterr().err
