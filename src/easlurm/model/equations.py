@@ -318,18 +318,23 @@ def all_reduce(
     n_nodes: np.ndarray | None,
     p: Mapping[str, float],
     bucket_bytes: np.ndarray | None = None,
+    passes: float = 2.0,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(all buckets, last bucket) time of a bucketed ring all-reduce of the gradients over n GPUs (eq. 4.8).
+    """(all buckets, last bucket) time of a bucketed ring all-reduce of the gradients over n GPUs (eq. 4.8),
+    or with `passes` 1 a reduce-scatter or all-gather (one pass around the ring: half the steps and traffic).
     Buckets are DDP's `ddp_bucket_mb` unless `bucket_bytes` says otherwise (FSDP's per-block collectives).
 
     The ring runs at its slowest link: NVLink or PCIe inside a node, and between nodes the network adapters
     the job's GPUs on a node share (rings across nodes are as many as the adapters in use, at most one per
     GPU there), each kind at its achieved fraction of the catalogue's bandwidth. Each bucket pays the per-hop
-    latency of the ring's 2(n-1) steps. Spreading the same GPUs over more nodes never raises the bandwidth.
-    """
+    latency of the ring's passes x (n-1) steps; on m nodes only passes x (m-1) of them cross the network (at
+    `l_hop_net_s`), the rest stay on the node's links (`l_hop_s`), as NCCL's own ring model counts them
+    (src/graph/tuning.cc). Spreading the same GPUs over more nodes never raises the bandwidth nor lowers the
+    latency."""
     m = np.ceil(n / hw.gpus_per_node) if n_nodes is None else np.asarray(n_nodes, np.float64)
     bw = hw.link_bw * np.where(hw.nvlink > 0, p["bw_eff_nvlink"], p["bw_eff_pcie"])
-    hop: np.ndarray | float = p["l_hop_s"]
+    steps = passes * (n - 1.0)
+    latency: np.ndarray | float = steps * p["l_hop_s"]
     spread = m > 1.0
     if np.any(spread):  # packed placements (the common case) skip the network terms
         k = np.ceil(n / np.maximum(m, 1.0))  # GPUs on the fullest node
@@ -337,13 +342,13 @@ def all_reduce(
         eff_net = np.where(hw.infiniband > 0, p["bw_eff_ib"], p["bw_eff_eth"])
         bw_out = np.minimum(k, hw.nics_per_node) * nic_bw * eff_net
         bw = np.where(spread, np.minimum(bw, bw_out), bw)
-        hop = np.where(spread, np.maximum(p["l_hop_net_s"], p["l_hop_s"]), p["l_hop_s"])
+        net_steps = np.where(spread, passes * (m - 1.0), 0.0)
+        latency = (steps - net_steps) * p["l_hop_s"] + net_steps * np.maximum(p["l_hop_net_s"], p["l_hop_s"])
     bucket = p["ddp_bucket_mb"] * 1e6 if bucket_bytes is None else np.maximum(bucket_bytes, 1.0)
     buckets = np.maximum(np.ceil(grad_bytes / bucket), 1.0)
-    steps = 2.0 * (n - 1.0)
     share = steps / n
-    t_all = buckets * steps * hop + share * grad_bytes / bw
-    t_last = steps * hop + share * np.minimum(grad_bytes, bucket) / bw
+    t_all = buckets * latency + share * grad_bytes / bw
+    t_last = latency + share * np.minimum(grad_bytes, bucket) / bw
     return t_all, t_last
 
 
@@ -534,10 +539,10 @@ def _pass_times(
         w.opt_ops * p["t_host_op_s"],
     )
     t_ar, t_ar_last = all_reduce(w.grad_bytes, hw, n, n_nodes, p)
-    # sharded stages reduce-scatter the gradients and all-gather parameters: each moves (n-1)/n of its bytes
-    # around the ring, half an all-reduce's traffic, one block at a time (as FSDP wraps them)
-    t_rs, t_rs_last = all_reduce(w.grad_bytes / 2.0, hw, n, n_nodes, p, w.grad_bytes / 2.0 / w.units)
-    t_ag, t_ag_last = all_reduce(w.param_comm / 2.0, hw, n, n_nodes, p, w.param_comm / 2.0 / w.units)
+    # sharded stages reduce-scatter the gradients and all-gather parameters: one pass around the ring each,
+    # (n-1) steps moving (n-1)/n of its bytes (half an all-reduce), one block at a time (as FSDP wraps them)
+    t_rs, t_rs_last = all_reduce(w.grad_bytes, hw, n, n_nodes, p, w.grad_bytes / w.units, passes=1.0)
+    t_ag, t_ag_last = all_reduce(w.param_comm, hw, n, n_nodes, p, w.param_comm / w.units, passes=1.0)
     sharded = w.shard >= 1
     t_ar, t_ar_last = np.where(sharded, t_rs, t_ar), np.where(sharded, t_rs_last, t_ar_last)
     t_over = p["t_fixed_s"] + p["t_sync_s"] * np.log2(n)

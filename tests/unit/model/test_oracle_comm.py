@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from easlurm.errors import ModelError, TraceError
+from easlurm.model.equations import HardwareArrays, all_reduce
 from easlurm.model.fit.calibrate import calibrate, comm_free
 from easlurm.model.fit.dataset import Measurement, placements_of, read_measurements, write_measurements
 from easlurm.model.fit.scaling import scaling_rows, speedups
@@ -85,17 +86,40 @@ def test_a_shared_network_adapter_is_the_ring_bandwidth_between_nodes():
     """Nodes of four GPUs on 50 Gb/s Ethernet (net_gbs 1.5625 per GPU). One shared adapter gives a ring the
     node's whole bandwidth however few of its GPUs the job uses: 4 GPUs on 2 or on 4 nodes all-reduce alike.
     One adapter per GPU gives a ring only the adapters of the job's GPUs on a node: half the node at 2 per
-    node, a quarter at 1."""
+    node, a quarter at 1. (Hops cost the same inside and between nodes here, so that only bandwidth differs:
+    the ring's network steps grow with the node count, `test_only_the_rings_network_steps_pay_its_latency`.)"""
     w = get_workload("bert-large", precision="bf16")
     eth = {"net_gbs": 1.5625, "net_kind": "ethernet"}
-    shared = Oracle(catalogue=_catalogue(a10={**eth, "nics_per_node": 1}))
-    own = Oracle(catalogue=_catalogue(a10={**eth, "nics_per_node": 4}))
+    p = OracleParams()
+    p = p.replace(["l_hop_net_s"], [p["l_hop_s"]])
+    shared = Oracle(p, catalogue=_catalogue(a10={**eth, "nics_per_node": 1}))
+    own = Oracle(p, catalogue=_catalogue(a10={**eth, "nics_per_node": 4}))
     pl = Placements.of(4, 4, "a10", n_nodes=[2, 4])
     a = shared._run(shared._features([w]), pl).t_comm_s
     b = own._run(own._features([w]), pl).t_comm_s
     assert a[0] == pytest.approx(a[1], rel=1e-9)
     assert b[0] == pytest.approx(2 * a[0], rel=0.02)
     assert b[1] == pytest.approx(4 * a[0], rel=0.02)
+
+
+def test_only_the_rings_network_steps_pay_its_latency():
+    """NCCL's ring model (src/graph/tuning.cc): of an all-reduce's 2(n-1) steps on m nodes, 2(m-1) cross the
+    network and the rest stay on the node's links; a reduce-scatter or all-gather is one pass, n-1 steps of
+    which m-1 cross. 128 H100 on 16 nodes: a bucket of one byte costs the latency alone."""
+    p = OracleParams()
+    hw = HardwareArrays.table([CAT.get("h100-sxm")])
+    n, m = np.array([128.0, 128.0, 8.0]), np.array([16.0, 128.0, 1.0])
+    one = np.ones(3)
+    l_in, l_net = p["l_hop_s"], max(p["l_hop_net_s"], p["l_hop_s"])
+    for passes in (2.0, 1.0):
+        _, last = all_reduce(one, hw, n, m, p, passes=passes)
+        want = passes * ((n - m) * l_in + (m - 1) * l_net)
+        assert last == pytest.approx(want, rel=1e-3)
+    # spread one GPU per node, every step crosses the network; packed on one node, none does
+    _, last = all_reduce(one, hw, n, m, p)
+    assert last[1] == pytest.approx(2 * 127 * l_net, rel=1e-3)
+    assert last[2] == pytest.approx(2 * 7 * l_in, rel=1e-3)
+    assert last[0] < last[1]
 
 
 def test_placements_validate_their_node_count():
