@@ -86,8 +86,23 @@ def test_only_site_factors_move(fitted):
 
 def test_site_fit_lowers_the_error_on_its_rows(site_rows, fitted):
     assert fitted.before.loss == pytest.approx(score(load_params(), site_rows).loss)
-    assert fitted.result.fit.loss < fitted.before.loss - 0.5
+    assert fitted.result.fit.loss < fitted.before.loss
     assert fitted.result.fit.mape_time < fitted.before.mape_time
+
+
+@pytest.mark.parametrize("off", [0.8, 1.25])
+def test_site_fit_takes_back_what_its_gpu_runs_off_the_shared_physics(site_rows, fitted, off):
+    """A site whose GPU runs GEMMs 25 % off what the shared parameters say (the Hopper factor of the base
+    scaled): its own rows' error grows by more than a point of loss, and its calibration takes back at least
+    half of what was added. (How much a calibration gains from the shipped parameters themselves depends on
+    how close their last refit already is on these rows: 0.3 points from `2026-11-27.1-eager-attention`, 8.5
+    from the parameters before it.)"""
+    base = load_params()
+    shifted = base.replace(["hopper.beta_gemm"], [off * base.scalars["hopper.beta_gemm"]])
+    site = calibrate_site(site_rows, shifted, load_catalogue(), **FAST)
+    added = site.before.loss - fitted.before.loss
+    assert added > 1.0
+    assert site.result.fit.loss - fitted.before.loss < 0.5 * added
 
 
 def test_site_factors_have_a_narrower_prior_than_a_global_fit(site_rows, fitted):

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from easlurm.errors import ConfigError
-from easlurm.model import Oracle
+from easlurm.model import Oracle, Placements, get_workload
 from easlurm.priority.policies import get_policy
 from easlurm.priority.snapshot import ClusterSnapshot, NodeState, PendingJob, RunningJob
 
@@ -90,13 +90,23 @@ def test_a_free_gpu_is_taken_exclusively_first(oracle: Oracle) -> None:
         ({"job_share": False}, "the waiting job did not declare share"),
         ({"host_share": False}, "the running job did not declare share"),
         ({"host_model": "gpt2", "host_batch": 16}, "the host saturates the GPU: the pair would lose"),
-        ({"job_deadline_s": NOW + 600.0}, "the waiting job's deadline is at risk (it makes it alone)"),
         ({"host_deadline_s": NOW + 3650.0}, "the host's deadline is at risk (it makes it alone)"),
     ],
 )
 def test_refuses_to_colocate(oracle: Oracle, change: dict[str, object], why: str) -> None:
     decision = get_policy("zeus-share").decide(snapshot(**change), oracle)  # type: ignore[arg-type]
     assert decision.starts == (), why
+
+
+def test_refuses_to_colocate_where_the_shared_end_misses_the_waiting_jobs_deadline(oracle: Oracle) -> None:
+    """The waiting job makes its deadline alone (10 % to spare, by the oracle's own step time) but not
+    shared (slower beside the host, with the policy's margin): it waits. Twice its time alone: it joins."""
+    alone_s = 20000 * float(
+        oracle.predict(get_workload("distilbert", precision="bf16"), Placements.of(1, 16, GPU)).step_time_s[0]
+    )
+    assert get_policy("zeus-share").decide(snapshot(job_deadline_s=NOW + 1.1 * alone_s), oracle).starts == ()
+    (start,) = get_policy("zeus-share").decide(snapshot(job_deadline_s=NOW + 2.0 * alone_s), oracle).starts
+    assert start.colocate_with == "host"
 
 
 def test_deadlines_far_enough_allow_colocation(oracle: Oracle) -> None:

@@ -110,14 +110,18 @@ def test_charon_never_exceeds_its_budget_with_exact_predictions() -> None:
 
 
 def test_charon_keeps_its_budget_under_noisy_predictions_at_the_thesis_charons_throughput() -> None:
-    """Every seed: the thesis's Charon breaks the budget under noise, Charon keeps it. Over the seeds (one
-    seed's job count moves by about a tenth with the noise): Charon completes as many jobs."""
+    """Every seed: the thesis's Charon breaks the budget under noise (its peak over it by more than 5 %),
+    Charon keeps it. Over the seeds (one seed's job count, and how long the thesis's Charon stays over,
+    move by a tenth and more with the noise and the parameters' refits: 2.6 to 23 % of one seed's time):
+    the thesis's Charon is over the budget more than 5 % of the time, and Charon completes as many jobs."""
     completed = {"charon": 0.0, "charon-thesis": 0.0}
+    over_s = 0.0
     for seed in (0, 1, 2, 3):
         spec = SimSpec(policy="charon", scenario="charon-budget", seed=seed, hours=5.0)
         now = run_simulation(spec)
         thesis = run_simulation(dataclasses.replace(spec, policy="charon-thesis"))
-        assert thesis.metrics["time_over_budget_s"] > 0.05 * 5 * 3600  # noise breaks the thesis's budget
+        assert thesis.metrics["max_power_w"] > 1.05 * 4500.0  # noise breaks the thesis's budget
+        over_s += thesis.metrics["time_over_budget_s"]
         assert now.metrics["time_over_budget_s"] <= 0.01 * 5 * 3600
         assert now.metrics["max_power_w"] < thesis.metrics["max_power_w"]
         completed["charon"] += now.metrics["completed_jobs"]
@@ -125,6 +129,7 @@ def test_charon_keeps_its_budget_under_noisy_predictions_at_the_thesis_charons_t
         # the running jobs carry what the policy predicted for them, and the engine drew the truth
         assert any(j["power_limit_w"] is not None for j in now.jobs)
     assert completed["charon"] >= 0.95 * completed["charon-thesis"]
+    assert over_s > 0.05 * 4 * 5 * 3600
 
 
 def test_charon_pl_keeps_the_budget_even_with_noisy_predictions_and_does_more_work() -> None:
