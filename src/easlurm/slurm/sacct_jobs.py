@@ -191,12 +191,8 @@ def _job_of(r: _Row, tz: tzinfo | None) -> SacctJob:
     end_s = r.read("end", parse_timestamp_s, tz)
     elapsed, limit = _row_durations(r)
     alloc, req, n_gpus, gpu_type = _row_gpus(r)
-    state_word, _, by = (r.get("state") or "").partition(" by ")
-    state = state_word.strip().upper().rstrip("+") or None
-    exit_code = _row_exit_code(r)
-    n_cpus = r.read("ncpus", _count) if "ncpus" in r else None
-    if n_cpus is None and "alloccpus" in r:
-        n_cpus = r.read("alloccpus", _count)
+    state, cancelled_by, exit_code, allocated = _row_state(r)
+    n_cpus = _row_cpus(r)  # before NNodes, so that a row with both unreadable names NCPUS first
     return SacctJob(
         job_id=m.group("base"),
         step=m.group("step"),
@@ -211,7 +207,7 @@ def _job_of(r: _Row, tz: tzinfo | None) -> SacctJob:
         partition=r.get("partition") or None,
         qos=r.get("qos") or None,
         state=state,
-        cancelled_by=by.strip() or None,
+        cancelled_by=cancelled_by,
         exit_code=exit_code,
         submit_s=submit_s,
         start_s=start_s,
@@ -221,7 +217,7 @@ def _job_of(r: _Row, tz: tzinfo | None) -> SacctJob:
         n_nodes=r.read("nnodes", _count),
         n_cpus=n_cpus,
         nodelist=r.get("nodelist"),
-        allocated=_row_allocated(r, state),
+        allocated=allocated,
         alloc_tres=alloc,
         req_tres=req,
         n_gpus=n_gpus,
@@ -241,6 +237,26 @@ def _row_ids(r: _Row) -> tuple[re.Match[str], re.Match[str]]:
             f"field {r.names.get('jobidraw', r.names.get('jobid', 'JobID'))}: cannot parse {raw_id!r}"
         )
     return m, JOBID.match(r.get("jobid") or "") or m
+
+
+def _row_state(r: _Row) -> tuple[str | None, str | None, int | None, bool | None]:
+    """(state, cancelled by, exit code, allocated)."""
+    state, by = _row_state_word(r)
+    return state, by, _row_exit_code(r), _row_allocated(r, state)
+
+
+def _row_state_word(r: _Row) -> tuple[str | None, str | None]:
+    """(state, cancelled by): State `CANCELLED by 1001` -> ("CANCELLED", "1001")."""
+    state_word, _, by = (r.get("state") or "").partition(" by ")
+    return state_word.strip().upper().rstrip("+") or None, by.strip() or None
+
+
+def _row_cpus(r: _Row) -> int | None:
+    """NCPUS, else AllocCPUS."""
+    n_cpus = r.read("ncpus", _count) if "ncpus" in r else None
+    if n_cpus is None and "alloccpus" in r:
+        n_cpus = r.read("alloccpus", _count)
+    return n_cpus
 
 
 def _row_durations(r: _Row) -> tuple[float | None, float | None]:

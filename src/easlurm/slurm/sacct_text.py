@@ -176,23 +176,42 @@ def sacct_rows(
 ) -> Iterator[SacctRow | BadRow | RepeatedHeader]:
     """The records of the lines after `header`, in order: rows (steps included), malformed records (whose
     message starts with `source:line:`) and repeated headers."""
-    cols = header.columns
-    job_i = header.index[header.jobcol]
+    for item in _records(lines, header, source):
+        yield item if isinstance(item, BadRow) else record_of(item[0], item[1], header, source)
+
+
+def record_blocks(
+    lines: Iterator[str], header: SacctHeader, source: str, size: int = 4096
+) -> Iterator[list[tuple[int, list[str]] | BadRow]]:
+    """`sacct_rows`' records, `size` at a time and not yet read: (first line, one field per header column)
+    or a malformed record, for a reader that reads a block column by column (`record_of` reads one)."""
+    records = _records(lines, header, source)
+    while block := list(itertools.islice(records, size)):
+        yield block
+
+
+def _records(
+    lines: Iterator[str], header: SacctHeader, source: str
+) -> Iterator[tuple[int, list[str]] | BadRow]:
+    """(first line, fields) of each record, the trailing empty field of `sacct -p` dropped, or a malformed one."""
     for item in _Records(header, source).read(lines, header.line):
-        if isinstance(item, BadRow):
+        if isinstance(item, BadRow) or not header.trailing:
             yield item
-            continue
-        lineno, fields = item
-        if header.trailing:
-            fields = fields[:-1]
-        raw_id = fields[job_i].strip()
-        m = JOBID.match(raw_id)
-        if m is None and raw_id.lower() == header.jobcol and [f.strip().lower() for f in fields] == cols:
-            yield RepeatedHeader(lineno)
-        elif m is None:
-            yield BadRow(lineno, f"{source}:{lineno}: field JobID: cannot parse {raw_id!r}")
         else:
-            yield SacctRow(lineno, fields, m, header)
+            yield item[0], item[1][:-1]
+
+
+def record_of(
+    lineno: int, fields: list[str], header: SacctHeader, source: str
+) -> SacctRow | BadRow | RepeatedHeader:
+    """One record of `record_blocks` read: a row, the header again, or a malformed record (its JobID)."""
+    raw_id = fields[header.index[header.jobcol]].strip()
+    m = JOBID.match(raw_id)
+    if m is not None:
+        return SacctRow(lineno, fields, m, header)
+    if raw_id.lower() == header.jobcol and [f.strip().lower() for f in fields] == header.columns:
+        return RepeatedHeader(lineno)
+    return BadRow(lineno, f"{source}:{lineno}: field JobID: cannot parse {raw_id!r}")
 
 
 class _Records:
@@ -308,5 +327,7 @@ __all__ = [
     "SacctRow",
     "SacctTextError",
     "read_header",
+    "record_blocks",
+    "record_of",
     "sacct_rows",
 ]

@@ -11,7 +11,7 @@ malformed one raises TraceError naming file, line and field, or is skipped with 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import tzinfo
 from pathlib import Path
 
@@ -19,13 +19,17 @@ from easlurm.errors import TraceError
 from easlurm.sim.traces.record import TraceJob, TraceStats
 from easlurm.sim.traces.sacct_record import merged_jobs, trace_jobs
 from easlurm.sim.traces.source import open_text
-from easlurm.slurm.sacct_jobs import job_of_fields
+from easlurm.slurm.sacct_columns import jobs_of_columns, plain_id
+from easlurm.slurm.sacct_jobs import SacctJob, job_of_fields
 from easlurm.slurm.sacct_text import (
     BadRow,
     RepeatedHeader,
+    SacctHeader,
     SacctRow,
     SacctTextError,
     read_header,
+    record_blocks,
+    record_of,
     sacct_rows,
 )
 
@@ -44,9 +48,13 @@ class SacctTextReader:
         columns: Sequence[str] | None = None,
         delimiter: str | None = None,
         tz: tzinfo | None = None,
+        columnar: bool = True,
     ) -> None:
         """`tz`: the time zone the dump's times were printed in (default: this process's, see
-        easlurm.slurm.times); give it for a dump recorded on a machine in another zone."""
+        easlurm.slurm.times); give it for a dump recorded on a machine in another zone. `columnar`: read
+        job rows a block at a time, column by column (easlurm.slurm.sacct_columns), the rows it cannot
+        take one by one; False reads every row one by one (the same jobs: tests compare the two)."""
+        self.columnar = columnar
         if delimiter == "":
             raise TraceError("--delimiter: empty")
         self.delimiter = delimiter or "|"
@@ -71,10 +79,41 @@ class SacctTextReader:
         self._names = header.names
         missing = {"start", "end", "alloctres", "reqtres", "user", "partition", "state", "timelimit"}
         self.stats.missing_fields.update(m for m in missing if m not in header.index)
-        yield from merged_jobs(self._parsed(sacct_rows(lines, header, self.path)), self.stats)
+        if self.columnar:
+            parsed = self._blocks(record_blocks(lines, header, self.path), header)
+        else:
+            parsed = self._parsed(sacct_rows(lines, header, self.path))
+        yield from merged_jobs(parsed, self.stats)
+
+    def _blocks(
+        self, blocks: Iterator[list[tuple[int, list[str]] | BadRow]], header: SacctHeader
+    ) -> Iterator[tuple[str | None, list[TraceJob]]]:
+        """`_parsed` of each block's records: job rows with plain ids read column by column (a row the
+        columns cannot take, one by one), the others as `_parsed` reads them; in the dump's order."""
+        job_i, submit_i = header.index[header.jobcol], header.index["submit"]
+        for block in blocks:
+            plain = {
+                k: item[1]
+                for k, item in enumerate(block)
+                if not isinstance(item, BadRow) and plain_id(item[1][job_i].strip())
+            }
+            read = jobs_of_columns(list(plain.values()), header.index, header.names, tz=self.tz)
+            jobs = dict(zip(plain, read))
+            for k, item in enumerate(block):
+                job = jobs.get(k)
+                if isinstance(item, BadRow) or job is None:
+                    row = item if isinstance(item, BadRow) else record_of(item[0], item[1], header, self.path)
+                    yield from self._parsed((row,))
+                    continue
+                self.stats.rows += 1
+                where = f"{self.path}:{item[0]}"
+                try:
+                    yield None, self._trace_jobs(job, where, item[1][submit_i].strip())
+                except TraceError as exc:
+                    self.stats.bad(f"{where}: {exc}", self.skip_bad)
 
     def _parsed(
-        self, items: Iterator[SacctRow | BadRow | RepeatedHeader]
+        self, items: Iterable[SacctRow | BadRow | RepeatedHeader]
     ) -> Iterator[tuple[str | None, list[TraceJob]]]:
         """(het job id or None, TraceJobs) per job row; the other records are counted (steps folded,
         repeated headers) or reported as bad (raised unless --skip-bad)."""
@@ -104,8 +143,11 @@ class SacctTextReader:
             job = job_of_fields(row, self._names, tz=self.tz)
         except ValueError as exc:
             raise TraceError(str(exc)) from None
+        return self._trace_jobs(job, where, (row.get("submit") or "").strip())
+
+    def _trace_jobs(self, job: SacctJob, where: str, submit: str) -> list[TraceJob]:
+        """The TraceJobs of a row's job; TraceError without a submit time (`submit`: the row's text)."""
         if job.submit_s is None:
-            name = self._names.get("submit", "Submit")
-            raise TraceError(f"field {name}: missing ({(row.get('submit') or '').strip()!r})")
+            raise TraceError(f"field {self._names.get('submit', 'Submit')}: missing ({submit!r})")
         ran = job.start_s is not None and job.end_s is not None
         return trace_jobs(job, where, job.elapsed_s if ran else None)
