@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from easlurm.errors import ModelError
 from easlurm.model.fit.calibrate import PRIOR_SIGMA_LOG10, CalibrationResult, FitReport, calibrate, score
-from easlurm.model.fit.dataset import Measurement
+from easlurm.model.fit.dataset import Measurement, placements_of
 from easlurm.model.hardware import Catalogue
-from easlurm.model.params import GPU_FACTOR_PREFIX, OracleParams
+from easlurm.model.oracle import Oracle
+from easlurm.model.params import GPU_FACTOR_PREFIX, OracleParams, is_gpu_factor
+
+log = logging.getLogger(__name__)
 
 #: a GPU type's time terms every site row informs (HBM efficiency, host and launch costs, per-step overhead)
 SITE_TIME = ("c_mem", "t_host_op_s", "t_kern_s", "t_fixed_s")
@@ -26,6 +33,15 @@ SITE_PRIOR_SIGMA_LOG10 = 0.1
 #: site's framework lays out tensors (plain PyTorch keeps NCHW; the public rows behind the shipped value include
 #: NVIDIA's NGC runs, channels-last with DALI: data/README.md), which every CNN the site runs that way shares
 SITE_WIDE_PRIOR = ("k_layout",)
+#: a real data loader's time per step (the floor of a small batch's step) belongs to the host, not the GPU: the
+#: public Zeus machines take 62 ms (P100, RTX 6000: the shipped value) and 33-44 ms (V100 PCIe, A40), which no
+#: GPU figure tells apart. A site factor of it is fitted where the rows identify it: at least
+#: `LOADER_MIN_ROWS` real-input rows of the GPU type are loader-bound, the oracle's step for them with the
+#: input already on the GPU (the base parameters) at most `LOADER_BOUND_FRAC` of the measured step; it keeps
+#: the global width, as `SITE_WIDE_PRIOR`'s do: the site's own hosts set it. Otherwise the base's floor stays.
+LOADER_PARAM = "t_input_step_s"
+LOADER_MIN_ROWS = 3
+LOADER_BOUND_FRAC = 0.8
 
 
 @dataclass(frozen=True)
@@ -46,13 +62,28 @@ class SiteCalibration:
     gpu_types: tuple[str, ...]
     before_by_model: dict[str, FitReport]
     after_by_model: dict[str, FitReport]
+    #: per GPU type with real-input rows, how many are loader-bound (`loader_bound`)
+    loader_rows: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def loader_floor_s(self, key: str) -> float:
+        """The fitted parameters' loader floor on one GPU type (s per step)."""
+        p = self.result.params
+        return p[LOADER_PARAM] * p.scalars.get(f"{GPU_FACTOR_PREFIX}{key}.{LOADER_PARAM}", 1.0)
+
+    def loader_refitted(self, key: str) -> bool:
+        """Whether the fit freed that GPU type's loader floor (its rows are loader-bound: `site_free`)."""
+        return f"{GPU_FACTOR_PREFIX}{key}.{LOADER_PARAM}" in self.result.free
 
 
-def site_free(rows: Sequence[Measurement], catalogue: Catalogue) -> list[str]:
+def site_free(
+    rows: Sequence[Measurement], catalogue: Catalogue, base: OracleParams | None = None
+) -> list[str]:
     """Per-GPU-type factors ('gpu:<key>.<param>') the rows of each GPU type can identify: its time terms, the
     efficiency of each class of work its rows do, a precision's factor where its rows mix precisions, the
-    power terms where they carry power, the limit response where they were swept, and the link factors
-    their rings cross. Nothing shared by other GPU types is freed."""
+    power terms where they carry power, the limit response where they were swept, the link factors
+    their rings cross, and with `base` the data loader's floor where its rows are loader-bound
+    (`loader_bound`). Nothing shared by other GPU types is freed."""
+    bound = loader_bound(rows, base, catalogue) if base is not None else np.zeros(len(rows), bool)
     out: list[str] = []
     for key in sorted({catalogue.resolve(m.gpu) for m in rows}):
         mine = [m for m in rows if catalogue.resolve(m.gpu) == key]
@@ -64,7 +95,36 @@ def site_free(rows: Sequence[Measurement], catalogue: Catalogue) -> list[str]:
             if any(m.power_limit_w is not None for m in mine):
                 names += SITE_LIMIT
         names += _comm_terms(mine, catalogue)
+        n_bound = sum(bool(b) for m, b in zip(rows, bound) if catalogue.resolve(m.gpu) == key)
+        if n_bound >= LOADER_MIN_ROWS and _loader_factor_known(key):
+            names.append(LOADER_PARAM)
         out += [f"{GPU_FACTOR_PREFIX}{key}.{n}" for n in dict.fromkeys(names)]
+    return out
+
+
+def _loader_factor_known(key: str) -> bool:
+    """Whether this version's parameter files hold a GPU type's loader factor (`params.GPU_PARAMS`)."""
+    if is_gpu_factor(f"{GPU_FACTOR_PREFIX}{key}.{LOADER_PARAM}"):
+        return True
+    log.warning(
+        "%s: loader-bound rows, but this version cannot hold a GPU type's %s: kept", key, LOADER_PARAM
+    )
+    return False
+
+
+def loader_bound(rows: Sequence[Measurement], base: OracleParams, catalogue: Catalogue) -> np.ndarray:
+    """Which rows are loader-bound: real input, and the base parameters' step with the input already on the
+    GPU at most `LOADER_BOUND_FRAC` of the measured step (the GPU waits for the host for the rest)."""
+    real = np.array([m.input == "real" for m in rows], bool)
+    if not real.any():
+        return real
+    mine = [m for m, r in zip(rows, real) if r]
+    on_gpu = [dataclasses.replace(m.workload(), real_input=False) for m in mine]
+    pred = Oracle(base, catalogue, cache_size=0).predict_rows(on_gpu, placements_of(mine))
+    ok = np.ones(len(mine), bool) if pred.feasible is None else np.asarray(pred.feasible, bool)
+    measured = np.array([m.step_time_s for m in mine])
+    out = np.zeros(len(rows), bool)
+    out[real] = ok & (np.asarray(pred.step_time_s) <= LOADER_BOUND_FRAC * measured)
     return out
 
 
@@ -105,13 +165,14 @@ def calibrate_site(
     popsize: int = 15,
     seed: int = 0,
     progress: Callable[[int, float], None] | None = None,
+    sigma_log10: float = SITE_PRIOR_SIGMA_LOG10,
 ) -> SiteCalibration:
     """Fit the site's GPU-type factors from `base` (the shipped parameters, or a file): the global values,
     the architecture factors and the activation-memory scale stay as they are, so a GPU type the rows do not
-    name is predicted exactly as before."""
+    name is predicted exactly as before. `sigma_log10`: the prior width of the site factors (log10)."""
     if not rows:
         raise ModelError("a site calibration needs at least one measurement")
-    free = site_free(rows, catalogue)
+    free = site_free(rows, catalogue, base)
     before = score(base, rows, catalogue)
     res = calibrate(
         rows,
@@ -123,17 +184,24 @@ def calibrate_site(
         catalogue=catalogue,
         progress=progress,
         memory=False,
-        prior_weight=site_prior_weights(free),
+        prior_weight=site_prior_weights(free, sigma_log10),
     )
     keys = tuple(sorted({catalogue.resolve(m.gpu) for m in rows}))
     before_by = by_model(base, rows, catalogue)
-    return SiteCalibration(res, before, keys, before_by, by_model(res.params, rows, catalogue))
+    bound = loader_bound(rows, base, catalogue)
+    loader = {
+        k: sum(bool(b) for m, b in zip(rows, bound) if catalogue.resolve(m.gpu) == k)
+        for k in sorted({catalogue.resolve(m.gpu) for m in rows if m.input == "real"})
+    }
+    return SiteCalibration(res, before, keys, before_by, by_model(res.params, rows, catalogue), loader)
 
 
-def site_prior_weights(free: Sequence[str]) -> dict[str, float]:
-    """Each site factor's prior weight: the narrow site width, or the global one (`SITE_WIDE_PRIOR`)."""
-    narrow = (PRIOR_SIGMA_LOG10 / SITE_PRIOR_SIGMA_LOG10) ** 2
-    return {n: 1.0 if n.rpartition(".")[2] in SITE_WIDE_PRIOR else narrow for n in free}
+def site_prior_weights(free: Sequence[str], sigma_log10: float = SITE_PRIOR_SIGMA_LOG10) -> dict[str, float]:
+    """Each site factor's prior weight: the narrow site width, or the global one (`SITE_WIDE_PRIOR`, and the
+    loader floor)."""
+    narrow = (PRIOR_SIGMA_LOG10 / sigma_log10) ** 2
+    wide = (*SITE_WIDE_PRIOR, LOADER_PARAM)
+    return {n: 1.0 if n.rpartition(".")[2] in wide else narrow for n in free}
 
 
 def by_model(params: OracleParams, rows: Sequence[Measurement], catalogue: Catalogue) -> dict[str, FitReport]:
@@ -151,6 +219,7 @@ def site_leave_one_model_out(
     popsize: int = 15,
     seed: int = 0,
     done: Callable[[str], None] | None = None,
+    sigma_log10: float = SITE_PRIOR_SIGMA_LOG10,
 ) -> list[HeldOut]:
     """Each model in turn held out: the site factors fitted on the other models' rows (from `base`) predict
     it. The figure that says how a site's calibration carries to a model it has not measured."""
@@ -161,7 +230,9 @@ def site_leave_one_model_out(
     for model in models:
         train = [m for m in rows if m.model != model]
         test = [m for m in rows if m.model == model]
-        fitted = calibrate_site(train, base, catalogue, maxiter=maxiter, popsize=popsize, seed=seed)
+        fitted = calibrate_site(
+            train, base, catalogue, maxiter=maxiter, popsize=popsize, seed=seed, sigma_log10=sigma_log10
+        )
         out.append(HeldOut(model, score(fitted.result.params, test, catalogue)))
         if done is not None:
             done(model)

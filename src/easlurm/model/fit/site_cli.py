@@ -14,6 +14,8 @@ from easlurm.errors import ConfigError
 from easlurm.model.fit.calibrate import FitReport
 from easlurm.model.fit.dataset import Measurement
 from easlurm.model.fit.site import (
+    LOADER_MIN_ROWS,
+    LOADER_PARAM,
     SITE_PRIOR_SIGMA_LOG10,
     SITE_WIDE_PRIOR,
     HeldOut,
@@ -124,6 +126,14 @@ def site_meta(
         "before": {**_errors(site.before), "per_model": _per_model(site.before_by_model)},
         "after": {**_errors(site.result.fit), "per_model": _per_model(site.after_by_model)},
         "leave_one_model_out": lomo,
+        "loader": {
+            key: {
+                "loader_bound_rows": n,
+                "refitted": site.loader_refitted(key),
+                "t_input_step_s": round(site.loader_floor_s(key), 6),
+            }
+            for key, n in site.loader_rows.items()
+        },
     }
 
 
@@ -166,3 +176,14 @@ def echo_site(site: SiteCalibration, held: list[HeldOut], n_models: int) -> None
         click.echo(f"    {model:<26s}{before.n_rows:>5d}  {cells}")
     factors = ", ".join(f"{n.rpartition('.')[2]} {res.params.scalars[n]:.3g}" for n in res.free)
     click.echo(f"  factors: {factors}")
+    for key, n in site.loader_rows.items():
+        floor_ms = 1e3 * site.loader_floor_s(key)
+        if site.loader_refitted(key):
+            what = f"floor refitted: {floor_ms:.1f} ms a step (base {1e3 * res.params[LOADER_PARAM]:.1f} ms)"
+        elif n < LOADER_MIN_ROWS:
+            what = f"fewer than {LOADER_MIN_ROWS}: floor kept at {floor_ms:.1f} ms a step"
+        else:
+            what = (
+                f"this version's parameters hold no GPU type's loader factor: floor kept at {floor_ms:.1f} ms"
+            )
+        click.echo(f"  data loader on {key}: {n} loader-bound real-input rows, {what}")
