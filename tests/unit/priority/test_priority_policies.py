@@ -254,23 +254,28 @@ def test_charon_pads_starts_by_the_learned_margin_and_a_requeued_jobs_observed_e
 
 
 def test_charon_caps_a_start_at_the_power_left_and_holds_an_urgent_job_it_cannot_cap(oracle: Oracle) -> None:
-    p = job("big", model="vit-b16", gpu_options=(8,), batch_options=(512,), precision="fp32-strict")
-    # the oracle predicts about 4.97 kW for this placement: admitted under 5.1 kW, capped at the ~638 W per GPU left
-    s = snap((p,), nodes=(H100,), power_budget_w=5100.0)
+    p = job("big", model="resnet50", gpu_options=(8,), batch_options=(512,), precision="fp32-strict")
+    # the budget lies halfway between what the oracle predicts for this placement and its GPUs' TDP: admitted
+    # on the prediction, capped at the power left per GPU (under the TDP)
+    w = get_workload("resnet50", precision="fp32-strict")
+    predicted = float(oracle.predict(w, Placements.of(8, 512, "h100-sxm")).power_w[0])
+    assert predicted < 0.9 * 8 * H100.tdp_w
+    budget = (predicted + 8 * H100.tdp_w) / 2.0
+    s = snap((p,), nodes=(H100,), power_budget_w=budget)
     d = get_policy("charon").decide(s, oracle)
     assert len(d.starts) == 1
     st = d.starts[0]
     # whatever it really draws, the hardware keeps the cluster within the budget
-    assert st.power_limit_w is not None and s.power_w - 8 * 70.0 + 8 * st.power_limit_w <= 5100.0 + 1e-6
-    assert st.power_limit_w >= H100.min_power_limit_w  # type: ignore[operator]
+    assert st.power_limit_w is not None and s.power_w - 8 * 70.0 + 8 * st.power_limit_w <= budget + 1e-6
+    assert H100.min_power_limit_w <= st.power_limit_w < H100.tdp_w  # type: ignore[operator]
     assert get_policy("charon-thesis").decide(s, oracle).starts[0].power_limit_w is None
     # headroom under the GPUs' minimum limit: an urgent job (cannot be shed) waits, another starts
-    low = dataclasses.replace(H100, min_power_limit_w=650.0)
+    low = dataclasses.replace(H100, min_power_limit_w=0.99 * H100.tdp_w)
     urgent = dataclasses.replace(p, urgent=True)
-    assert get_policy("charon").decide(snap((urgent,), nodes=(low,), power_budget_w=5100.0), oracle).hold == (
+    assert get_policy("charon").decide(snap((urgent,), nodes=(low,), power_budget_w=budget), oracle).hold == (
         "big",
     )
-    started = get_policy("charon").decide(snap((p,), nodes=(low,), power_budget_w=5100.0), oracle).starts
+    started = get_policy("charon").decide(snap((p,), nodes=(low,), power_budget_w=budget), oracle).starts
     assert len(started) == 1 and started[0].power_limit_w is None
 
 
