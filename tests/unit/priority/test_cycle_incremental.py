@@ -51,6 +51,24 @@ def test_first_minima_picks_what_the_sort_picks_ties_nan_and_inf_included(seed: 
 
 
 @pytest.mark.parametrize("seed", range(4))
+def test_first_minima_of_one_job_is_what_the_sort_picks(seed: int) -> None:
+    """One job's options (a decision per arrival on a short queue): its first least value, NaN and inf
+    included; a job whose options are all NaN keeps its first."""
+    rng = np.random.default_rng(seed)
+    for _ in range(500):
+        n = int(rng.integers(1, 30))
+        job_of = np.full(n, int(rng.integers(0, 3)))
+        values = rng.choice(VALUES, n)
+        want, got = sorted_heads(values, job_of), first_minima(values, job_of)
+        assert len(got) == 1
+        if np.isfinite(values[want]).all():
+            assert (got == want).all()
+        else:
+            assert not np.isfinite(values[got]).any()
+    assert (first_minima(np.array([np.nan, np.nan]), np.array([4, 4])) == [0]).all()
+
+
+@pytest.mark.parametrize("seed", range(4))
 def test_job_minima_equals_minimum_at(seed: int) -> None:
     rng = np.random.default_rng(seed)
     for _ in range(500):
