@@ -11,12 +11,12 @@ Timestamps, nearly all distinct, are read as one array (`timestamps_s`). A row t
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import MISSING, fields
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 import numpy as np
 
+from easlurm.frozen import builder
 from easlurm.slurm.sacct_jobs import (
     SacctJob,
     _count,
@@ -118,24 +118,8 @@ def jobs_of_columns(
     return out
 
 
-#: SacctJob's fields and their defaults, in order
-_DEFAULTS = {
-    f.name: f.default
-    if f.default is not MISSING
-    else f.default_factory()
-    if f.default_factory is not MISSING
-    else None
-    for f in fields(SacctJob)
-}
-
-
-def _sacct_job(**values: Any) -> SacctJob:
-    """`SacctJob(**values)` without its __init__: a frozen dataclass sets each of its 31 fields through
-    object.__setattr__ (7.5 us a job, against 1.5 us so). Every field is set (the defaults, then
-    `values`); the defaults left are immutable (None, 0, ())."""
-    job: SacctJob = object.__new__(SacctJob)
-    job.__dict__.update(_DEFAULTS, **values)
-    return job
+#: SacctJob(**values) without its frozen __init__ (7.5 us a job, against 1.5 us)
+_sacct_job = builder(SacctJob)
 
 
 #: free-text fields handed on as they are (None when empty)

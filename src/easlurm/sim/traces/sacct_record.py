@@ -6,10 +6,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 from easlurm.errors import TraceError
+from easlurm.frozen import builder
 from easlurm.sim.traces.energy_hook import decode_energy
 from easlurm.sim.traces.record import TraceJob, TraceStats
 from easlurm.sim.traces.sane import problem
 from easlurm.slurm.sacct_jobs import SacctJob, SacctValueError, expand_array
+
+#: TraceJob(**values) without its frozen __init__: one per job of a trace
+_trace_job = builder(TraceJob)
 
 
 def trace_jobs(job: SacctJob, where: str, runtime_s: float | None) -> list[TraceJob]:
@@ -19,7 +23,7 @@ def trace_jobs(job: SacctJob, where: str, runtime_s: float | None) -> list[Trace
     A damaged easlurm record in AdminComment raises TraceError naming the field."""
     assert job.submit_s is not None
     energy = decode_energy(job.admin_comment)
-    base = TraceJob(
+    base = _trace_job(
         job_id=job.het_job_id or job.job_id,
         submit_s=job.submit_s,
         user=job.user,
