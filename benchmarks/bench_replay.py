@@ -10,7 +10,8 @@ tasks on 1% (never started); load is set for ~85% GPU utilisation. Job sizes and
 Philly trace's shape (easlurm.sim.philly_shape, up to 48 GPUs, run times from seconds to 60 days) or,
 with `--shape uniform`, the first synthetic shape (log-normal, 1-8 GPUs). The target is at most 2
 minutes of CPU and 4 GB peak RSS per policy at 1,000,000 jobs (printed as ok / OVER; CPU time, because
-the machine may be shared: the load average is printed on each line). Each policy replays in a fresh
+the machine may be shared: the load average is printed on each line; `decide s`: the CPU seconds of
+the policy's decisions among them). Each policy replays in a fresh
 subprocess so that its peak RSS (resource.getrusage ru_maxrss) is its own. Then one policy replays two
 trace sizes on an undersized cluster (the queue grows without bound) and the ratio of their CPU seconds
 per job, the larger trace's over the smaller's, is printed (1.00: cost linear in the trace; above:
@@ -134,12 +135,14 @@ def write_trace(
 
 class Handed:
     """Stands between the simulator and its policy (every call forwarded) and counts each decision: the
-    pending jobs it is handed and the placement options its cycle built from them."""
+    pending jobs it is handed, the placement options its cycle built from them and the CPU seconds the
+    policy's decisions took (the rest of a replay is reading the trace and the simulator)."""
 
     def __init__(self) -> None:
         self.decisions = 0
         self.jobs = 0
         self.options = 0
+        self.cpu_s = 0.0
         self.inner: Any = None
 
     def simulate(self, cluster: Any, jobs: Any, policy: Any, **kw: Any) -> Any:
@@ -153,7 +156,9 @@ class Handed:
         return getattr(self.inner, name)
 
     def decide(self, snapshot: Any, oracle: Any) -> Any:
+        c0 = time.process_time()
         decision = self.inner.decide(snapshot, oracle)
+        self.cpu_s += time.process_time() - c0
         last = getattr(self.inner, "_last_cycle", None)
         self.decisions += 1
         self.jobs += len(snapshot.pending)
@@ -194,6 +199,7 @@ def run_one(
         "mean_jct_s": run.get("mean_jct_s", res.baseline["metrics"].get("mean_jct_s")),
         "record_fit": res.baseline.get("fit"),
         "decisions": handed.decisions,
+        "decide_cpu_s": handed.cpu_s,
         "jobs_per_decision": handed.jobs / handed.decisions if handed.decisions else 0.0,
         "options_per_decision": handed.options / handed.decisions if handed.decisions else 0.0,
     }
@@ -232,7 +238,7 @@ def _policy_table(args: argparse.Namespace, trace: Path) -> None:
     """Each policy's replay of `trace` on the full cluster: jobs/s, wall and CPU time, peak RSS."""
     print(
         f"{'policy':<12} {'jobs':>8} {'jobs/s':>9} {'sim s':>8} {'peak RSS MB':>12} {'done':>8} {'energy':>10} "
-        f"{'mean JCT s':>10} {'total s':>7} {'CPU s':>7} {'<2min,4GB':>9}"
+        f"{'mean JCT s':>10} {'total s':>7} {'CPU s':>7} {'decide s':>8} {'<2min,4GB':>9}"
     )
     for policy in [p.strip() for p in args.policies.split(",") if p.strip()]:
         r = _one(trace, policy, args.gpus, args.timeout_s, args.queue_depth)
@@ -249,7 +255,8 @@ def _policy_table(args: argparse.Namespace, trace: Path) -> None:
         print(
             f"{policy:<12} {r['jobs']:>8} {r['jobs_per_s']:>9,.0f} {r['sim_wall_s']:>8.1f} "
             f"{r['peak_rss_mb']:>12,.0f} {r['completed'] or 0:>8.0f} {format_energy(r['energy_j']):>10} "
-            f"{r['mean_jct_s'] or 0:>10.0f} {r['wall_s']:>7.1f} {r['cpu_s']:>7.1f} {ok:>9}  ({_load_average()})"
+            f"{r['mean_jct_s'] or 0:>10.0f} {r['wall_s']:>7.1f} {r['cpu_s']:>7.1f} {r['decide_cpu_s']:>8.1f} "
+            f"{ok:>9}  ({_load_average()})"
         )
 
 
@@ -282,7 +289,8 @@ def _undersized_at(args: argparse.Namespace, work: Path, sizes: list[int], depth
             return
         rates.append(r["jobs"] / r["cpu_s"])
         print(
-            f"  {r['jobs']:>8} jobs: {r['cpu_s']:.1f} CPU s ({r['wall_s']:.1f} s wall) = {rates[-1]:,.0f} "
+            f"  {r['jobs']:>8} jobs: {r['cpu_s']:.1f} CPU s ({r['decide_cpu_s']:.1f} in decisions; "
+            f"{r['wall_s']:.1f} s wall) = {rates[-1]:,.0f} "
             f"jobs per CPU s, peak RSS {r['peak_rss_mb']:,.0f} MB, mean JCT {r['mean_jct_s'] or 0:,.0f} s; "
             f"{r['decisions']:,} decisions, each handed {r['jobs_per_decision']:,.0f} jobs and "
             f"{r['options_per_decision']:,.0f} options (mean)  ({_load_average()})"
