@@ -295,22 +295,72 @@ def _releases(ctx: PlanContext, to_hold: set[str], spent: set[str]) -> list[Acti
 
 def _orders(queue: list[str], started: set[str], ctx: PlanContext) -> list[Action]:
     """SiteFactors that put the queue's pending jobs in its order, and 0 for the declared jobs out of it
-    that still carry one; a factor Slurm already has is not set again."""
+    that still carry one. Factors Slurm already has are kept wherever they still order the queue with a
+    step's gap (`order_factors`), so a cycle whose ranking only lost its started jobs updates the new
+    jobs at its end, not every rank behind them."""
+    positions = [i for i, job_id in enumerate(queue) if (j := ctx.jobs.get(job_id)) is not None and j.pending]
+    current = [ctx.site_factors.get(queue[i], (0, -1))[1] for i in positions]
     actions = []
-    for i, job_id in enumerate(queue):
-        job = ctx.jobs.get(job_id)
-        if job is None or not job.pending:
-            continue
-        factor = SITE_BASE - i * SITE_STEP
-        if ctx.site_factors.get(job_id, (0, -1))[1] != factor:
-            why = "start now" if job_id in started else "queue order"
-            actions.append(Action(Kind.ORDER, job_id, Order(factor), f"{why}, rank {i + 1}"))
+    for i, have, factor in zip(
+        positions, current, order_factors(positions, current, len(queue)), strict=True
+    ):
+        if have != factor:
+            why = "start now" if queue[i] in started else "queue order"
+            actions.append(Action(Kind.ORDER, queue[i], Order(factor), f"{why}, rank {i + 1}"))
     for job_id in sorted(ctx.declared - set(queue)):
         job = ctx.jobs.get(job_id)
-        current = ctx.site_factors.get(job_id)
-        if job is not None and job.pending and current is not None and current[1] != 0:
+        current_factor = ctx.site_factors.get(job_id)
+        if job is not None and job.pending and current_factor is not None and current_factor[1] != 0:
             actions.append(Action(Kind.ORDER, job_id, Order(0), "not ranked"))
     return actions
+
+
+def order_factors(positions: Sequence[int], current: Sequence[int], n: int) -> list[int]:
+    """A SiteFactor per ranked job (its rank in `positions`, of `n`), strictly decreasing by at least
+    SITE_STEP, within [SITE_STEP, SITE_BASE], keeping as many `current` factors as can stay.
+
+    A kept pair (rank p, factor a) above (q, b) leaves room for the ranks between when a - b >= (q - p)
+    steps, that is when a + p * SITE_STEP >= b + q * SITE_STEP: the kept factors are the longest run of
+    non-increasing keys `factor + rank * SITE_STEP` in the bounds that leave room above and below. The
+    others are filled a step under the factor above them (SITE_BASE at the top), so with nothing kept
+    the factors are SITE_BASE - rank * SITE_STEP."""
+    low, high = SITE_STEP + (n - 1) * SITE_STEP, SITE_BASE
+    keys = [
+        f + p * SITE_STEP if f > 0 and low <= f + p * SITE_STEP <= high else None
+        for p, f in zip(positions, current)
+    ]
+    kept = _longest_non_increasing(keys)
+    out: list[int] = []
+    above, above_rank = SITE_BASE + SITE_STEP, -1
+    for k, (p, f) in enumerate(zip(positions, current)):
+        if k in kept:
+            out.append(f)
+        else:
+            out.append(above - (p - above_rank) * SITE_STEP)
+        above, above_rank = out[-1], p
+    return out
+
+
+def _longest_non_increasing(keys: Sequence[int | None]) -> set[int]:
+    """Indices of a longest non-increasing subsequence of the keys that are not None (64 at most: the
+    quadratic pass costs nothing)."""
+    best: list[int] = [0] * len(keys)
+    prev: list[int] = [-1] * len(keys)
+    for i, key in enumerate(keys):
+        if key is None:
+            continue
+        best[i] = 1
+        for j in range(i):
+            kj = keys[j]
+            if kj is not None and kj >= key and best[j] + 1 > best[i]:
+                best[i], prev[i] = best[j] + 1, j
+    if not keys or max(best) == 0:
+        return set()
+    i, chain = max(range(len(keys)), key=best.__getitem__), set()
+    while i >= 0:
+        chain.add(i)
+        i = prev[i]
+    return chain
 
 
 def _holds(

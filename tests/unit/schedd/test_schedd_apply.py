@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import random
 from pathlib import Path
 
 from schedd_fake import FakeSchedClient, job, node
 
 from easlurm.errors import SlurmError
 from easlurm.priority import holds
-from easlurm.priority.apply import SITE_BASE, SITE_STEP, Kind, PlanContext, execute, plan, release_all
+from easlurm.priority.apply import (
+    SITE_BASE,
+    SITE_STEP,
+    Kind,
+    PlanContext,
+    execute,
+    order_factors,
+    plan,
+    release_all,
+)
 from easlurm.priority.snapshot import ClusterSnapshot, Decision, PendingJob, StartJob
 
 NOW = 1_800_000_000.0
@@ -214,3 +225,71 @@ def test_a_hold_ends_after_one_ttl_on_an_idle_cluster() -> None:
     hold = next(a for a in acts if a.job_id == "1")
     assert hold.kind is Kind.HOLD and hold.reason == holds.WHY_POLICY
     assert holds.HoldMark.decode(hold.fields["AdminComment"]).since_s == int(NOW - 600)  # type: ignore[union-attr]
+
+
+def _check_order(factors: list[int]) -> None:
+    assert all(SITE_STEP <= f <= SITE_BASE for f in factors)
+    assert all(a - b >= SITE_STEP for a, b in itertools.pairwise(factors))
+
+
+def test_order_factors_keep_the_most_factors_that_still_order_the_queue() -> None:
+    """Against every subset on small queues: the factors order the queue with a step's gap in bounds, and
+    as many current factors are kept as any valid assignment could keep."""
+    rng = random.Random(7)
+    grid = [SITE_BASE - k * SITE_STEP for k in range(12)] + [0, 500, SITE_BASE + SITE_STEP]
+    for _ in range(400):
+        n = rng.randint(1, 7)
+        positions = sorted(rng.sample(range(n + 2), n))
+        current = [rng.choice(grid) for _ in positions]
+        factors = order_factors(positions, current, positions[-1] + 1)
+        _check_order(factors)
+        kept = sum(f == c for f, c in zip(factors, current))
+        best = 0
+        for size in range(n, 0, -1):
+            for chosen in itertools.combinations(range(n), size):
+                if _room_for(chosen, positions, current, positions[-1] + 1):
+                    best = size
+                    break
+            if best:
+                break
+        assert kept >= best
+
+
+def _room_for(chosen, positions, current, n):  # type: ignore[no-untyped-def]
+    """Whether the chosen factors can stay: each in bounds with room for the ranks above and below it."""
+    ranks = [positions[k] for k in chosen]
+    values = [current[k] for k in chosen]
+    if any(
+        v < SITE_STEP + (n - 1 - r) * SITE_STEP or v + r * SITE_STEP > SITE_BASE
+        for r, v in zip(ranks, values)
+    ):
+        return False
+    return all(
+        a - b >= (q - p) * SITE_STEP for (p, a), (q, b) in zip(zip(ranks, values), zip(ranks[1:], values[1:]))
+    )
+
+
+def test_a_ranking_that_lost_its_started_jobs_updates_only_the_new_ranks() -> None:
+    """64 ranked jobs; the first 8 start, 8 more join at the end: only those 8 get a factor (not all 64
+    again), the 56 left keep theirs; then the next 8 start with the factors they already have."""
+    ids = [str(i) for i in range(1, 81)]
+    jobs = [job(i, gpu_type="h100") for i in ids]
+    first = plan(Decision(), snap(*ids), ctx(jobs, set(ids)), ranking=ids[:64])
+    factors = {a.job_id: (0, int(a.fields["SiteFactor"])) for a in first if a.kind is Kind.ORDER}
+    assert len(factors) == 64 and factors["1"][1] == SITE_BASE
+    left = jobs[8:]
+    second = plan(Decision(), snap(*ids[8:]), ctx(left, set(ids[8:]), factors=factors), ranking=ids[8:72])
+    orders = {a.job_id: int(a.fields["SiteFactor"]) for a in second if a.kind is Kind.ORDER}
+    assert sorted(orders, key=int) == ids[64:72]
+    factors.update({j: (0, f) for j, f in orders.items()})
+    _check_order([factors[j][1] for j in ids[8:72]])
+    starts = tuple(StartJob(j, "h100-1", 1, 64, "h100") for j in ids[8:16])
+    third = plan(
+        Decision(starts=starts), snap(*ids[8:]), ctx(left, set(ids[8:]), factors=factors), ranking=ids[16:72]
+    )
+    assert not [a for a in third if a.kind is Kind.ORDER]
+    # a job ranked first that Slurm holds lower than the rest is moved, the others stay
+    moved = plan(
+        Decision(), snap(*ids[8:]), ctx(left, set(ids[8:]), factors=factors), ranking=[ids[71], *ids[8:71]]
+    )
+    assert [a.job_id for a in moved if a.kind is Kind.ORDER] == [ids[71]]
