@@ -9,10 +9,10 @@ JobName and Constraints on 2% of rows (placed by column shapes) and cancelled-wh
 tasks on 1% (never started); load is set for ~85% GPU utilisation. Job sizes and run times have the
 Philly trace's shape (easlurm.sim.philly_shape, up to 48 GPUs, run times from seconds to 60 days) or,
 with `--shape uniform`, the first synthetic shape (log-normal, 1-8 GPUs). The target is at most 2
-minutes of CPU and 4 GB peak RSS per policy at 1,000,000 jobs (printed as ok / OVER; CPU time, because
-the machine may be shared: the load average is printed on each line; `decide s`: the CPU seconds of
-the policy's decisions among them). Each policy replays in a fresh
-subprocess so that its peak RSS (resource.getrusage ru_maxrss) is its own. Then one policy replays two
+minutes of CPU and 4 GB peak RSS per policy at 1,000,000 jobs (printed as ok / OVER, a smaller trace's
+CPU time and peak RSS extrapolated linearly to a million jobs; CPU time, because the machine may be
+shared: the load average is printed on each line; `decide s`: the CPU seconds of the policy's decisions
+among them). Each policy replays in a fresh subprocess so that its peak RSS (resource.getrusage ru_maxrss) is its own. Then one policy replays two
 trace sizes on an undersized cluster (the queue grows without bound) and the ratio of their CPU seconds
 per job, the larger trace's over the smaller's, is printed (1.00: cost linear in the trace; above:
 faster than linear), at each queue depth of `--undersized-depths` (the pending jobs each decision sees,
@@ -234,18 +234,29 @@ def _load_average() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+#: the target: at most 2 CPU minutes and 4 GB peak RSS per policy for a million jobs
+TARGET_JOBS, TARGET_CPU_S, TARGET_RSS_MB = 1_000_000, 120.0, 4096.0
+
+
+def _meets_target(r: dict[str, Any]) -> bool:
+    """The target, for a replay of fewer jobs extrapolated linearly to a million (CPU and peak RSS), so
+    that a 100,000-job replay is held to 12 CPU s: at a million its own figures are read."""
+    scale = max(TARGET_JOBS / max(r["jobs"], 1), 1.0)
+    return bool(r["cpu_s"] * scale <= TARGET_CPU_S and r["peak_rss_mb"] * scale <= TARGET_RSS_MB)
+
+
 def _policy_table(args: argparse.Namespace, trace: Path) -> None:
     """Each policy's replay of `trace` on the full cluster: jobs/s, wall and CPU time, peak RSS."""
     print(
         f"{'policy':<12} {'jobs':>8} {'jobs/s':>9} {'sim s':>8} {'peak RSS MB':>12} {'done':>8} {'energy':>10} "
-        f"{'mean JCT s':>10} {'total s':>7} {'CPU s':>7} {'decide s':>8} {'<2min,4GB':>9}"
+        f"{'mean JCT s':>10} {'total s':>7} {'CPU s':>7} {'decide s':>8} {'1M: 2min,4GB':>13}"
     )
     for policy in [p.strip() for p in args.policies.split(",") if p.strip()]:
         r = _one(trace, policy, args.gpus, args.timeout_s, args.queue_depth)
         if isinstance(r, str):
             print(f"{policy:<12} {r}  ({_load_average()})")
             continue
-        ok = "ok" if r["cpu_s"] <= 120 and r["peak_rss_mb"] <= 4096 else "OVER"
+        ok = "ok" if _meets_target(r) else "OVER"
         fit = r.get("record_fit")
         if policy == "recorded" and fit and not fit["fits"]:
             # the synthetic starts ignore capacity: the record's cluster figures are blank (energy blank here)
@@ -256,7 +267,7 @@ def _policy_table(args: argparse.Namespace, trace: Path) -> None:
             f"{policy:<12} {r['jobs']:>8} {r['jobs_per_s']:>9,.0f} {r['sim_wall_s']:>8.1f} "
             f"{r['peak_rss_mb']:>12,.0f} {r['completed'] or 0:>8.0f} {format_energy(r['energy_j']):>10} "
             f"{r['mean_jct_s'] or 0:>10.0f} {r['wall_s']:>7.1f} {r['cpu_s']:>7.1f} {r['decide_cpu_s']:>8.1f} "
-            f"{ok:>9}  ({_load_average()})"
+            f"{ok:>13}  ({_load_average()})"
         )
 
 
