@@ -1,7 +1,7 @@
 """A site's own calibration carried to models it has not measured: leave-one-model-out per GPU type.
 
 Run:
-  python benchmarks/site_calibration_lomo.py [--sigma 0.3,0.1] [--maxiter 60 --popsize 8] [CSV ...]
+  python benchmarks/site_calibration_lomo.py [--sigma 0.3,0.1] [--maxiter 60 --popsize 8] [-j N] [CSV ...]
 Each GPU type of the CSVs (default: our H100 SXM and H200 rows, Lambda's public throughputs) whose rows
 hold two models or more is taken as a site: each model in turn is held out, `calibrate_site` fits that GPU
 type's factors from the shipped parameters on the other models' rows, and the held-out model is predicted. For
@@ -11,7 +11,8 @@ per GPU type the base parameters' error on all its rows and the held-out error, 
 held-out row: a site calibration that helps a model it has not measured brings the second below the first.
 Time MAPE, and power where the rows carry it. Rows the shipped parameters find out of memory are left out
 (counted in the first line), as `easlurm model evaluate` scores them apart. A few CPU minutes; asserts
-nothing.
+nothing. docs/oracle-calibrate.md quotes the same sweep (`site_lomo.lomo_sweep`) from `easlurm sim doc-figures
+oracle-calibrate`.
 """
 
 from __future__ import annotations
@@ -20,14 +21,12 @@ import argparse
 import os
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 
-from easlurm.model.fit import site
-from easlurm.model.fit.calibrate import FitReport, score
-from easlurm.model.fit.dataset import Measurement, placements_of, read_measurements
+from easlurm.model.fit.calibrate import FitReport
+from easlurm.model.fit.site import pooled
+from easlurm.model.fit.site_lomo import lomo_sweep, sites_of
 from easlurm.model.hardware import load_catalogue
-from easlurm.model.oracle import Oracle
 from easlurm.model.params import load_params
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,43 +47,37 @@ def main() -> None:
     ap.add_argument("--sigma", default="0.3,0.1", help="prior widths (log10) to compare, comma-separated")
     ap.add_argument("--maxiter", type=int, default=60)
     ap.add_argument("--popsize", type=int, default=8)
+    ap.add_argument("-j", "--jobs", type=int, default=1, help="sites fitted at once (forked processes)")
     args = ap.parse_args()
     cat = load_catalogue()
     base = load_params()
-    by_gpu: dict[str, list[Measurement]] = defaultdict(list)
-    oracle, left_out = Oracle(base, cat), 0
-    for path in args.csv:
-        rows = read_measurements(path)
-        fits = oracle.predict_rows([m.workload() for m in rows], placements_of(rows)).feasible
-        for m, ok in zip(rows, fits if fits is not None else [True] * len(rows)):
-            if ok:
-                by_gpu[f"{Path(path).stem}:{cat.resolve(m.gpu)}"].append(m)
-            left_out += not ok
-    sites = {k: rows for k, rows in sorted(by_gpu.items()) if len({m.model for m in rows}) > 1}
+    sites = sites_of(args.csv, base, cat)
     print(
-        f"parameters {base.version}; {len(sites)} GPU types with 2+ models; {left_out} rows out of memory in"
-        f" the model left out; load {os.getloadavg()[0]:.2f}"
+        f"parameters {base.version}; {len(sites.rows)} GPU types with 2+ models; {sites.left_out} rows out of"
+        f" memory in the model left out; load {os.getloadavg()[0]:.2f}"
     )
     for sigma in (float(s) for s in args.sigma.split(",")):
-        site.SITE_PRIOR_SIGMA_LOG10 = sigma
-        start = time.process_time()
-        befores: list[FitReport] = []
-        held: list[FitReport] = []
+        start, wall = time.process_time(), time.perf_counter()
         print(f"prior width {sigma} (a factor of {10**sigma:.2f} costs one point)")
-        for key, rows in sites.items():
-            before = score(base, rows, cat)
-            out = site.site_leave_one_model_out(rows, base, cat, maxiter=args.maxiter, popsize=args.popsize)
-            befores.append(before)
-            held += [h.fit for h in out]
-            per = "  ".join(f"{h.model} {_cells(h.fit.mape_time, h.fit.mape_power)}" for h in out)
+        out = lomo_sweep(
+            sites.rows,
+            base,
+            cat,
+            sigma_log10=sigma,
+            maxiter=args.maxiter,
+            popsize=args.popsize,
+            jobs=args.jobs,
+        )
+        for s in out:
+            per = "  ".join(f"{h.model} {_cells(h.fit.mape_time, h.fit.mape_power)}" for h in s.held)
             print(
-                f"  {key:44s} before {_cells(before.mape_time, before.mape_power)}"
-                f"  held out {_cells(*site.pooled([h.fit for h in out]))}  ({per})",
-                flush=True,
+                f"  {s.key:44s} before {_cells(s.before.mape_time, s.before.mape_power)}"
+                f"  held out {_cells(*pooled([h.fit for h in s.held]))}  ({per})"
             )
+        held: list[FitReport] = [h.fit for s in out for h in s.held]
         print(
-            f"  pooled: before {_cells(*site.pooled(befores))}, held out {_cells(*site.pooled(held))}"
-            f"  ({time.process_time() - start:.0f} CPU s)"
+            f"  pooled: before {_cells(*pooled([s.before for s in out]))}, held out {_cells(*pooled(held))}"
+            f"  ({time.process_time() - start:.0f} CPU s in this process, {time.perf_counter() - wall:.0f} s wall)"
         )
     sys.stdout.flush()
 

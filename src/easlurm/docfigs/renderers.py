@@ -18,6 +18,7 @@ from easlurm.docfigs.figures import (
 from easlurm.docfigs.limits import FIGURES as LIMITS_FIGURES
 from easlurm.docfigs.oracle import FIGURES as ORACLE_FIGURES
 from easlurm.docfigs.oracle_gpus import FIGURES as ORACLE_GPU_FIGURES
+from easlurm.docfigs.site_calibration import FIGURES as SITE_FIGURES
 from easlurm.measure.pairs import predict_pair
 from easlurm.model.oracle import Oracle
 from easlurm.sim.scenarios import get_scenario
@@ -359,6 +360,7 @@ DOCS: dict[str, DocFigures] = {
     ),
     "evaluate": ORACLE_FIGURES,
     "oracle-gpus": ORACLE_GPU_FIGURES,
+    "oracle-calibrate": SITE_FIGURES,
     "oracle-comm": COMM_FIGURES,
     "power-limits": LIMITS_FIGURES,
     "baselines": BASELINES_FIGURES,

@@ -48,7 +48,7 @@ def test_committed_doc_quotes_what_its_campaign_gives_today(
     figures; the committed doc must be exactly that. Fix: `easlurm sim doc-figures NAME` and commit."""
     if name == "evaluate":
         pytest.importorskip("sklearn", reason="its random-forest figures need scikit-learn (the dev extra)")
-    if name in ("evaluate", "oracle-gpus") and os.environ.get("OPENBLAS_CORETYPE"):
+    if name in ("evaluate", "oracle-gpus", "oracle-calibrate") and os.environ.get("OPENBLAS_CORETYPE"):
         # the calibration's optimum moves with the BLAS kernel (leave-one-model-out power 8.2 % with
         # OpenBLAS's own choice, 8.6 % with CORETYPE=Haswell): the doc quotes the default kernel
         pytest.skip(f"OPENBLAS_CORETYPE forces a BLAS kernel; the {name} doc quotes OpenBLAS's own choice")
