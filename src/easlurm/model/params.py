@@ -190,8 +190,18 @@ ARCH_FACTOR_BOUNDS = (0.2, 5.0)
 #: a per-GPU-type factor is keyed 'gpu:<catalogue key>.<param>' (a site's own calibration,
 #: docs/oracle-calibrate.md): it multiplies the parameter on that GPU type's rows only
 GPU_FACTOR_PREFIX = "gpu:"
-#: what a GPU type's factors may scale: the architecture's, the depthwise efficiency and the communication
-GPU_PARAMS = (*ARCH_PARAMS, "beta_dw", "t_sync_s", "bw_eff_nvlink", "bw_eff_pcie", "bw_eff_ib", "bw_eff_eth")
+#: what a GPU type's factors may scale: the architecture's, the depthwise efficiency, the communication and
+#: the data loader's step floor (a host's, which only a site's own loader-bound rows can set)
+GPU_PARAMS = (
+    *ARCH_PARAMS,
+    "beta_dw",
+    "t_sync_s",
+    "bw_eff_nvlink",
+    "bw_eff_pcie",
+    "bw_eff_ib",
+    "bw_eff_eth",
+    "t_input_step_s",
+)
 
 
 def is_arch_factor(name: str) -> bool:

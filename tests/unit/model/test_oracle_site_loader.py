@@ -12,7 +12,7 @@ from easlurm.model.fit.dataset import Measurement, placements_of, write_measurem
 from easlurm.model.fit.site import LOADER_MIN_ROWS, LOADER_PARAM, calibrate_site, loader_bound, site_free
 from easlurm.model.hardware import load_catalogue
 from easlurm.model.oracle import Oracle
-from easlurm.model.params import OracleParams, is_gpu_factor, load_params
+from easlurm.model.params import OracleParams, load_params
 
 GPU = "v100-pcie"
 FACTOR = f"gpu:{GPU}.{LOADER_PARAM}"
@@ -20,11 +20,6 @@ FAST = {"maxiter": 12, "popsize": 5}
 #: the made-up site's loader floor: about half the shipped one, as the public V100/A40 machine's 33-44 ms
 #: against the P100/RTX 6000 machine's 62 ms
 SITE_FLOOR_S = 0.036
-
-pytestmark = pytest.mark.skipif(
-    not is_gpu_factor(FACTOR),
-    reason=f"this version's parameter files cannot hold a GPU type's {LOADER_PARAM} (params.GPU_PARAMS)",
-)
 
 
 def _site_rows(floor_s: float, batches: tuple[int, ...], gpu: str = GPU) -> list[Measurement]:

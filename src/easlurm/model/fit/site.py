@@ -14,7 +14,7 @@ from easlurm.model.fit.calibrate import PRIOR_SIGMA_LOG10, CalibrationResult, Fi
 from easlurm.model.fit.dataset import Measurement, placements_of
 from easlurm.model.hardware import Catalogue
 from easlurm.model.oracle import Oracle
-from easlurm.model.params import GPU_FACTOR_PREFIX, OracleParams, is_gpu_factor
+from easlurm.model.params import GPU_FACTOR_PREFIX, OracleParams
 
 log = logging.getLogger(__name__)
 
@@ -96,20 +96,10 @@ def site_free(
                 names += SITE_LIMIT
         names += _comm_terms(mine, catalogue)
         n_bound = sum(bool(b) for m, b in zip(rows, bound) if catalogue.resolve(m.gpu) == key)
-        if n_bound >= LOADER_MIN_ROWS and _loader_factor_known(key):
+        if n_bound >= LOADER_MIN_ROWS:
             names.append(LOADER_PARAM)
         out += [f"{GPU_FACTOR_PREFIX}{key}.{n}" for n in dict.fromkeys(names)]
     return out
-
-
-def _loader_factor_known(key: str) -> bool:
-    """Whether this version's parameter files hold a GPU type's loader factor (`params.GPU_PARAMS`)."""
-    if is_gpu_factor(f"{GPU_FACTOR_PREFIX}{key}.{LOADER_PARAM}"):
-        return True
-    log.warning(
-        "%s: loader-bound rows, but this version cannot hold a GPU type's %s: kept", key, LOADER_PARAM
-    )
-    return False
 
 
 def loader_bound(rows: Sequence[Measurement], base: OracleParams, catalogue: Catalogue) -> np.ndarray:
