@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import cached_property
-from itertools import compress
+from itertools import accumulate, compress
 from operator import attrgetter, is_not
 from typing import Any, ClassVar, cast
 
@@ -16,6 +17,9 @@ from easlurm.priority.options import PredictionCache, TypeFacts, expand, fewest_
 from easlurm.priority.snapshot import ClusterSnapshot, Decision, NodeState, PendingJob, StartJob
 
 INF = float("inf")
+#: a cycle or decision with at most this many options takes the plain-Python paths (`Cycle.fits_short`):
+#: below it the arrays' fixed cost per call outweighs the per-option work; the choices are the same
+SHORT_OPTIONS = 64
 #: Energy policies start a job spread over more nodes than packing needs only when its energy-delay
 #: product is within this fraction of the job's best packed option; otherwise it waits for packed GPUs.
 SPREAD_SLACK_EDP = 0.05
@@ -74,6 +78,8 @@ class Cycle:
     may_wake_resting: np.ndarray | None = None
     #: each job's submit time (None: read from `jobs`)
     submit_s: np.ndarray | None = None
+    #: (the `node_code` it was read from, per type code whether each node is of that type), for `fits_short`
+    type_members: tuple[np.ndarray, dict[int, list[bool]]] | None = None
 
     @cached_property
     def edp(self) -> np.ndarray:
@@ -113,7 +119,17 @@ class Cycle:
         whose free GPUs hold them (a packed option where one node holds it, a spread one where none does);
         `nodes` (a mask) counts only those nodes' free GPUs."""
         k, code = self.n_gpus[rows], self.code[rows]
-        m = np.ones_like(k) if self.n_nodes is None else self.n_nodes[rows]
+        m = None if self.n_nodes is None else self.n_nodes[rows]
+        if len(k) <= SHORT_OPTIONS:
+            return self.fits_short(k, code, m, nodes)
+        return self.fits_array(k, code, m, nodes)
+
+    def fits_array(
+        self, k: np.ndarray, code: np.ndarray, m: np.ndarray | None, nodes: np.ndarray | None
+    ) -> np.ndarray:
+        """`fits` as array operations: each type's fewest nodes for every GPU count up to the largest."""
+        if m is None:
+            m = np.ones_like(k)
         free = np.asarray(self.node_free, dtype=np.int64)
         if nodes is not None:
             free = np.where(nodes, free, 0)
@@ -124,6 +140,39 @@ class Cycle:
             need[c] = fewest_free_nodes(free[self.node_code == c], counts)
         fewest = need[code, k]
         return (fewest > 0) & (m == fewest)
+
+    def fits_short(
+        self, k: np.ndarray, code: np.ndarray, m: np.ndarray | None, nodes: np.ndarray | None
+    ) -> np.ndarray:
+        """`fits` for a few options in plain Python (a decision handed one job and ~17 options spent most of
+        its time in the array path's fixed number of calls): the same fewest nodes per (type, GPU count),
+        from each needed type's free GPUs sorted, accumulated and bisected."""
+        free = (
+            self.node_free
+            if nodes is None
+            else [f if ok else 0 for f, ok in zip(self.node_free, nodes.tolist())]
+        )
+        codes = code.tolist()
+        members = self.members()
+        held = {
+            c: list(accumulate(sorted(map(int, compress(free, members.get(c, ()))), reverse=True)))
+            for c in set(codes)
+        }
+        counts = [1] * len(codes) if m is None else m.tolist()
+        out = []
+        for c, ki, mi in zip(codes, k.tolist(), counts):
+            h = held[c]
+            need = bisect_left(h, ki) + 1
+            out.append(need <= len(h) and mi == need)
+        return np.array(out, dtype=bool)
+
+    def members(self) -> dict[int, list[bool]]:
+        """Per node type code, whether each node is of that type (kept while `node_code` is the same array)."""
+        memo = self.type_members
+        if memo is None or memo[0] is not self.node_code:
+            codes = self.node_code.tolist()
+            memo = self.type_members = (self.node_code, {c: [x == c for x in codes] for c in set(codes)})
+        return memo[1]
 
     def pick_node(self, code: int, k: int, nodes: np.ndarray | None = None) -> int:
         """Best fit: the node of this type (among `nodes`) with the fewest free GPUs that still holds k
@@ -305,6 +354,8 @@ class BatchPacker:
         #: differ only in free GPUs or power state reuses it without building the layout's key
         self._layout_memo: tuple[PredictionCache, tuple[NodeState, ...], Any] | None = None
         self._power_memo: tuple[tuple[NodeState, ...], bool] | None = None  # (nodes, never powered down)
+        #: the last cycle's node types by code (Cycle.type_members), reused while the layout's codes are the same
+        self._members_memo: tuple[np.ndarray, dict[int, list[bool]]] | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, malleable={self.malleable})"
@@ -465,8 +516,10 @@ class BatchPacker:
             n_nodes=m_all[idx],
             spread=spread_all[idx],
             submit_s=submit,
+            type_members=self._members_memo,
         )
         cyc.refresh()
+        self._members_memo = cyc.type_members
         if self.consolidate:
             self._consolidation(cyc)
         return cyc
@@ -485,6 +538,7 @@ class BatchPacker:
             codes = np.array([cache.code(nd.gpu_type) for nd in nodes], dtype=np.int64)
             idle_w = np.array([nd.idle_power_w for nd in nodes], dtype=np.float64)
             idle_w.setflags(write=False)  # shared by every cycle on this layout
+            codes.setflags(write=False)  # ... and `Cycle.members` kept by this array's identity
             static = cache.layouts[key] = (types, codes, idle_w)
         return static
 

@@ -5,13 +5,15 @@ gives (docs/schedd-scale.md)."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, cast
 
 import numpy as np
 import pytest
 
 from easlurm.energy.spec import parse_spec
 from easlurm.model.oracle import Oracle
-from easlurm.priority.packing import INF, first_minima, job_minima
+from easlurm.priority.options import expand
+from easlurm.priority.packing import INF, SHORT_OPTIONS, Cycle, first_minima, job_minima
 from easlurm.priority.policies import get_policy
 from easlurm.priority.rank_words import rank_view
 from easlurm.priority.slurm_snapshot import (
@@ -81,6 +83,79 @@ def test_job_minima_equals_minimum_at(seed: int) -> None:
         want = np.full(7, INF)
         np.minimum.at(want, job_of[mask], values[mask])
         assert np.array_equal(job_minima(values, mask, job_of, 7), want)
+
+
+def bare_cycle(
+    n_gpus: np.ndarray, code: np.ndarray, n_nodes: np.ndarray | None, free: list[int], node_code: np.ndarray
+) -> Cycle:
+    """A cycle holding only what `fits` reads: each option's GPUs, type and node count, each node's free GPUs and type."""
+    zeros = np.zeros(len(n_gpus))
+    return Cycle(
+        snapshot=cast(Any, None),
+        cache=cast(Any, None),
+        jobs=(),
+        job_of=np.zeros(len(n_gpus), dtype=np.int64),
+        n_gpus=n_gpus,
+        batch=zeros,
+        code=code,
+        limit_w=zeros,
+        power_w=zeros,
+        time_s=zeros,
+        feasible=np.zeros(len(n_gpus), dtype=bool),
+        node_free=free,
+        node_code=node_code,
+        node_idle_w=np.zeros(len(free)),
+        n_nodes=n_nodes,
+    )
+
+
+def test_fits_short_on_a_known_case() -> None:
+    """Free GPUs 8, 3 and 0 on type 0, none of type 1: the fewest nodes that hold k, and only that count fits."""
+    k, m = np.array([8, 8, 9, 9, 11, 12, 1, 0]), np.array([1, 2, 2, 1, 2, 3, 1, 1])
+    cyc = bare_cycle(k, np.array([0, 0, 0, 0, 0, 0, 1, 0]), m, [8, 3, 0], np.array([0, 0, 0]))
+    want = [True, False, True, False, True, False, False, True]
+    assert cyc.fits_short(k, cyc.code, m, None).tolist() == want
+    assert cyc.fits_array(k, cyc.code, m, None).tolist() == want
+    mask = np.array([False, True, True])  # the 8-GPU node left out: 3 GPUs on one node
+    assert cyc.fits_short(k, cyc.code, m, mask).tolist() == [False] * 6 + [False, True]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fits_short_is_the_array_path(seed: int) -> None:
+    """On random options (GPU counts, node counts or none, types with no node) and nodes (free GPUs with
+    ties, node masks), below and above SHORT_OPTIONS: the plain-Python path says what the arrays say."""
+    rng = np.random.default_rng(seed)
+    for _ in range(400):
+        n = int(rng.integers(0, 2 * SHORT_OPTIONS))
+        n_nodes = int(rng.integers(0, 10))
+        k, code = rng.integers(1, 17, n), rng.integers(0, 3, n)
+        m = rng.integers(1, 4, n) if rng.integers(0, 2) else None
+        free = [int(x) for x in rng.choice([0, 1, 2, 4, 8], n_nodes)]
+        cyc = bare_cycle(k, code, m, free, rng.integers(0, 2, n_nodes))
+        mask = rng.integers(0, 2, n_nodes).astype(bool) if rng.integers(0, 2) else None
+        want = cyc.fits_array(k, code, m, mask)
+        got = cyc.fits_short(k, code, m, mask)
+        assert got.dtype == want.dtype == np.bool_
+        assert np.array_equal(got, want)
+        assert np.array_equal(cyc.fits(nodes=mask), want)
+        rows = slice(n // 3, n)
+        sub = None if m is None else m[rows]
+        assert np.array_equal(cyc.fits(rows, mask), cyc.fits_array(k[rows], code[rows], sub, mask))
+        cyc.node_code = rng.integers(0, 3, n_nodes)  # another layout: the node types are read again
+        assert np.array_equal(cyc.fits_short(k, code, m, mask), cyc.fits_array(k, code, m, mask))
+
+
+def test_expand_of_one_job_is_the_general_expansion() -> None:
+    """One job's options (its range, job 0) are what the general expansion gives that job first in a queue."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        offs, lens = rng.integers(0, 50, 2), rng.integers(0, 20, 2)
+        idx, job_of = expand(offs[:1], lens[:1])
+        both_idx, both_job_of = expand(offs, lens)
+        n = int(lens[0])
+        assert idx.dtype == job_of.dtype == both_idx.dtype == np.int64
+        assert np.array_equal(idx, both_idx[:n]) and np.array_equal(job_of, both_job_of[:n])
+    assert expand(np.array([7]), np.array([3]))[0].tolist() == [7, 8, 9]
 
 
 def slurm_job(job_id: str, **kw: object) -> SlurmJob:
