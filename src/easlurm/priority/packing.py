@@ -101,6 +101,12 @@ class Cycle:
     def best(self, metric: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         """Per job, the flat position of the option minimising `metric` among `mask` (-1 if none)."""
         ok = self.feasible if mask is None else mask
+        if len(self.jobs) == 1 and len(metric) <= SHORT_OPTIONS:
+            return np.array([first_least(metric.tolist(), ok.tolist())], dtype=np.int64)
+        return self.best_array(metric, ok)
+
+    def best_array(self, metric: np.ndarray, ok: np.ndarray) -> np.ndarray:
+        """`best` as array operations (any number of jobs)."""
         values = np.where(ok, metric, INF)
         best = np.full(len(self.jobs), -1, dtype=np.int64)
         if len(values) == 0:
@@ -667,6 +673,16 @@ def first_minima(values: np.ndarray, job_of: np.ndarray) -> np.ndarray:
     heads = starts.copy()  # a segment of NaN only keeps its first position (never finite)
     heads[seg_of_hit[first]] = hit[first]
     return heads
+
+
+def first_least(values: list[float], ok: list[bool]) -> int:
+    """One job's `first_minima` pick among `ok` in plain Python: the first position of its least finite
+    value (NaN never chosen, ties to the first), -1 where that least value is not finite (or none is ok)."""
+    pos, low = -1, INF
+    for i, (x, keep) in enumerate(zip(values, ok)):
+        if keep and x < low:
+            pos, low = i, x
+    return pos if low > -INF else -1
 
 
 def job_minima(metric: np.ndarray, mask: np.ndarray, job_of: np.ndarray, n_jobs: int) -> np.ndarray:

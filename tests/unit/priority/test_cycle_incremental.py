@@ -158,6 +158,29 @@ def test_expand_of_one_job_is_the_general_expansion() -> None:
     assert expand(np.array([7]), np.array([3]))[0].tolist() == [7, 8, 9]
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_best_of_one_job_in_plain_python_is_the_array_path(seed: int) -> None:
+    """A cycle of one job (up to SHORT_OPTIONS options) picks its option in plain Python: the array path's
+    pick on random values with ties (0.0 and -0.0 among them), NaN, inf and -inf, and random masks."""
+    rng = np.random.default_rng(seed)
+    values_of = (*VALUES, -INF, -1.0)
+    for _ in range(500):
+        n = int(rng.integers(0, SHORT_OPTIONS + 1))
+        cyc = bare_cycle(np.ones(n, dtype=np.int64), np.zeros(n, dtype=np.int64), None, [8], np.array([0]))
+        cyc.jobs = (cast(Any, None),)
+        metric, ok = rng.choice(values_of, n), rng.random(n) < 0.7
+        want = cyc.best_array(metric, ok)
+        got = cyc.best(metric, ok)
+        assert got.dtype == np.int64 and got.tolist() == want.tolist()
+        cyc.feasible = ok
+        assert cyc.best(metric).tolist() == want.tolist()
+    one = bare_cycle(np.ones(4, dtype=np.int64), np.zeros(4, dtype=np.int64), None, [8], np.array([0]))
+    one.jobs = (cast(Any, None),)
+    ok = np.array([False, True, True, True])
+    assert one.best(np.array([0.5, np.nan, 2.0, 2.0]), ok).tolist() == [2]
+    assert one.best(np.array([0.5, -INF, 2.0, 2.0]), ok).tolist() == [-1]
+
+
 def slurm_job(job_id: str, **kw: object) -> SlurmJob:
     base: dict[str, object] = {
         "job_id": job_id,
