@@ -213,3 +213,19 @@ def test_scaling_rows_fit_the_measured_speedup_whatever_the_one_gpu_error():
     after = [abs(sp / sm - 1) for _, sm, sp in speedups(rows, res.params)]
     assert max(before) > 0.10
     assert max(after) < 0.04
+
+
+def test_scaling_rows_leave_out_rows_out_of_memory_in_the_model():
+    """A multi-GPU row whose one-GPU step (or its own) does not fit in the model's memory has no slowdown
+    to fit: it is left out, not handed to the calibration as an infinite step (which refused the whole fit)."""
+    rows = [
+        Measurement(model, b * n, "bf16", n, gpu, 1.0, seq_len=512)
+        for model, gpu, b in (("bert-base", "a100-40gb", 8), ("bert-large", "rtx3080", 512))
+        for n in (1, 2)
+    ]
+    pred = Oracle(OracleParams()).predict_rows([m.workload() for m in rows], placements_of(rows))
+    assert list(np.isfinite(pred.step_time_s)) == [True, True, False, False]
+    scaled = scaling_rows(rows, OracleParams())
+    assert [(m.model, m.n_gpus) for m in scaled] == [("bert-base", 2)]
+    with pytest.raises(ModelError, match="out of memory in the model"):
+        scaling_rows(rows[2:], OracleParams())

@@ -7,6 +7,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from easlurm.errors import ModelError
 from easlurm.model.fit.dataset import Measurement, placements_of
 from easlurm.model.hardware import Catalogue
@@ -54,10 +56,25 @@ def scaling_rows(
     if not multi:
         raise ModelError("no multi-GPU row has a one-GPU row of the same model, GPU and per-GPU batch")
     ones = [single[_base_key(m)] for m in multi]
-    pred = Oracle(params, catalogue).predict_rows([m.workload() for m in ones], placements_of(ones))
+    oracle = Oracle(params, catalogue)
+    t_one = oracle.predict_rows([m.workload() for m in ones], placements_of(ones)).step_time_s
+    t_multi = oracle.predict_rows([m.workload() for m in multi], placements_of(multi)).step_time_s
+    fits = np.isfinite(t_one) & np.isfinite(t_multi)
+    if not fits.all():
+        left = [m for m, ok in zip(multi, fits) if not ok]
+        log.info(
+            "%d multi-GPU row(s) out of memory in the model on one GPU or on theirs (e.g. %s x%d %s): left out",
+            len(left),
+            left[0].model,
+            left[0].n_gpus,
+            left[0].gpu,
+        )
+    if not fits.any():
+        raise ModelError("every multi-GPU row with a one-GPU row is out of memory in the model")
     return [
         dataclasses.replace(m, step_time_s=float(t1) * m.step_time_s / one.step_time_s, avg_power_w=None)
-        for m, one, t1 in zip(multi, ones, pred.step_time_s)
+        for m, one, t1, ok in zip(multi, ones, t_one, fits)
+        if ok
     ]
 
 
