@@ -661,7 +661,8 @@ def first_minima(values: np.ndarray, job_of: np.ndarray) -> np.ndarray:
         first[1:] = job_of[order[1:]] != job_of[order[:-1]]
         return order[first]
     if len(job_of) and job_of[0] == job_of[-1]:  # one job (a decision per arrival on a short queue)
-        hit = np.flatnonzero(values == np.fmin.reduce(values))
+        numbers = values[~np.isnan(values)]  # NaN is never the least (np.fmin's rule)
+        hit = np.flatnonzero(values == numbers.min()) if len(numbers) else numbers
         return hit[:1] if len(hit) else np.zeros(1, dtype=np.int64)
     starts = np.flatnonzero(np.concatenate(([True], job_of[1:] != job_of[:-1])))
     low = np.fmin.reduceat(values, starts)
