@@ -9,7 +9,14 @@ import pytest
 
 from easlurm.cli import main
 from easlurm.model.fit.dataset import Measurement, placements_of, write_measurements
-from easlurm.model.fit.site import LOADER_MIN_ROWS, LOADER_PARAM, calibrate_site, loader_bound, site_free
+from easlurm.model.fit.site import (
+    LOADER_MIN_ROWS,
+    LOADER_PARAM,
+    calibrate_site,
+    loader_bound,
+    loader_rows,
+    site_free,
+)
 from easlurm.model.hardware import load_catalogue
 from easlurm.model.oracle import Oracle
 from easlurm.model.params import OracleParams, load_params
@@ -75,9 +82,9 @@ def test_loader_floor_is_kept_without_loader_bound_rows():
     cat, shipped = load_catalogue(), load_params()
     large = _site_rows(SITE_FLOOR_S, (512, 1024))
     assert not loader_bound(large, shipped, cat).any()
-    assert FACTOR not in site_free(large, cat, shipped)
+    assert FACTOR not in site_free(large, cat, loader_rows(large, shipped, cat))
     synthetic = [dataclasses.replace(m, input="synthetic") for m in _site_rows(SITE_FLOOR_S, (8, 16, 32))]
-    assert FACTOR not in site_free(synthetic, cat, shipped)
+    assert FACTOR not in site_free(synthetic, cat, loader_rows(synthetic, shipped, cat))
 
 
 def test_too_few_loader_bound_rows_keep_the_floor():
@@ -86,7 +93,7 @@ def test_too_few_loader_bound_rows_keep_the_floor():
     rows = _site_rows(SITE_FLOOR_S * 3, (8, 16))[:2]  # ShuffleNet at batch 8 and 16 only
     bound = loader_bound(rows, load_params(), load_catalogue())
     assert 0 < sum(bound) < LOADER_MIN_ROWS
-    assert FACTOR not in site_free(rows, load_catalogue(), load_params())
+    assert FACTOR not in site_free(rows, load_catalogue(), loader_rows(rows, load_params(), load_catalogue()))
 
 
 def test_another_gpu_type_keeps_its_loader_floor(small_batches):

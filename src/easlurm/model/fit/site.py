@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,14 +76,14 @@ class SiteCalibration:
 
 
 def site_free(
-    rows: Sequence[Measurement], catalogue: Catalogue, base: OracleParams | None = None
+    rows: Sequence[Measurement], catalogue: Catalogue, loader: Mapping[str, int] | None = None
 ) -> list[str]:
     """Per-GPU-type factors ('gpu:<key>.<param>') the rows of each GPU type can identify: its time terms, the
     efficiency of each class of work its rows do, a precision's factor where its rows mix precisions, the
     power terms where they carry power, the limit response where they were swept, the link factors
-    their rings cross, and with `base` the data loader's floor where its rows are loader-bound
-    (`loader_bound`). Nothing shared by other GPU types is freed."""
-    bound = loader_bound(rows, base, catalogue) if base is not None else np.zeros(len(rows), bool)
+    their rings cross, and the data loader's floor where `loader` (`loader_rows`) counts enough loader-bound
+    rows. Nothing shared by other GPU types is freed."""
+    loader = loader or {}
     out: list[str] = []
     for key in sorted({catalogue.resolve(m.gpu) for m in rows}):
         mine = [m for m in rows if catalogue.resolve(m.gpu) == key]
@@ -95,11 +95,19 @@ def site_free(
             if any(m.power_limit_w is not None for m in mine):
                 names += SITE_LIMIT
         names += _comm_terms(mine, catalogue)
-        n_bound = sum(bool(b) for m, b in zip(rows, bound) if catalogue.resolve(m.gpu) == key)
-        if n_bound >= LOADER_MIN_ROWS:
+        if loader.get(key, 0) >= LOADER_MIN_ROWS:
             names.append(LOADER_PARAM)
         out += [f"{GPU_FACTOR_PREFIX}{key}.{n}" for n in dict.fromkeys(names)]
     return out
+
+
+def loader_rows(rows: Sequence[Measurement], base: OracleParams, catalogue: Catalogue) -> dict[str, int]:
+    """Per GPU type with real-input rows, how many of them are loader-bound (`loader_bound`)."""
+    bound = loader_bound(rows, base, catalogue)
+    return {
+        k: sum(bool(b) for m, b in zip(rows, bound) if catalogue.resolve(m.gpu) == k)
+        for k in sorted({catalogue.resolve(m.gpu) for m in rows if m.input == "real"})
+    }
 
 
 def loader_bound(rows: Sequence[Measurement], base: OracleParams, catalogue: Catalogue) -> np.ndarray:
@@ -162,7 +170,8 @@ def calibrate_site(
     name is predicted exactly as before. `sigma_log10`: the prior width of the site factors (log10)."""
     if not rows:
         raise ModelError("a site calibration needs at least one measurement")
-    free = site_free(rows, catalogue, base)
+    loader = loader_rows(rows, base, catalogue)
+    free = site_free(rows, catalogue, loader)
     before = score(base, rows, catalogue)
     res = calibrate(
         rows,
@@ -178,11 +187,6 @@ def calibrate_site(
     )
     keys = tuple(sorted({catalogue.resolve(m.gpu) for m in rows}))
     before_by = by_model(base, rows, catalogue)
-    bound = loader_bound(rows, base, catalogue)
-    loader = {
-        k: sum(bool(b) for m, b in zip(rows, bound) if catalogue.resolve(m.gpu) == k)
-        for k in sorted({catalogue.resolve(m.gpu) for m in rows if m.input == "real"})
-    }
     return SiteCalibration(res, before, keys, before_by, by_model(res.params, rows, catalogue), loader)
 
 
