@@ -75,6 +75,8 @@ class WorkloadArrays:
     opt_mem: np.ndarray
     param_comm: np.ndarray
     units: np.ndarray  # blocks a sharded job gathers and reduces one at a time (Workload.blocks, + the rest)
+    #: the loader's time per step on this row's host relative to the typical host's (its `host:` factor)
+    input_step_scale: np.ndarray
 
     @staticmethod
     def row(w: Workload, params: OracleParams) -> tuple[float, ...]:
@@ -130,6 +132,7 @@ class WorkloadArrays:
             w.opt_state_bytes,
             w.param_comm_bytes,
             float(w.blocks + 1),
+            params.host_factor(w.input_host) if w.real_input else 1.0,
         )
 
     @classmethod
@@ -549,7 +552,8 @@ def _pass_times(
     # a real data loader prepares each GPU's samples on the host while the GPU trains on the previous batch:
     # the step takes at least their preparation time, and the GPU waits (at its active floor) for the rest
     t_input = w.input_real * (
-        p["t_input_step_s"] + per_gpu * (p["t_input_sample_s"] + p["t_input_px_s"] * w.input_px)
+        p["t_input_step_s"] * w.input_step_scale
+        + per_gpu * (p["t_input_sample_s"] + p["t_input_px_s"] * w.input_px)
     )
     return _PassTimes(
         t_tc,

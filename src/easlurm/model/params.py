@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -204,6 +205,28 @@ GPU_PARAMS = (
 )
 
 
+#: a host's factor is keyed 'host:<name>.<param>': it multiplies the parameter on the real-input rows whose
+#: measurement names that host (the `host` column), whose data loader is the host's and not the GPU's
+#: (docs/oracle-gpus.md, "Real data loading"); a row of no named host gets the global value, the typical
+#: host's (`easlurm model loader-hosts`)
+HOST_FACTOR_PREFIX = "host:"
+#: what a host's factors may scale: the data loader's time per step
+HOST_PARAMS = ("t_input_step_s",)
+#: the characters of a host's name (it is a parameter-file key and a CSV cell)
+HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def is_host_factor(name: str) -> bool:
+    """'host:zeus-nsdi23.t_input_step_s': a multiplier of a global parameter on one host's rows."""
+    group, _, param = name.rpartition(".")
+    host = group[len(HOST_FACTOR_PREFIX) :]
+    return (
+        group.startswith(HOST_FACTOR_PREFIX)
+        and HOST_NAME.fullmatch(host) is not None
+        and param in HOST_PARAMS
+    )
+
+
 def is_arch_factor(name: str) -> bool:
     """'volta.beta_gemm' and the like: a per-architecture multiplier of a global parameter."""
     arch, _, param = name.partition(".")
@@ -250,7 +273,13 @@ class OracleParams:
             group, _, op = key.partition(".")
             if group in ARCHITECTURES and op in RETIRED_PARAMS:
                 continue
-            if key.startswith(GPU_FACTOR_PREFIX):
+            if key.startswith(HOST_FACTOR_PREFIX):
+                if not is_host_factor(key):
+                    raise ModelError(
+                        f"bad host factor {key!r}: expected 'host:<name>.<{'|'.join(HOST_PARAMS)}>' (a name of "
+                        "letters, digits, '.', '_' and '-')"
+                    )
+            elif key.startswith(GPU_FACTOR_PREFIX):
                 if not is_gpu_factor(key):
                     raise ModelError(
                         f"bad GPU-type factor {key!r}: expected 'gpu:<gpu>.<{'|'.join(GPU_PARAMS)}>'"
@@ -280,6 +309,18 @@ class OracleParams:
     def physics(self) -> dict[str, float]:
         """What the equations read: the global values and the per-architecture factors."""
         return {**self.values, **{k: v for k, v in self.scalars.items() if is_factor(k)}}
+
+    def host_factor(self, host: str, param: str = "t_input_step_s") -> float:
+        """A host's factor of `param` (1.0 for a host the parameters do not name, or no host)."""
+        return self.scalars.get(f"{HOST_FACTOR_PREFIX}{host}.{param}", 1.0) if host else 1.0
+
+    def host_factors(self) -> dict[str, float]:
+        """The hosts' loader factors, by host name."""
+        return {
+            k[len(HOST_FACTOR_PREFIX) :].rpartition(".")[0]: v
+            for k, v in self.scalars.items()
+            if is_host_factor(k)
+        }
 
     def arch_factors(self, arch: str) -> dict[str, float]:
         """The factors of one architecture, by parameter (only those that are set)."""

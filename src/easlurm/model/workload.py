@@ -246,6 +246,9 @@ class Workload:
     #: the samples come from a real data loader (decoding, augmentation on host workers); False: synthetic
     #: tensors already on the GPU, as the benchmarks the oracle is mostly fitted on
     real_input: bool = False
+    #: the host whose data loader feeds a real-input job ("": an unknown host): a named host's loader time
+    #: is its own (`host:<name>.t_input_step_s` in the parameters), an unknown one the typical host's
+    input_host: str = ""
     #: activation bytes per sample kept under per-block activation checkpointing (0: not known, no saving)
     ckpt_act_mem_bytes: float = 0.0
     #: repeated blocks of the model (transformer layers): the units FSDP wraps and gathers one at a time

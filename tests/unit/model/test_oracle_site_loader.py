@@ -24,9 +24,9 @@ from easlurm.model.params import OracleParams, load_params
 GPU = "v100-pcie"
 FACTOR = f"gpu:{GPU}.{LOADER_PARAM}"
 FAST = {"maxiter": 12, "popsize": 5}
-#: the made-up site's loader floor: about half the shipped one, as the public V100/A40 machine's 33-44 ms
-#: against the P100/RTX 6000 machine's 62 ms
-SITE_FLOOR_S = 0.036
+#: the made-up site's loader floor: 1.7 times the shipped one (the typical host's, 41 ms), as the Zeus P100/RTX
+#: 6000 machine's 64 ms against it
+SITE_FLOOR_S = 0.070
 
 
 def _site_rows(floor_s: float, batches: tuple[int, ...], gpu: str = GPU) -> list[Measurement]:
@@ -55,7 +55,7 @@ def small_batches() -> list[Measurement]:
     return _site_rows(SITE_FLOOR_S, (8, 16, 32, 64, 128, 256))
 
 
-def test_small_batches_of_a_faster_host_are_loader_bound(small_batches):
+def test_small_batches_of_a_slower_host_are_loader_bound(small_batches):
     """The made-up host's small ShuffleNet batches wait for the loader: the shipped parameters' step with
     the input already on the GPU is well under their step; large ResNet-50 batches are not."""
     bound = loader_bound(small_batches, load_params(), load_catalogue())
@@ -67,9 +67,9 @@ def test_small_batches_of_a_faster_host_are_loader_bound(small_batches):
 
 def test_calibration_finds_the_sites_loader_floor(small_batches):
     """Fitted from the shipped parameters, the site's floor comes within 10 % of the one that made the rows
-    (the shipped floor is 1.7 times it), and the rows' time error falls."""
+    (1.7 times the shipped floor), and the rows' time error falls."""
     shipped = load_params()
-    assert _floor(shipped) > 1.5 * SITE_FLOOR_S
+    assert 1.5 * _floor(shipped) < SITE_FLOOR_S
     site = calibrate_site(small_batches, shipped, load_catalogue(), **FAST)
     assert FACTOR in site.result.free
     assert _floor(site.result.params) == pytest.approx(SITE_FLOOR_S, rel=0.10)

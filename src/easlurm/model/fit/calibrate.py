@@ -28,6 +28,7 @@ from easlurm.model.params import (
     is_arch_factor,
     is_factor,
     is_gpu_factor,
+    is_host_factor,
 )
 from easlurm.model.zoo import SMALL_IMAGE
 
@@ -74,7 +75,8 @@ class _Problem:
         self.rows = list(rows)
         self.base = base
         self.free = list(free)
-        plain = OracleParams(base.values)  # no scalars: targeted scalars are applied by masks below
+        # no targeted scalars (masks below apply them); the hosts' loader factors are the rows' own
+        plain = OracleParams(base.values, {k: v for k, v in base.scalars.items() if is_host_factor(k)})
         wls = [m.workload() for m in self.rows]
         self.wa = WorkloadArrays.of(wls, plain).reshape(1, -1)
         pl = placements_of(self.rows)
@@ -89,7 +91,11 @@ class _Problem:
         self.p = np.array([math.nan if m.avg_power_w is None else m.avg_power_w for m in self.rows])
         self.has_p = ~np.isnan(self.p)
         groups = [(w.family, w.precision.key) for w in wls]
-        names = {n for n in set(base.scalars) | set(self.free) if n not in PARAM_SPECS and not is_factor(n)}
+        names = {
+            n
+            for n in set(base.scalars) | set(self.free)
+            if n not in PARAM_SPECS and not is_factor(n) and not is_host_factor(n)
+        }
         self.masks = {n: np.array([n.split(".")[0] in g for g in groups]) for n in names}
         self.log_scale = [
             n not in PARAM_SPECS or (bounds(n)[0] > 0 and bounds(n)[1] / bounds(n)[0] >= 50)
@@ -148,7 +154,9 @@ class _Problem:
         x = np.asarray(x, dtype=np.float64)
         x = self.decode(x.reshape(len(self.free), -1) if self.free else np.zeros((0, 1)))
         values: dict[str, np.ndarray | float] = dict(self.base.physics)
-        scal: dict[str, np.ndarray | float] = {k: v for k, v in self.base.scalars.items() if k not in values}
+        scal: dict[str, np.ndarray | float] = {
+            k: v for k, v in self.base.scalars.items() if k not in values and not is_host_factor(k)
+        }
         for i, name in enumerate(self.free):
             (values if name in PARAM_SPECS or is_factor(name) else scal)[name] = x[i].reshape(-1, 1)
         s = {op: np.ones((1, len(self.rows))) for op in ("gemm", "conv", "alu", "mem")}
@@ -193,6 +201,17 @@ class _Problem:
             mp = np.mean(np.abs(p[:, self.has_p] - self.p[self.has_p]) / self.p[self.has_p], axis=1) * 100.0
             loss = W_TIME * mt + W_POWER * mp
         return np.where(np.isfinite(loss), loss, 1e9)
+
+
+def sweep_times(
+    rows: Sequence[Measurement], base: OracleParams, name: str, values: np.ndarray, catalogue: Catalogue
+) -> np.ndarray:
+    """Predicted step times (values x rows) with one parameter set to each value, the rest of `base` kept: one
+    array pass for the whole sweep."""
+    prob = _Problem(rows, base, [name], catalogue)
+    x = np.asarray(values, dtype=np.float64).reshape(1, -1)
+    t, _ = prob.predict(np.log10(x) if prob.log_scale[0] else x)
+    return t
 
 
 def score(params: OracleParams, rows: Sequence[Measurement], catalogue: Catalogue | None = None) -> FitReport:

@@ -39,6 +39,7 @@ from easlurm.model.fit.evaluate import (
     make_splits,
     parse_cv,
 )
+from easlurm.model.fit.hosts_cli import refuse_hosts_conflicts, run_hosts
 from easlurm.model.fit.limits import limit_choices, summarise_limits
 from easlurm.model.fit.scaling import scaling_rows
 from easlurm.model.fit.site_cli import refuse_site_conflicts, run_site
@@ -66,6 +67,7 @@ class CalibrateRequest:
     skip_infeasible: bool
     hardware_path: str | None
     site: bool = False
+    hosts: bool = False
 
 
 @click.command("calibrate")
@@ -123,11 +125,19 @@ class CalibrateRequest:
     "the GPU types in the rows; every other GPU type keeps its predictions. Cross-validates leave-one-model-out "
     "(docs/oracle-calibrate.md).",
 )
+@click.option(
+    "--hosts",
+    is_flag=True,
+    help="Fit each host's data-loader floor (the rows' `host` column) on its real-input rows, every other "
+    "parameter kept; rows that name no host get the hosts' geometric mean (docs/oracle-gpus.md).",
+)
 @click.pass_context
 def calibrate_cmd(ctx: click.Context, **options: Any) -> None:
     """Fit the oracle's parameters to measurement CSVs (rows of all files together) and save them as a
     versioned YAML."""
     req = CalibrateRequest(**options)
+    if req.hosts:
+        refuse_hosts_conflicts(req.free, req.scaling, req.site)
     if req.site:
         refuse_site_conflicts(req.free, req.scaling)
     check_writable(req.out_path or f"params-{dt.datetime.now(dt.UTC):%Y-%m-%d}.yaml", "--out")
@@ -138,6 +148,18 @@ def calibrate_cmd(ctx: click.Context, **options: Any) -> None:
     base = load_params(req.base_path) if req.base_path else load_params()
     if req.site:
         _calibrate_site(req, rows, base, catalogue)
+        return
+    if req.hosts:
+        out = req.out_path or f"params-{dt.datetime.now(dt.UTC):%Y-%m-%d}.yaml"
+        run_hosts(
+            rows,
+            base,
+            catalogue,
+            data=" ".join(req.measurements),
+            out=out,
+            version=req.version,
+            as_json=req.as_json,
+        )
         return
     rows, free_list = _rows_to_fit(req, rows, base, catalogue)
     before = score(base, rows, catalogue)

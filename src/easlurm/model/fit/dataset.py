@@ -16,6 +16,7 @@ from easlurm.errors import EaslurmError, ModelError, TraceError
 from easlurm.files import atomic_writer, reading
 from easlurm.inputs import MIB, csv_header, regular_file
 from easlurm.model.oracle import Placements
+from easlurm.model.params import HOST_NAME
 from easlurm.model.workload import Precision, Sharding, Workload, parse_ckpt
 from easlurm.model.zoo import ATTENTION, get_workload, model_family
 from easlurm.units import MAX_INT
@@ -50,13 +51,15 @@ MEMORY_FORMATS = ("", "nchw", "channels_last")
 INPUTS = ("synthetic", "real")
 #: optional columns and their defaults, written only when a row leaves the default: `sharding` (none, zero1,
 #: zero2, zero3; fsdp is zero3) and `activation_checkpointing` (full, selective; 1 is full) say how an LLM job
-#: was trained; `attention` how the model's attention ran (sdpa, the default, or eager: `zoo.ATTENTION`)
+#: was trained; `attention` how the model's attention ran (sdpa, the default, or eager: `zoo.ATTENTION`);
+#: `host` the machine whose data loader fed a real-input row (its loader floor is the host's, not the GPU's)
 OPTIONAL_COLUMNS: dict[str, Any] = {
     "memory_format": "",
     "input": "synthetic",
     "sharding": "",
     "activation_checkpointing": "",
     "attention": "",
+    "host": "",
 }
 
 
@@ -91,6 +94,8 @@ class Measurement:
     sharding: str = ""
     activation_checkpointing: str = ""
     attention: str = ""
+    #: the machine the row ran on, for a real-input row: rows of one host share its loader's time per step
+    host: str = ""
 
     def workload(self) -> Workload:
         w = get_workload(
@@ -106,7 +111,7 @@ class Measurement:
         if self.memory_format == "channels_last":
             w = dataclasses.replace(w, conv_io_bytes=0.0)
         if self.input == "real":
-            w = dataclasses.replace(w, real_input=True)
+            w = dataclasses.replace(w, real_input=True, input_host=self.host)
         return w
 
     @property
@@ -212,7 +217,12 @@ def read_measurements(path: str | Path) -> list[Measurement]:
                 sharding=_sharding(rec.get("sharding"), where),
                 activation_checkpointing=_ckpt(rec.get("activation_checkpointing"), where),
                 attention=(rec.get("attention") or "").strip().lower(),
+                host=(rec.get("host") or "").strip(),
             )
+            if m.host and HOST_NAME.fullmatch(m.host) is None:
+                raise TraceError(
+                    f"{where}: host must be letters, digits, '.', '_' and '-' (at most 64), got {m.host!r}"
+                )
             if m.attention not in ("", *ATTENTION):
                 raise TraceError(f"{where}: attention must be sdpa or eager, got {m.attention!r}")
             if m.input not in INPUTS:
