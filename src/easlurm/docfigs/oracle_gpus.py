@@ -9,6 +9,7 @@ from typing import Any
 from easlurm.config import load_config
 from easlurm.docfigs.figures import DocFigures, table
 from easlurm.model.build import oracle_params, params_setting
+from easlurm.model.fit.calibrate import score
 from easlurm.model.fit.dataset import read_measurements
 from easlurm.model.fit.evaluate import (
     calibrating_oracle,
@@ -18,6 +19,7 @@ from easlurm.model.fit.evaluate import (
     make_splits,
     parse_cv,
 )
+from easlurm.model.fit.hosts import HostFit, fit_hosts, host_rows, without_hosts
 from easlurm.model.fit.limits import limit_choices, summarise_limits
 from easlurm.model.hardware import load_catalogue
 from easlurm.model.params import OracleParams
@@ -32,6 +34,8 @@ DATA = (
 )
 #: calibration settings of each leave-one-GPU-out refit (small, so that the figures regenerate in minutes)
 MAXITER, POPSIZE = 20, 8
+#: the public files whose rows name their host (`easlurm model calibrate --hosts` on them, "Real data loading")
+HOST_DATA = ("data/oracle/public/zeus_power_limits.csv", "data/oracle/public/gavel_cifar.csv")
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,8 @@ class GpuEvaluation:
     shipped: Any  # MethodReport
     logo: Any  # MethodReport
     limits: list[Any]  # LimitSummary
+    hosts: HostFit  # the hosts' loader floors fitted again from the shipped parameters
+    typical_mape: dict[str, float]  # each host's rows' time MAPE at the typical floor (no host factor)
 
 
 def gpu_source(root: Path, work_dir: Path, jobs: int) -> GpuEvaluation:
@@ -56,7 +62,10 @@ def gpu_source(root: Path, work_dir: Path, jobs: int) -> GpuEvaluation:
     fit = calibrating_oracle(OracleParams(), maxiter=MAXITER, popsize=POPSIZE, seed=0)
     logo = evaluate_method(rows, make_splits(rows, scheme, 0), fit, "oracle", "", scheme.label, jobs=jobs)
     limits = summarise_limits(limit_choices(logo))
-    return GpuEvaluation(shipped.version, len(rows), arch_of, as_given, logo, limits)
+    host_data = [m for path in HOST_DATA for m in read_measurements(root / path)]
+    hosts = fit_hosts(host_data, shipped, cat)
+    typical = {h: score(without_hosts(shipped), r, cat).mape_time for h, r in host_rows(host_data).items()}
+    return GpuEvaluation(shipped.version, len(rows), arch_of, as_given, logo, limits, hosts, typical)
 
 
 def _pct(x: float | None) -> str:
@@ -105,7 +114,27 @@ def gpu_figures(ev: GpuEvaluation) -> dict[str, str]:
         for s in ev.limits
     ]
     unpredicted = ev.logo.n_unpredicted
+    host_table = table(
+        ["host", "real-input rows", "loader-bound", "floor", "time MAPE at the typical floor", "at its own"],
+        [
+            [
+                f"`{h.host}`",
+                str(h.rows),
+                str(h.bound_rows),
+                f"{1e3 * h.floor_s:.1f} ms",
+                _pct(ev.typical_mape[h.host]),
+                _pct(h.mape_after_pct),
+            ]
+            for h in ev.hosts.hosts
+        ],
+    )
     return {
+        "oracle-gpus/loader-hosts": host_table
+        + (
+            f"\n\nAn unknown host: {1e3 * ev.hosts.typical_s:.1f} ms, the geometric mean of the "
+            f"{len(ev.hosts.hosts)} hosts' floors (`easlurm model calibrate --hosts {' '.join(HOST_DATA)}` from the "
+            f"shipped parameters `{ev.params_version}`)."
+        ),
         "oracle-gpus/data": (
             f"{ev.n_rows} rows, {len(ev.arch_of)} GPU types, {len(archs)} architectures "
             f"({', '.join(archs)}); shipped params `{ev.params_version}`"
