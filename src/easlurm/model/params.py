@@ -208,7 +208,7 @@ GPU_PARAMS = (
 #: a host's factor is keyed 'host:<name>.<param>': it multiplies the parameter on the real-input rows whose
 #: measurement names that host (the `host` column), whose data loader is the host's and not the GPU's
 #: (docs/oracle-gpus.md, "Real data loading"); a row of no named host gets the global value, the typical
-#: host's (`easlurm model loader-hosts`)
+#: host's (`easlurm model calibrate --hosts`)
 HOST_FACTOR_PREFIX = "host:"
 #: what a host's factors may scale: the data loader's time per step
 HOST_PARAMS = ("t_input_step_s",)

@@ -13,7 +13,8 @@ from easlurm.cli import main
 from easlurm.errors import ModelError, TraceError
 from easlurm.model.fit.calibrate import score
 from easlurm.model.fit.dataset import Measurement, placements_of, read_measurements, write_measurements
-from easlurm.model.fit.hosts import LOADER_PARAM, fit_hosts, host_rows, without_hosts
+from easlurm.model.fit.hosts import fit_hosts, host_rows, without_hosts
+from easlurm.model.fit.site import LOADER_PARAM
 from easlurm.model.hardware import load_catalogue
 from easlurm.model.oracle import Oracle
 from easlurm.model.params import OracleParams, load_params

@@ -140,17 +140,17 @@ def calibrate_cmd(ctx: click.Context, **options: Any) -> None:
         refuse_hosts_conflicts(req.free, req.scaling, req.site)
     if req.site:
         refuse_site_conflicts(req.free, req.scaling)
-    check_writable(req.out_path or f"params-{dt.datetime.now(dt.UTC):%Y-%m-%d}.yaml", "--out")
+    out = req.out_path or f"params-{dt.datetime.now(dt.UTC):%Y-%m-%d}.yaml"
+    check_writable(out, "--out")
     catalogue = apply_oracle_config(load_ctx_config(ctx), req.hardware_path)
     rows = [m for path in req.measurements for m in read_measurements(path)]
     for m in rows:
         catalogue.resolve(m.gpu)  # a GPU the catalogue lacks is one clear error before fitting
     base = load_params(req.base_path) if req.base_path else load_params()
     if req.site:
-        _calibrate_site(req, rows, base, catalogue)
+        _calibrate_site(req, rows, base, catalogue, out)
         return
     if req.hosts:
-        out = req.out_path or f"params-{dt.datetime.now(dt.UTC):%Y-%m-%d}.yaml"
         run_hosts(
             rows,
             base,
@@ -193,7 +193,6 @@ def calibrate_cmd(ctx: click.Context, **options: Any) -> None:
     params: OracleParams = dataclasses.replace(
         res.params, version=req.version or f"{today}-calibrated", meta=meta
     )
-    out = req.out_path or f"params-{today}.yaml"
     save_params(params, out)
     if req.as_json:
         doc = {"schema_version": 1, "out": out, "before_loss": before.loss, "calibration": meta}
@@ -204,9 +203,10 @@ def calibrate_cmd(ctx: click.Context, **options: Any) -> None:
 
 
 def _calibrate_site(
-    req: CalibrateRequest, rows: list[Measurement], base: OracleParams, catalogue: Catalogue
+    req: CalibrateRequest, rows: list[Measurement], base: OracleParams, catalogue: Catalogue, out: str
 ) -> None:
-    """--site: the site's GPU-type factors, leave-one-model-out unless --folds 0 (docs/oracle-calibrate.md)."""
+    """--site: the site's GPU-type factors, leave-one-model-out unless --folds 0 (docs/oracle-calibrate.md),
+    written to `out`."""
     if req.skip_infeasible:
         rows, dropped = feasible_rows(rows, base, catalogue)
         if dropped:
@@ -216,7 +216,7 @@ def _calibrate_site(
         base,
         catalogue,
         data=" ".join(req.measurements),
-        out=req.out_path or f"params-{dt.datetime.now(dt.UTC):%Y-%m-%d}.yaml",
+        out=out,
         version=req.version,
         maxiter=req.maxiter,
         popsize=req.popsize,

@@ -2,7 +2,7 @@
 
 A real data loader's time per step (`t_input_step_s`) belongs to the machine that runs it (its CPUs, storage,
 loader settings), not to the GPU: the public Zeus P100/RTX 6000 machine waits about 64 ms a step, Gavel's
-machines about 26 ms. A parameter fitted on one machine's rows gives every other machine that machine's
+machines about 27 ms. A parameter fitted on one machine's rows gives every other machine that machine's
 floor. Here each host named by the rows' `host` column gets its own floor, fitted on its real-input rows with
 every other parameter kept, and the global value becomes the geometric mean of the hosts' floors (each host
 counts once, whatever its number of rows): the floor of an unknown host (docs/oracle-gpus.md, "Real data
@@ -20,10 +20,10 @@ import numpy as np
 from easlurm.errors import ModelError
 from easlurm.model.fit.calibrate import score, sweep_times
 from easlurm.model.fit.dataset import Measurement
+from easlurm.model.fit.site import LOADER_PARAM
 from easlurm.model.hardware import Catalogue
 from easlurm.model.params import HOST_FACTOR_PREFIX, PARAM_SPECS, OracleParams, is_host_factor
 
-LOADER_PARAM = "t_input_step_s"
 #: a row is loader-bound where the host's floor lengthens its predicted step by more than this
 BOUND_MARGIN = 1.05
 #: the floors searched (s per step): a log grid over the parameter's range above 1 ms, then a finer one

@@ -11,7 +11,8 @@ import click
 
 from easlurm.errors import ConfigError
 from easlurm.model.fit.dataset import Measurement
-from easlurm.model.fit.hosts import LOADER_PARAM, HostFit, fit_hosts
+from easlurm.model.fit.hosts import HostFit, fit_hosts
+from easlurm.model.fit.site import LOADER_PARAM
 from easlurm.model.hardware import Catalogue
 from easlurm.model.params import OracleParams, save_params
 

@@ -35,10 +35,11 @@ SITE_PRIOR_SIGMA_LOG10 = 0.1
 SITE_WIDE_PRIOR = ("k_layout",)
 #: a real data loader's time per step (the floor of a small batch's step) belongs to the host, not the GPU: the
 #: public Zeus machines take 64 ms (P100, RTX 6000) and 33-44 ms (V100 PCIe, A40), Gavel's 27 ms, which no GPU
-#: figure tells apart (the shipped value is the typical host's: `fit.hosts`). A site factor of it is fitted where the rows identify it: at least
-#: `LOADER_MIN_ROWS` real-input rows of the GPU type are loader-bound, the oracle's step for them with the
-#: input already on the GPU (the base parameters) at most `LOADER_BOUND_FRAC` of the measured step; it keeps
-#: the global width, as `SITE_WIDE_PRIOR`'s do: the site's own hosts set it. Otherwise the base's floor stays.
+#: figure tells apart (the shipped value is the typical host's: `fit.hosts`). A site factor of it is fitted
+#: where the rows identify it: at least `LOADER_MIN_ROWS` real-input rows of the GPU type are loader-bound,
+#: the oracle's step for them with the input already on the GPU (the base parameters) at most
+#: `LOADER_BOUND_FRAC` of the measured step; it keeps the global width, as `SITE_WIDE_PRIOR`'s do: the site's
+#: own hosts set it. Otherwise the base's floor stays.
 LOADER_PARAM = "t_input_step_s"
 LOADER_MIN_ROWS = 3
 LOADER_BOUND_FRAC = 0.8
